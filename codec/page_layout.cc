@@ -1,0 +1,413 @@
+// Page layouts: validation, fingerprint, JSON form and family builders.
+// The fingerprint hashes a canonical little-endian encoding (FORMAT.md, "Layout fingerprint") so
+// that it is stable across builds, compilers and machines; JSON parsing is strict (unknown keys are
+// errors) because a typo in a layout silently changes what bytes mean.
+#include "codec/page_layout.h"
+
+#include <limits>
+#include <set>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace kvtier::codec {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status BufferError(const BufferSpec& b, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name, "': ", what));
+}
+
+void PutU32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
+}
+
+}  // namespace
+
+absl::string_view BufferRoleName(BufferRole role) {
+  switch (role) {
+    case BufferRole::kAttentionK:
+      return "k";
+    case BufferRole::kAttentionV:
+      return "v";
+    case BufferRole::kMlaLatent:
+      return "mla_latent";
+    case BufferRole::kLossless:
+      return "lossless";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<BufferRole> ParseBufferRole(absl::string_view name) {
+  for (BufferRole r : {BufferRole::kAttentionK, BufferRole::kAttentionV, BufferRole::kMlaLatent,
+                       BufferRole::kLossless}) {
+    if (name == BufferRoleName(r)) return r;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown buffer role '", name, "' (expected k, v, mla_latent or lossless)"));
+}
+
+uint64_t PageLayout::SpanBytes(const BufferSpec& b) const {
+  const uint64_t rows = Rows(b);
+  if (rows == 0) return 0;
+  return ((rows - 1) * b.RowStride() + b.head_dim) * DTypeBytes(b.dtype);
+}
+
+uint64_t PageLayout::HotBytes() const {
+  uint64_t total = 0;
+  for (const BufferSpec& b : buffers) total += DataBytes(b);
+  return total;
+}
+
+absl::Status ValidateLayout(const PageLayout& layout) {
+  if (layout.tokens_per_page == 0 || layout.tokens_per_page > kMaxTokensPerPage) {
+    return absl::InvalidArgumentError(absl::StrCat("tokens_per_page ", layout.tokens_per_page,
+                                                   " out of range [1, ", kMaxTokensPerPage, "]"));
+  }
+  if (layout.pools.empty()) return absl::InvalidArgumentError("layout has no pools");
+  std::set<std::string> pool_names;
+  for (size_t i = 0; i < layout.pools.size(); ++i) {
+    const PoolSpec& p = layout.pools[i];
+    if (p.name.empty()) return absl::InvalidArgumentError(absl::StrCat("pool ", i, " has no name"));
+    if (!pool_names.insert(p.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("pool name '", p.name, "' appears twice"));
+    }
+    if (p.slot_bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("pool '", p.name, "': slot_bytes is 0"));
+    }
+  }
+  if (layout.buffers.empty()) return absl::InvalidArgumentError("layout has no buffers");
+  if (layout.buffers.size() > kMaxBuffers) {
+    return absl::InvalidArgumentError(absl::StrCat("layout has ", layout.buffers.size(),
+                                                   " buffers; the maximum is ", kMaxBuffers));
+  }
+  std::set<std::string> names;
+  uint32_t previous_layer = 0;
+  for (size_t i = 0; i < layout.buffers.size(); ++i) {
+    const BufferSpec& b = layout.buffers[i];
+    if (b.name.empty()) return absl::InvalidArgumentError(absl::StrCat("buffer ", i, " has no name"));
+    if (!names.insert(b.name).second) return BufferError(b, "name appears twice");
+    if (i > 0 && b.layer < previous_layer) {
+      return BufferError(b, absl::StrCat("layer ", b.layer, " follows layer ", previous_layer,
+                                         "; buffers must be ordered by layer"));
+    }
+    previous_layer = b.layer;
+    const uint32_t tokens = b.Tokens(layout.tokens_per_page);
+    if (b.heads == 0) return BufferError(b, "heads is 0");
+    if (tokens > kMaxTokensPerPage) {
+      return BufferError(b, absl::StrCat("tokens ", tokens, " exceeds ", kMaxTokensPerPage));
+    }
+    if (b.head_dim == 0 || b.head_dim > kMaxHeadDim) {
+      return BufferError(b, absl::StrCat("head_dim ", b.head_dim, " out of range [1, ",
+                                         kMaxHeadDim, "]"));
+    }
+    if (b.RowStride() < b.head_dim) {
+      return BufferError(b, absl::StrCat("row_stride ", b.row_stride, " is smaller than head_dim ",
+                                         b.head_dim));
+    }
+    if (b.Quantizable() && !IsQuantizable(b.dtype)) {
+      return BufferError(b, absl::StrCat("role '", BufferRoleName(b.role), "' needs dtype bf16, ",
+                                         "fp16 or fp8_e4m3, not ", DTypeName(b.dtype),
+                                         " (use role 'lossless' for other data)"));
+    }
+    if (b.rope_len != 0 || b.rope_start != 0) {
+      if (b.role != BufferRole::kAttentionK && b.role != BufferRole::kMlaLatent) {
+        return BufferError(b, absl::StrCat("a RoPE range is only allowed on k and mla_latent ",
+                                           "buffers, not on role '", BufferRoleName(b.role), "'"));
+      }
+      if (b.rope_len == 0) return BufferError(b, "rope_start is set but rope_len is 0");
+      if (uint64_t{b.rope_start} + b.rope_len > b.head_dim) {
+        return BufferError(b, absl::StrCat("RoPE range [", b.rope_start, ", ",
+                                           uint64_t{b.rope_start} + b.rope_len,
+                                           ") exceeds head_dim ", b.head_dim));
+      }
+    }
+    if (b.pool >= layout.pools.size()) {
+      return BufferError(b, absl::StrCat("pool index ", b.pool, " out of range (layout has ",
+                                         layout.pools.size(), " pools)"));
+    }
+    if (layout.DataBytes(b) > kMaxBufferBytes) {
+      return BufferError(b, absl::StrCat("holds ", layout.DataBytes(b), " bytes; the maximum is ",
+                                         kMaxBufferBytes));
+    }
+    const PoolSpec& pool = layout.pools[b.pool];
+    const uint64_t end = b.offset_bytes + layout.SpanBytes(b);
+    if (end > pool.slot_bytes) {
+      return BufferError(b, absl::StrCat("spans bytes [", b.offset_bytes, ", ", end,
+                                         ") of a slot but pool '", pool.name, "' slots are ",
+                                         pool.slot_bytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint64_t LayoutFingerprint(const PageLayout& layout) {
+  std::string canonical = "KVTL";
+  PutU32(canonical, 1);  // canonical-encoding version
+  PutU32(canonical, layout.tokens_per_page);
+  PutU32(canonical, static_cast<uint32_t>(layout.buffers.size()));
+  for (const BufferSpec& b : layout.buffers) {
+    PutU32(canonical, b.layer);
+    PutU32(canonical, static_cast<uint32_t>(b.role) | (static_cast<uint32_t>(b.dtype) << 8));
+    PutU32(canonical, b.heads);
+    PutU32(canonical, b.Tokens(layout.tokens_per_page));
+    PutU32(canonical, b.head_dim);
+    PutU32(canonical, b.rope_start);
+    PutU32(canonical, b.rope_len);
+  }
+  return XXH3_64bits(canonical.data(), canonical.size());
+}
+
+std::string LayoutToJson(const PageLayout& layout, int indent) {
+  Json j;
+  j["tokens_per_page"] = layout.tokens_per_page;
+  j["pools"] = Json::array();
+  for (const PoolSpec& p : layout.pools) {
+    j["pools"].push_back({{"name", p.name}, {"slot_bytes", p.slot_bytes}});
+  }
+  j["buffers"] = Json::array();
+  for (const BufferSpec& b : layout.buffers) {
+    Json jb = Json::object();
+    jb["name"] = b.name;
+    jb["layer"] = b.layer;
+    jb["role"] = std::string(BufferRoleName(b.role));
+    jb["dtype"] = std::string(DTypeName(b.dtype));
+    jb["heads"] = b.heads;
+    jb["tokens"] = b.Tokens(layout.tokens_per_page);
+    jb["head_dim"] = b.head_dim;
+    jb["row_stride"] = b.RowStride();
+    jb["rope_start"] = b.rope_start;
+    jb["rope_len"] = b.rope_len;
+    jb["pool"] = b.pool;
+    jb["offset_bytes"] = b.offset_bytes;
+    j["buffers"].push_back(std::move(jb));
+  }
+  return j.dump(indent);
+}
+
+namespace {
+
+// Reads an unsigned integer member of `obj`; `where` prefixes error messages.
+template <typename T>
+absl::Status ReadUint(const Json& obj, const char* key, const std::string& where, bool required,
+                      T* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) return absl::InvalidArgumentError(absl::StrCat(where, ": missing '", key, "'"));
+    return absl::OkStatus();
+  }
+  if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": '", key, "' must be a non-negative integer, got ", it->dump()));
+  }
+  const uint64_t v = it->get<uint64_t>();
+  if (v > std::numeric_limits<T>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": '", key, "' value ", v,
+                                                   " exceeds ", std::numeric_limits<T>::max()));
+  }
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const Json& obj, const char* key, const std::string& where,
+                        std::string* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return absl::InvalidArgumentError(absl::StrCat(where, ": missing '", key, "'"));
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": '", key, "' must be a string, got ", it->dump()));
+  }
+  *out = it->get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::Status CheckKeys(const Json& obj, const std::string& where,
+                       std::initializer_list<absl::string_view> allowed) {
+  if (!obj.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not an object"));
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool known = false;
+    for (absl::string_view a : allowed) known = known || it.key() == a;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", it.key(), "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PageLayout> ParseLayoutJson(absl::string_view text) {
+  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("layout JSON: not valid JSON");
+  PageLayout layout;
+  KVTIER_RETURN_IF_ERROR(CheckKeys(j, "layout JSON", {"tokens_per_page", "pools", "buffers"}));
+  KVTIER_RETURN_IF_ERROR(
+      ReadUint(j, "tokens_per_page", "layout JSON", /*required=*/true, &layout.tokens_per_page));
+  if (!j.contains("pools") || !j["pools"].is_array()) {
+    return absl::InvalidArgumentError("layout JSON: 'pools' must be an array");
+  }
+  for (size_t i = 0; i < j["pools"].size(); ++i) {
+    const Json& jp = j["pools"][i];
+    const std::string where = absl::StrCat("layout JSON: pools[", i, "]");
+    KVTIER_RETURN_IF_ERROR(CheckKeys(jp, where, {"name", "slot_bytes"}));
+    PoolSpec p;
+    KVTIER_RETURN_IF_ERROR(ReadString(jp, "name", where, &p.name));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jp, "slot_bytes", where, true, &p.slot_bytes));
+    layout.pools.push_back(std::move(p));
+  }
+  if (!j.contains("buffers") || !j["buffers"].is_array()) {
+    return absl::InvalidArgumentError("layout JSON: 'buffers' must be an array");
+  }
+  for (size_t i = 0; i < j["buffers"].size(); ++i) {
+    const Json& jb = j["buffers"][i];
+    const std::string where = absl::StrCat("layout JSON: buffers[", i, "]");
+    KVTIER_RETURN_IF_ERROR(CheckKeys(jb, where,
+                                     {"name", "layer", "role", "dtype", "heads", "tokens",
+                                      "head_dim", "row_stride", "rope_start", "rope_len", "pool",
+                                      "offset_bytes"}));
+    BufferSpec b;
+    std::string role, dtype;
+    KVTIER_RETURN_IF_ERROR(ReadString(jb, "name", where, &b.name));
+    KVTIER_RETURN_IF_ERROR(ReadString(jb, "role", where, &role));
+    KVTIER_RETURN_IF_ERROR(ReadString(jb, "dtype", where, &dtype));
+    auto parsed_role = ParseBufferRole(role);
+    if (!parsed_role.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", parsed_role.status().message()));
+    }
+    b.role = *parsed_role;
+    auto parsed_dtype = ParseDType(dtype);
+    if (!parsed_dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", parsed_dtype.status().message()));
+    }
+    b.dtype = *parsed_dtype;
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "layer", where, false, &b.layer));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "heads", where, false, &b.heads));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "tokens", where, false, &b.tokens));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "head_dim", where, true, &b.head_dim));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "row_stride", where, false, &b.row_stride));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "rope_start", where, false, &b.rope_start));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "rope_len", where, false, &b.rope_len));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "pool", where, false, &b.pool));
+    KVTIER_RETURN_IF_ERROR(ReadUint(jb, "offset_bytes", where, false, &b.offset_bytes));
+    layout.buffers.push_back(std::move(b));
+  }
+  KVTIER_RETURN_IF_ERROR(ValidateLayout(layout));
+  return layout;
+}
+
+namespace {
+
+// Lays the buffers end to end in one pool "kv" (16-byte aligned offsets) and validates.
+absl::StatusOr<PageLayout> Finish(PageLayout layout) {
+  uint64_t offset = 0;
+  for (BufferSpec& b : layout.buffers) {
+    b.offset_bytes = offset;
+    offset += (layout.SpanBytes(b) + 15) / 16 * 16;
+  }
+  layout.pools = {PoolSpec{"kv", offset == 0 ? 1 : offset}};
+  KVTIER_RETURN_IF_ERROR(ValidateLayout(layout));
+  return layout;
+}
+
+BufferSpec AttentionBuffer(std::string name, uint32_t layer, BufferRole role, DType dtype,
+                           uint32_t heads, uint32_t head_dim) {
+  BufferSpec b;
+  b.name = std::move(name);
+  b.layer = layer;
+  b.role = role;
+  b.dtype = dtype;
+  b.heads = heads;
+  b.head_dim = head_dim;
+  return b;
+}
+
+void AddGqaLayer(PageLayout& layout, uint32_t l, uint32_t heads, uint32_t head_dim, DType dtype,
+                 uint32_t rope_start, uint32_t rope_len) {
+  BufferSpec k = AttentionBuffer(absl::StrCat("k.", l), l, BufferRole::kAttentionK, dtype, heads,
+                                 head_dim);
+  k.rope_start = rope_start;
+  k.rope_len = rope_len == 0 ? head_dim - rope_start : rope_len;
+  layout.buffers.push_back(std::move(k));
+  layout.buffers.push_back(AttentionBuffer(absl::StrCat("v.", l), l, BufferRole::kAttentionV,
+                                           dtype, heads, head_dim));
+}
+
+}  // namespace
+
+absl::StatusOr<PageLayout> BuildGqaLayout(const GqaOptions& o) {
+  if (o.num_layers == 0) return absl::InvalidArgumentError("GQA layout: num_layers is 0");
+  if (o.rope_start >= o.head_dim && o.head_dim != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GQA layout: rope_start ", o.rope_start,
+                                                   " is not inside head_dim ", o.head_dim));
+  }
+  PageLayout layout;
+  layout.tokens_per_page = o.tokens_per_page;
+  for (uint32_t l = 0; l < o.num_layers; ++l) {
+    AddGqaLayer(layout, l, o.kv_heads, o.head_dim, o.dtype, o.rope_start, o.rope_len);
+  }
+  return Finish(std::move(layout));
+}
+
+absl::StatusOr<PageLayout> BuildMlaLayout(const MlaOptions& o) {
+  if (o.num_layers == 0) return absl::InvalidArgumentError("MLA layout: num_layers is 0");
+  PageLayout layout;
+  layout.tokens_per_page = o.tokens_per_page;
+  for (uint32_t l = 0; l < o.num_layers; ++l) {
+    BufferSpec latent = AttentionBuffer(absl::StrCat("latent.", l), l, BufferRole::kMlaLatent,
+                                        o.dtype, 1, o.kv_lora_rank + o.rope_dim);
+    latent.rope_start = o.rope_dim == 0 ? 0 : o.kv_lora_rank;
+    latent.rope_len = o.rope_dim;
+    layout.buffers.push_back(std::move(latent));
+    if (o.indexer_bytes_per_token > 0) {
+      BufferSpec index;
+      index.name = absl::StrCat("index.", l);
+      index.layer = l;
+      index.role = BufferRole::kLossless;
+      index.dtype = DType::kBytes;
+      index.heads = 1;
+      index.head_dim = o.indexer_bytes_per_token;
+      layout.buffers.push_back(std::move(index));
+    }
+  }
+  return Finish(std::move(layout));
+}
+
+absl::StatusOr<PageLayout> BuildHybridLayout(const HybridOptions& o) {
+  if (o.num_layers == 0) return absl::InvalidArgumentError("hybrid layout: num_layers is 0");
+  std::set<uint32_t> attention(o.attention_layers.begin(), o.attention_layers.end());
+  for (uint32_t l : attention) {
+    if (l >= o.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("hybrid layout: attention layer ", l,
+                                                     " out of range (", o.num_layers, " layers)"));
+    }
+  }
+  if (attention.size() < o.num_layers && o.state_bytes == 0) {
+    return absl::InvalidArgumentError("hybrid layout: state layers need state_bytes > 0");
+  }
+  PageLayout layout;
+  layout.tokens_per_page = o.tokens_per_page;
+  for (uint32_t l = 0; l < o.num_layers; ++l) {
+    if (attention.count(l)) {
+      AddGqaLayer(layout, l, o.kv_heads, o.head_dim, o.dtype, o.rope_start, o.rope_len);
+    } else {
+      BufferSpec state;
+      state.name = absl::StrCat("state.", l);
+      state.layer = l;
+      state.role = BufferRole::kLossless;
+      state.dtype = DType::kBytes;
+      state.heads = 1;
+      state.tokens = 1;
+      state.head_dim = o.state_bytes;
+      layout.buffers.push_back(std::move(state));
+    }
+  }
+  return Finish(std::move(layout));
+}
+
+}  // namespace kvtier::codec
