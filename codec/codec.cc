@@ -53,10 +53,10 @@ absl::StatusOr<ColdBlockHeader> Codec::CheckBlock(absl::Span<const uint8_t> bloc
   KVTIER_ASSIGN_OR_RETURN(ColdBlockHeader h, ParseColdBlockHeader(block));
   const ColdBlockHeader want = PlanHeader(plan_);
   if (h.codec != want.codec || h.codec_flags != want.codec_flags) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "block was written by codec ", CodecName(h.codec),
-        (h.codec_flags & kCodecFlagRopeLossless) ? "+rope" : "", ", this codec is ",
-        plan_.spec.ToString()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("block was written by codec ", CodecName(h.codec),
+                     (h.codec_flags & kCodecFlagRopeLossless) ? "+rope" : "", ", this codec is ",
+                     plan_.spec.ToString()));
   }
   if (h.layout_fingerprint != want.layout_fingerprint || h.buffers.size() != want.buffers.size() ||
       h.tokens_per_page != want.tokens_per_page) {
@@ -68,10 +68,10 @@ absl::StatusOr<ColdBlockHeader> Codec::CheckBlock(absl::Span<const uint8_t> bloc
   }
   if (h.alignment_bytes != want.alignment_bytes || h.block_bytes != want.block_bytes ||
       h.payload_bytes != want.payload_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "block geometry (", h.block_bytes, " bytes, alignment ", h.alignment_bytes,
-        ") does not match this codec's (", want.block_bytes, " bytes, alignment ",
-        want.alignment_bytes, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("block geometry (", h.block_bytes, " bytes, alignment ", h.alignment_bytes,
+                     ") does not match this codec's (", want.block_bytes, " bytes, alignment ",
+                     want.alignment_bytes, ")"));
   }
   for (size_t i = 0; i < h.buffers.size(); ++i) {
     const ColdBufferEntry& a = h.buffers[i];
@@ -79,9 +79,9 @@ absl::StatusOr<ColdBlockHeader> Codec::CheckBlock(absl::Span<const uint8_t> bloc
     if (a.role != b.role || a.dtype != b.dtype || a.encoding != b.encoding || a.layer != b.layer ||
         a.heads != b.heads || a.tokens != b.tokens || a.head_dim != b.head_dim ||
         a.quant_start != b.quant_start || a.quant_len != b.quant_len) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "block buffer ", i, " geometry does not match layout buffer '",
-          plan_.layout.buffers[i].name, "'"));
+      return absl::FailedPreconditionError(absl::StrCat("block buffer ", i,
+                                                        " geometry does not match layout buffer '",
+                                                        plan_.layout.buffers[i].name, "'"));
     }
     if (a.scale_exp < nvfp4::kMinScaleExp || a.scale_exp > nvfp4::kMaxScaleExp ||
         a.residual_scale_exp < nvfp4::kMinScaleExp || a.residual_scale_exp > nvfp4::kMaxScaleExp) {
@@ -109,7 +109,8 @@ void GatherRows(const PageLayout& layout, const BufferSpec& b, const uint8_t* ba
     std::memcpy(out, base, rows * row_bytes);
     return;
   }
-  for (uint64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, base + r * stride, row_bytes);
+  for (uint64_t r = 0; r < rows; ++r)
+    std::memcpy(out + r * row_bytes, base + r * stride, row_bytes);
 }
 
 void ScatterRows(const PageLayout& layout, const BufferSpec& b, const uint8_t* in, uint8_t* base) {
@@ -127,6 +128,14 @@ void SealBlock(const ColdBlockHeader& header, absl::Span<uint8_t> block) {
   ColdBlockHeader h = header;
   h.payload_crc32c = Crc32c(block.data() + h.header_bytes, block.size() - h.header_bytes);
   WriteColdBlockHeader(h, block);
+}
+
+void ZeroPadding(const BlockPlan& plan, absl::Span<uint8_t> block) {
+  for (const LayerRecordPlan& r : plan.records) {
+    std::memset(block.data() + r.offset + r.bytes, 0, r.padded_bytes - r.bytes);
+  }
+  const uint64_t end = plan.header_bytes + plan.payload_bytes;
+  std::memset(block.data() + end, 0, block.size() - end);
 }
 
 absl::Status CheckViewSize(size_t views, size_t buffers) {

@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "codec/cold_block.h"
 #include "codec/codec_spec.h"
+#include "codec/cold_block.h"
 #include "codec/page_layout.h"
 
 namespace kvtier::codec {
@@ -40,8 +40,9 @@ struct BufferEncodeStats {
   int32_t scale_exp = 0;           // the buffer's global scale exponent k (0 for lossless)
   int32_t residual_scale_exp = 0;  // nvfp4x2 second-pass exponent
   uint64_t groups = 0;             // quantized 16-value groups
-  uint64_t subnormal_scale_groups = 0;  // groups whose E4M3 scale is subnormal or zero while nonzero
-  uint64_t nonfinite_values = 0;   // NaN or infinite inputs (see FORMAT.md for their encoding)
+  uint64_t subnormal_scale_groups =
+      0;                          // groups whose E4M3 scale is subnormal or zero while nonzero
+  uint64_t nonfinite_values = 0;  // NaN or infinite inputs (see FORMAT.md for their encoding)
 };
 
 class Codec {

@@ -31,6 +31,10 @@ void SealBlock(const ColdBlockHeader& header, absl::Span<uint8_t> block);
 
 absl::Status CheckViewSize(size_t views, size_t buffers);
 
+// Zeroes the padding of every layer record and the block's tail padding (the sections themselves
+// are written in full by the encoders).
+void ZeroPadding(const BlockPlan& plan, absl::Span<uint8_t> block);
+
 }  // namespace kvtier::codec::internal
 
 #endif  // KVTIER_CODEC_CODEC_INTERNAL_H_

@@ -36,7 +36,9 @@ absl::StatusOr<CodecSpec> CodecSpec::Parse(absl::string_view text) {
         "unknown codec '", text, "' (expected raw, nvfp4, nvfp4+rope, nvfp4x2 or nvfp4x2+rope)"));
   }
   if (spec.codec == CodecId::kRaw && spec.rope_lossless) {
-    return absl::InvalidArgumentError("codec 'raw+rope': raw is lossless already");
+    return absl::InvalidArgumentError(
+        "codec 'raw+rope': raw is lossless already (expected raw, nvfp4, nvfp4+rope, nvfp4x2 or "
+        "nvfp4x2+rope)");
   }
   return spec;
 }

@@ -21,7 +21,7 @@ absl::string_view CodecName(CodecId id);  // "raw", "nvfp4", "nvfp4x2"
 
 struct CodecSpec {
   CodecId codec = CodecId::kNvfp4;
-  bool rope_lossless = false;     // keep the RoPE range of K / MLA-latent rows at source precision
+  bool rope_lossless = false;  // keep the RoPE range of K / MLA-latent rows at source precision
   uint32_t alignment_bytes = 4096;  // block size is a multiple of this; power of two in [16, 65536]
 
   // "raw", "nvfp4", "nvfp4x2", optionally followed by "+rope" for lossless RoPE ("nvfp4+rope").

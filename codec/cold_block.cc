@@ -92,8 +92,8 @@ void WriteColdBlockHeader(const ColdBlockHeader& h, absl::Span<uint8_t> out) {
 absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> block) {
   if (block.size() < kColdBlockFixedHeaderBytes) {
     return absl::DataLossError(absl::StrCat("cold block is ", block.size(),
-                                            " bytes, shorter than the ",
-                                            kColdBlockFixedHeaderBytes, "-byte header"));
+                                            " bytes, shorter than the ", kColdBlockFixedHeaderBytes,
+                                            "-byte header"));
   }
   const uint8_t* p = block.data();
   const uint32_t magic = static_cast<uint32_t>(Get(p + kOffMagic, 4));
@@ -116,9 +116,9 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> b
   }
   const size_t expected_header = ColdBlockHeaderBytes(buffer_count);
   if (h.header_bytes != expected_header) {
-    return HeaderLoss(kOffHeaderBytes, absl::StrCat("header_bytes ", h.header_bytes, " but ",
-                                                    buffer_count, " buffers need ",
-                                                    expected_header));
+    return HeaderLoss(kOffHeaderBytes,
+                      absl::StrCat("header_bytes ", h.header_bytes, " but ", buffer_count,
+                                   " buffers need ", expected_header));
   }
   if (block.size() < expected_header) {
     return absl::DataLossError(absl::StrCat("cold block is ", block.size(),
@@ -142,8 +142,8 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> b
   h.codec = static_cast<CodecId>(codec);
   h.codec_flags = p[kOffCodecFlags];
   if ((h.codec_flags & ~kCodecFlagRopeLossless) != 0) {
-    return HeaderLoss(kOffCodecFlags, absl::StrCat("unknown codec flags 0x",
-                                                   absl::Hex(h.codec_flags)));
+    return HeaderLoss(kOffCodecFlags,
+                      absl::StrCat("unknown codec flags 0x", absl::Hex(h.codec_flags)));
   }
   if (Get(p + kOffReserved0, 2) != 0 || Get(p + kOffReserved1, 8) != 0) {
     return HeaderLoss(kOffReserved0, "reserved fields are not zero");
@@ -166,10 +166,9 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> b
                                    "-byte header and ", h.alignment_bytes, "-byte alignment"));
   }
   if (block.size() != h.block_bytes) {
-    return absl::DataLossError(absl::StrCat("cold block is ", block.size(),
-                                            " bytes but its header says ", h.block_bytes,
-                                            block.size() < h.block_bytes ? " (truncated)"
-                                                                         : " (oversized)"));
+    return absl::DataLossError(
+        absl::StrCat("cold block is ", block.size(), " bytes but its header says ", h.block_bytes,
+                     block.size() < h.block_bytes ? " (truncated)" : " (oversized)"));
   }
   h.payload_crc32c = static_cast<uint32_t>(Get(p + kOffPayloadCrc, 4));
   h.buffers.resize(buffer_count);
@@ -194,9 +193,9 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> b
     e.scale_exp = static_cast<int8_t>(q[28]);
     e.residual_scale_exp = static_cast<int8_t>(q[29]);
     if (uint64_t{e.quant_start} + e.quant_len > e.head_dim || e.quant_len % kNvfp4GroupSize != 0) {
-      return HeaderLoss(off, absl::StrCat("buffer ", i, ": quantized run [", e.quant_start, ", +",
-                                          e.quant_len, ") does not fit head_dim ", e.head_dim,
-                                          " in groups of 16"));
+      return HeaderLoss(
+          off, absl::StrCat("buffer ", i, ": quantized run [", e.quant_start, ", +", e.quant_len,
+                            ") does not fit head_dim ", e.head_dim, " in groups of 16"));
     }
   }
   return h;
@@ -214,9 +213,9 @@ std::string ColdBlockHeaderToText(const ColdBlockHeader& h) {
     absl::StrAppendFormat(&s,
                           "  [%d] layer %d %s %s heads %d tokens %d head_dim %d quantized "
                           "[%d,+%d) encoding %d scale 2^%d residual 2^%d\n",
-                          i, e.layer, BufferRoleName(e.role), DTypeName(e.dtype), e.heads,
-                          e.tokens, e.head_dim, e.quant_start, e.quant_len,
-                          static_cast<int>(e.encoding), e.scale_exp, e.residual_scale_exp);
+                          i, e.layer, BufferRoleName(e.role), DTypeName(e.dtype), e.heads, e.tokens,
+                          e.head_dim, e.quant_start, e.quant_len, static_cast<int>(e.encoding),
+                          e.scale_exp, e.residual_scale_exp);
   }
   return s;
 }
@@ -292,10 +291,12 @@ absl::StatusOr<BlockPlan> MakeBlockPlan(const PageLayout& layout, const CodecSpe
       }
     }
     if (bp.quant_len % kNvfp4GroupSize != 0 || bp.quant_start % kNvfp4GroupSize != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "buffer '", b.name, "': the quantized run [", bp.quant_start, ", ",
-          bp.quant_start + bp.quant_len, ") of each row must start and end on multiples of 16 "
-          "elements for ", spec.ToString(), " (head_dim ", b.head_dim, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer '", b.name, "': the quantized run [", bp.quant_start, ", ",
+                       bp.quant_start + bp.quant_len,
+                       ") of each row must start and end on multiples of 16 "
+                       "elements for ",
+                       spec.ToString(), " (head_dim ", b.head_dim, ")"));
     }
     bp.row_lossless_bytes = uint64_t{b.head_dim - bp.quant_len} * DTypeBytes(b.dtype);
   }

@@ -84,20 +84,20 @@ struct BufferPlan {
   uint64_t rows = 0;
   uint32_t quant_start = 0;
   uint32_t quant_len = 0;
-  uint32_t passes = 0;             // 0 lossless, 1 nvfp4, 2 nvfp4x2
-  uint64_t data_offset = 0;        // packed E2M1, `passes` planes of rows*quant_len/2 bytes
-  uint64_t scale_offset = 0;       // E4M3 scales, `passes` planes of rows*quant_len/16 bytes
+  uint32_t passes = 0;               // 0 lossless, 1 nvfp4, 2 nvfp4x2
+  uint64_t data_offset = 0;          // packed E2M1, `passes` planes of rows*quant_len/2 bytes
+  uint64_t scale_offset = 0;         // E4M3 scales, `passes` planes of rows*quant_len/16 bytes
   uint64_t row_lossless_offset = 0;  // per row [prefix][suffix] bytes of a quantized buffer
   uint64_t row_lossless_bytes = 0;   // per row
-  uint64_t whole_offset = 0;       // a lossless buffer's data
+  uint64_t whole_offset = 0;         // a lossless buffer's data
   uint64_t whole_bytes = 0;
 };
 
 struct LayerRecordPlan {
   uint32_t layer = 0;
-  uint64_t offset = 0;       // start of the record
-  uint64_t bytes = 0;        // without padding
-  uint64_t padded_bytes = 0; // multiple of 16
+  uint64_t offset = 0;        // start of the record
+  uint64_t bytes = 0;         // without padding
+  uint64_t padded_bytes = 0;  // multiple of 16
 };
 
 struct BlockPlan {

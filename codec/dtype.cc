@@ -71,10 +71,10 @@ uint16_t FloatToFp16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u;  // NaN
-  if (a >= 0x477ff000u) return sign | 0x7bffu;  // >= 65520 rounds past 65504: saturate
-  if (a < 0x38800000u) {                        // below 2^-14: FP16 subnormal or zero
-    const float t = std::bit_cast<float>(a) * 16777216.0f;  // * 2^24, exact
+  if (a > 0x7f800000u) return sign | 0x7e00u;                // NaN
+  if (a >= 0x477ff000u) return sign | 0x7bffu;               // >= 65520 rounds past 65504: saturate
+  if (a < 0x38800000u) {                                     // below 2^-14: FP16 subnormal or zero
+    const float t = std::bit_cast<float>(a) * 16777216.0f;   // * 2^24, exact
     return sign | static_cast<uint16_t>(std::nearbyint(t));  // ties to even (default mode)
   }
   uint32_t result = ((((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu));
@@ -102,9 +102,9 @@ uint8_t FloatToFp8E4M3(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7fu;     // NaN
-  if (a >= 0x43e00000u) return sign | 0x7eu;    // >= 448 (and infinity): saturate to 448
-  if (a < 0x3c800000u) {                        // below 2^-6: subnormal or zero
+  if (a > 0x7f800000u) return sign | 0x7fu;            // NaN
+  if (a >= 0x43e00000u) return sign | 0x7eu;           // >= 448 (and infinity): saturate to 448
+  if (a < 0x3c800000u) {                               // below 2^-6: subnormal or zero
     const float t = std::bit_cast<float>(a) * 512.0f;  // * 2^9, exact
     return sign | static_cast<uint8_t>(std::nearbyint(t));
   }

@@ -5,10 +5,18 @@
 // page a fixed point of encode+decode: round trips do not drift. nvfp4x2 adds a second pass over
 // the binary32 residual; its sum is rounded once on decode.
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <optional>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "codec/codec_internal.h"
@@ -21,10 +29,16 @@ namespace {
 using nvfp4::Domain;
 using nvfp4::GroupThresholds;
 
+typedef uint16_t U16x8 __attribute__((vector_size(16)));
+typedef uint32_t U32x8 __attribute__((vector_size(32)));
+static_assert(kNvfp4GroupSize == 16);
+
 template <DType D>
 inline float Load(const uint8_t* row, size_t i) {
   if constexpr (D == DType::kBf16) {
-    return Bf16ToFloat(static_cast<uint16_t>(row[2 * i] | (row[2 * i + 1] << 8)));
+    uint16_t v;
+    std::memcpy(&v, row + 2 * i, 2);  // little-endian host (checked in codec.cc)
+    return Bf16ToFloat(v);
   } else if constexpr (D == DType::kFp16) {
     return Fp16ToFloat(static_cast<uint16_t>(row[2 * i] | (row[2 * i + 1] << 8)));
   } else {
@@ -32,49 +46,259 @@ inline float Load(const uint8_t* row, size_t i) {
   }
 }
 
+#if defined(__x86_64__)
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+#endif
+
+constexpr float kMidpoints[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+
+// Codes of one group given its thresholds: `out` gets 8 packed bytes (element 2i in the low
+// nibble of byte i), `code` (when not null) the 16 codes. Returns nothing; pure.
+#if defined(__SSE2__)
+inline void EncodeGroup(const float* x, const GroupThresholds& t, uint8_t* out, uint8_t* code) {
+  const __m128i abs_mask = _mm_set1_epi32(0x7fffffff);
+  const __m128i inf_plus_one = _mm_set1_epi32(0x7f800001);
+  __m128i c[4];
+  for (int v = 0; v < 4; ++v) {
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 4 * v));
+    const __m128i mag = _mm_and_si128(bits, abs_mask);
+    const __m128 ax = _mm_castsi128_ps(mag);
+    // Sign bit 3 for negative non-NaN values (NaN magnitudes are above 0x7f800000).
+    __m128i acc =
+        _mm_and_si128(_mm_and_si128(_mm_srai_epi32(bits, 31), _mm_cmplt_epi32(mag, inf_plus_one)),
+                      _mm_set1_epi32(8));
+    for (int i = 0; i < 7; ++i) {
+      acc = _mm_sub_epi32(acc, _mm_castps_si128(_mm_cmpgt_ps(ax, _mm_set1_ps(t.threshold[i]))));
+    }
+    c[v] = acc;
+  }
+  const __m128i bytes =
+      _mm_packus_epi16(_mm_packs_epi32(c[0], c[1]), _mm_packs_epi32(c[2], c[3]));  // 16 x u8
+  if (code != nullptr) _mm_storeu_si128(reinterpret_cast<__m128i*>(code), bytes);
+  // Each u16 lane holds codes 2i (low byte) and 2i+1 (high byte): make one nibble pair.
+  const __m128i pairs = _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x00ff)),
+                                     _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0xf0)));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(pairs, pairs));
+}
+#else
+inline void EncodeGroup(const float* x, const GroupThresholds& t, uint8_t* out, uint8_t* code) {
+  uint8_t local[kNvfp4GroupSize];
+  for (size_t j = 0; j < kNvfp4GroupSize; ++j) local[j] = nvfp4::EncodeValue(t, x[j]);
+  for (size_t j = 0; j < kNvfp4GroupSize / 2; ++j) {
+    out[j] = static_cast<uint8_t>(local[2 * j] | (local[2 * j + 1] << 4));
+  }
+  if (code != nullptr) std::memcpy(code, local, sizeof(local));
+}
+#endif
+
+// Fills group_max[g] with the largest finite magnitude of group g (0 when none) and returns the
+// largest of them; counts non-finite values into *nonfinite when not null.
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) float GroupMaximaAvx2(const float* values, uint64_t groups,
+                                                      float* group_max, uint64_t* bad_out) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000);
+  __m256i bad_lanes = _mm256_setzero_si256();
+  __m256 all = _mm256_setzero_ps();
+  for (uint64_t g = 0; g < groups; ++g) {
+    const __m256i m0 = _mm256_and_si256(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + g * 16)), abs_mask);
+    const __m256i m1 = _mm256_and_si256(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + g * 16 + 8)), abs_mask);
+    const __m256i f0 = _mm256_cmpgt_epi32(inf, m0);
+    const __m256i f1 = _mm256_cmpgt_epi32(inf, m1);
+    // Finite magnitudes as integers: max of bit patterns is the max of values.
+    const __m256i top8 = _mm256_max_epi32(_mm256_and_si256(m0, f0), _mm256_and_si256(m1, f1));
+    __m128i top4 = _mm_max_epi32(_mm256_castsi256_si128(top8), _mm256_extracti128_si256(top8, 1));
+    top4 = _mm_max_epi32(top4, _mm_shuffle_epi32(top4, 0x4e));
+    top4 = _mm_max_epi32(top4, _mm_shuffle_epi32(top4, 0xb1));
+    group_max[g] = _mm_cvtss_f32(_mm_castsi128_ps(top4));
+    all = _mm256_max_ps(all, _mm256_castsi256_ps(top8));
+    bad_lanes = _mm256_add_epi32(bad_lanes, _mm256_add_epi32(f0, f1));  // -1 per finite lane
+  }
+  alignas(32) int32_t lanes[8];
+  alignas(32) float tops[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), bad_lanes);
+  _mm256_store_ps(tops, all);
+  int64_t finite = 0;
+  float buffer_max = 0.0f;
+  for (int i = 0; i < 8; ++i) finite -= lanes[i], buffer_max = std::max(buffer_max, tops[i]);
+  *bad_out = groups * kNvfp4GroupSize - static_cast<uint64_t>(finite);
+  return buffer_max;
+}
+#endif
+
+float GroupMaxima(const float* values, uint64_t groups, float* group_max, uint64_t* nonfinite) {
+  float buffer_max = 0.0f;
+  uint64_t bad = 0;
+#if defined(__x86_64__)
+  if (kHaveAvx2 && groups < (uint64_t{1} << 29)) {
+    buffer_max = GroupMaximaAvx2(values, groups, group_max, &bad);
+    if (nonfinite != nullptr) *nonfinite += bad;
+    return buffer_max;
+  }
+#endif
+#if defined(__SSE2__)
+  const __m128i abs_mask = _mm_set1_epi32(0x7fffffff);
+  const __m128i inf = _mm_set1_epi32(0x7f800000);
+  __m128i bad_lanes = _mm_setzero_si128();
+  for (uint64_t g = 0; g < groups; ++g) {
+    __m128 top = _mm_setzero_ps();
+    for (int v = 0; v < 4; ++v) {
+      const __m128i mag = _mm_and_si128(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(values + g * 16 + 4 * v)), abs_mask);
+      const __m128i finite = _mm_cmplt_epi32(mag, inf);
+      top = _mm_max_ps(top, _mm_castsi128_ps(_mm_and_si128(mag, finite)));
+      bad_lanes = _mm_add_epi32(bad_lanes, _mm_andnot_si128(finite, _mm_set1_epi32(-1)));
+    }
+    top = _mm_max_ps(top, _mm_movehl_ps(top, top));
+    top = _mm_max_ss(top, _mm_shuffle_ps(top, top, 1));
+    group_max[g] = _mm_cvtss_f32(top);
+    buffer_max = std::max(buffer_max, group_max[g]);
+  }
+  alignas(16) int32_t lanes[4];  // each lane counts at most groups * 4 < 2^31 values
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), bad_lanes);
+  bad = static_cast<uint64_t>(-(static_cast<int64_t>(lanes[0]) + lanes[1] + lanes[2] + lanes[3]));
+#else
+  for (uint64_t g = 0; g < groups; ++g) {
+    uint32_t amax = 0;
+    for (size_t j = 0; j < kNvfp4GroupSize; ++j) {
+      const uint32_t m = std::bit_cast<uint32_t>(values[g * 16 + j]) & 0x7fffffffu;
+      amax = std::max(amax, m < 0x7f800000u ? m : 0u);
+      bad += m < 0x7f800000u ? 0 : 1;
+    }
+    group_max[g] = std::bit_cast<float>(amax);
+    buffer_max = std::max(buffer_max, group_max[g]);
+  }
+#endif
+  if (nonfinite != nullptr) *nonfinite += bad;
+  return buffer_max;
+}
+
+// Thresholds of a group with scale code s on an exact grid (MakeThresholds' exact branch).
+inline void ExactThresholds(uint8_t s, float p, float* threshold) {
+  const float sp = nvfp4::ScaleValue(s) * p;  // exact: the grid is normal
+  for (int i = 0; i < 7; ++i) {
+    const float mid = kMidpoints[i] * sp;
+    threshold[i] = s == 0 ? INFINITY : (i & 1) ? nvfp4::NextDown(mid) : mid;
+  }
+}
+
+void QuantizeExactGroupsPortable(const float* values, const float* group_max, uint64_t groups,
+                                 float p, float q, uint8_t* data, uint8_t* scales,
+                                 BufferEncodeStats* stats) {
+  GroupThresholds t;
+  for (uint64_t g = 0; g < groups; ++g) {
+    const float a = group_max[g];
+    const uint8_t s = nvfp4::NearestScaleCodeOfSixth(a * q);
+    scales[g] = s;
+    if (s < 8 && a > 0.0f) ++stats->subnormal_scale_groups;
+    ExactThresholds(s, p, t.threshold);
+    EncodeGroup(values + g * kNvfp4GroupSize, t, data + g * (kNvfp4GroupSize / 2), nullptr);
+  }
+  stats->groups += groups;
+}
+
+#if defined(__x86_64__)
+// The same with 8-lane AVX2 comparisons; chosen at run time when the CPU has AVX2.
+__attribute__((target("avx2"))) void QuantizeExactGroupsAvx2(const float* values,
+                                                             const float* group_max,
+                                                             uint64_t groups, float p, float q,
+                                                             uint8_t* data, uint8_t* scales,
+                                                             BufferEncodeStats* stats) {
+  float threshold[7];
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf_plus_one = _mm256_set1_epi32(0x7f800001);
+  const __m256i eight = _mm256_set1_epi32(8);
+  for (uint64_t g = 0; g < groups; ++g) {
+    const float a = group_max[g];
+    const uint8_t s = nvfp4::NearestScaleCodeOfSixth(a * q);
+    scales[g] = s;
+    if (s < 8 && a > 0.0f) ++stats->subnormal_scale_groups;
+    ExactThresholds(s, p, threshold);
+    const float* x = values + g * kNvfp4GroupSize;
+    __m256i c[2];
+    for (int v = 0; v < 2; ++v) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * v));
+      const __m256i mag = _mm256_and_si256(bits, abs_mask);
+      const __m256 ax = _mm256_castsi256_ps(mag);
+      __m256i acc = _mm256_and_si256(
+          _mm256_and_si256(_mm256_srai_epi32(bits, 31), _mm256_cmpgt_epi32(inf_plus_one, mag)),
+          eight);
+      for (int i = 0; i < 7; ++i) {
+        acc = _mm256_sub_epi32(
+            acc, _mm256_castps_si256(_mm256_cmp_ps(ax, _mm256_set1_ps(threshold[i]), _CMP_GT_OQ)));
+      }
+      c[v] = acc;
+    }
+    const __m128i lo =
+        _mm_packs_epi32(_mm256_castsi256_si128(c[0]), _mm256_extracti128_si256(c[0], 1));
+    const __m128i hi =
+        _mm_packs_epi32(_mm256_castsi256_si128(c[1]), _mm256_extracti128_si256(c[1], 1));
+    const __m128i bytes = _mm_packus_epi16(lo, hi);
+    const __m128i pairs =
+        _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x00ff)),
+                     _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0xf0)));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(data + g * (kNvfp4GroupSize / 2)),
+                     _mm_packus_epi16(pairs, pairs));
+  }
+  stats->groups += groups;
+}
+#endif
+
+void QuantizeExactGroups(const float* values, const float* group_max, uint64_t groups, float p,
+                         float q, uint8_t* data, uint8_t* scales, BufferEncodeStats* stats) {
+#if defined(__x86_64__)
+  if (kHaveAvx2) {
+    QuantizeExactGroupsAvx2(values, group_max, groups, p, q, data, scales, stats);
+    return;
+  }
+#endif
+  QuantizeExactGroupsPortable(values, group_max, groups, p, q, data, scales, stats);
+}
+
 // Quantizes `values` (rows x quant_len, row-major) in one pass: writes packed codes and scales,
 // and, when `decoded` is not null, the binary32 value each element decodes to in this pass.
-void QuantizePass(Domain domain, const float* values, uint64_t count, int k, uint8_t* data,
-                  uint8_t* scales, float* decoded, BufferEncodeStats* stats) {
+void QuantizePass(Domain domain, const float* values, const float* group_max, uint64_t count, int k,
+                  uint8_t* data, uint8_t* scales, float* decoded, BufferEncodeStats* stats) {
   const float p = std::ldexp(1.0f, -k);
   const float q = std::ldexp(1.0f, k);
   GroupThresholds t;
+  uint8_t code[kNvfp4GroupSize];
+  // For BF16 and binary32 with |k| <= 116 every group's grid (e * S * P) and top values are exact
+  // (normal and finite), so ChooseScaleCode and MakeThresholds reduce to their exact forms.
+  if (decoded == nullptr && (domain == Domain::kBf16 || domain == Domain::kBinary32) && k <= 116 &&
+      k >= -116) {
+    QuantizeExactGroups(values, group_max, count / kNvfp4GroupSize, p, q, data, scales, stats);
+    return;
+  }
   for (uint64_t g = 0; g < count / kNvfp4GroupSize; ++g) {
     const float* x = values + g * kNvfp4GroupSize;
-    float a = 0.0f;
-    for (size_t j = 0; j < kNvfp4GroupSize; ++j) {
-      const float m = std::fabs(x[j]);
-      if (m <= FLT_MAX) a = std::max(a, m);  // skips NaN and infinities
-    }
+    const float a = group_max[g];
     const uint8_t s = nvfp4::ChooseScaleCode(domain, a, q, p);
     scales[g] = s;
     if (s < 8 && a > 0.0f) ++stats->subnormal_scale_groups;
+    const float scale = nvfp4::ScaleValue(s);
+    if (decoded == nullptr && s != 0 && nvfp4::GridIsExact(domain, scale, p)) {
+      // Same thresholds as MakeThresholds computes for an exact grid, without the decoded table.
+      const float sp = scale * p;  // exact: the grid check guarantees a normal result
+      for (int i = 0; i < 7; ++i) {
+        const float mid = kMidpoints[i] * sp;
+        t.threshold[i] = (i & 1) ? nvfp4::NextDown(mid) : mid;
+      }
+      EncodeGroup(x, t, data + g * (kNvfp4GroupSize / 2), nullptr);
+      continue;
+    }
     nvfp4::MakeThresholds(domain, s, p, &t);
-    uint8_t* out = data + g * (kNvfp4GroupSize / 2);
-    for (size_t j = 0; j < kNvfp4GroupSize; j += 2) {
-      const uint8_t c0 = nvfp4::EncodeValue(t, x[j]);
-      const uint8_t c1 = nvfp4::EncodeValue(t, x[j + 1]);
-      out[j / 2] = static_cast<uint8_t>(c0 | (c1 << 4));
-      if (decoded != nullptr) {
-        decoded[g * kNvfp4GroupSize + j] = (c0 & 8) ? -t.decoded[c0 & 7] : t.decoded[c0 & 7];
-        decoded[g * kNvfp4GroupSize + j + 1] = (c1 & 8) ? -t.decoded[c1 & 7] : t.decoded[c1 & 7];
+    EncodeGroup(x, t, data + g * (kNvfp4GroupSize / 2), decoded != nullptr ? code : nullptr);
+    if (decoded != nullptr) {
+      for (size_t j = 0; j < kNvfp4GroupSize; ++j) {
+        const float d = t.decoded[code[j] & 7];
+        decoded[g * kNvfp4GroupSize + j] = (code[j] & 8) ? -d : d;
       }
     }
   }
   stats->groups += count / kNvfp4GroupSize;
-}
-
-float MaxFiniteMagnitude(const float* v, uint64_t n, uint64_t* nonfinite) {
-  float a = 0.0f;
-  for (uint64_t i = 0; i < n; ++i) {
-    const float m = std::fabs(v[i]);
-    if (m <= FLT_MAX) {
-      a = std::max(a, m);
-    } else if (nonfinite != nullptr) {
-      ++*nonfinite;
-    }
-  }
-  return a;
 }
 
 class Nvfp4Codec final : public Codec {
@@ -91,9 +315,9 @@ class Nvfp4Codec final : public Codec {
                                                      plan_.block_bytes));
     }
     ColdBlockHeader header = PlanHeader(plan_);
-    std::memset(block.data() + plan_.header_bytes, 0, block.size() - plan_.header_bytes);
+    ZeroPadding(plan_, block);
     std::vector<BufferEncodeStats> local(plan_.buffers.size());
-    std::vector<float> values, residual;
+    std::vector<float> values, residual, group_max;
     for (size_t i = 0; i < plan_.buffers.size(); ++i) {
       const BufferSpec& b = plan_.layout.buffers[i];
       const BufferPlan& bp = plan_.buffers[i];
@@ -102,7 +326,7 @@ class Nvfp4Codec final : public Codec {
         continue;
       }
       EncodeBuffer(b, bp, page.base[i], block.data(), &header.buffers[i], &local[i], values,
-                   residual);
+                   residual, group_max);
     }
     SealBlock(header, block);
     if (stats != nullptr) *stats = std::move(local);
@@ -147,14 +371,24 @@ class Nvfp4Codec final : public Codec {
     for (uint64_t r = 0; r < bp.rows; ++r) {
       const uint8_t* row = base + r * stride;
       float* o = out + r * bp.quant_len;
-      for (uint32_t e = 0; e < bp.quant_len; ++e) o[e] = Load<D>(row, bp.quant_start + e);
+      if constexpr (D == DType::kBf16) {  // widening shift, vectorized by the compiler
+        const uint8_t* src = row + size_t{bp.quant_start} * 2;
+        for (uint32_t e = 0; e < bp.quant_len; e += 8) {  // quant_len is a multiple of 16
+          U16x8 h;
+          std::memcpy(&h, src + 2 * e, sizeof(h));
+          const U32x8 w = __builtin_convertvector(h, U32x8) << 16;
+          std::memcpy(o + e, &w, sizeof(w));
+        }
+      } else {
+        for (uint32_t e = 0; e < bp.quant_len; ++e) o[e] = Load<D>(row, bp.quant_start + e);
+      }
     }
     (void)layout;
   }
 
-  void EncodeBuffer(const BufferSpec& b, const BufferPlan& bp, const uint8_t* base,
-                    uint8_t* block, ColdBufferEntry* entry, BufferEncodeStats* stats,
-                    std::vector<float>& values, std::vector<float>& residual) const {
+  void EncodeBuffer(const BufferSpec& b, const BufferPlan& bp, const uint8_t* base, uint8_t* block,
+                    ColdBufferEntry* entry, BufferEncodeStats* stats, std::vector<float>& values,
+                    std::vector<float>& residual, std::vector<float>& group_max) const {
     const size_t esize = DTypeBytes(b.dtype);
     const size_t stride = size_t{b.RowStride()} * esize;
     // Lossless part of each row: [prefix][suffix].
@@ -184,29 +418,33 @@ class Nvfp4Codec final : public Codec {
         LoadRuns<DType::kFp8E4M3>(plan_.layout, b, bp, base, values.data());
         break;
     }
-    const float amax = MaxFiniteMagnitude(values.data(), count, &stats->nonfinite_values);
+    const uint64_t groups = count / kNvfp4GroupSize;
+    group_max.resize(groups);
+    const float amax =
+        GroupMaxima(values.data(), groups, group_max.data(), &stats->nonfinite_values);
     const int k = fixed_scale_exp_.value_or(nvfp4::ChooseScaleExp(amax));
     entry->scale_exp = static_cast<int8_t>(k);
     stats->scale_exp = k;
     uint8_t* data = block + bp.data_offset;
     uint8_t* scales = block + bp.scale_offset;
     if (bp.passes == 1) {
-      QuantizePass(nvfp4::DomainOf(b.dtype), values.data(), count, k, data, scales, nullptr,
-                   stats);
+      QuantizePass(nvfp4::DomainOf(b.dtype), values.data(), group_max.data(), count, k, data,
+                   scales, nullptr, stats);
       return;
     }
     residual.resize(count);
-    QuantizePass(Domain::kBinary32, values.data(), count, k, data, scales, residual.data(), stats);
+    QuantizePass(Domain::kBinary32, values.data(), group_max.data(), count, k, data, scales,
+                 residual.data(), stats);
     for (uint64_t i = 0; i < count; ++i) {  // residual of finite values; 0 for NaN and infinities
       const float v = values[i];
       residual[i] = std::fabs(v) <= FLT_MAX ? v - residual[i] : 0.0f;
     }
     const int k2 = fixed_scale_exp_.value_or(
-        nvfp4::ChooseScaleExp(MaxFiniteMagnitude(residual.data(), count, nullptr)));
+        nvfp4::ChooseScaleExp(GroupMaxima(residual.data(), groups, group_max.data(), nullptr)));
     entry->residual_scale_exp = static_cast<int8_t>(k2);
     stats->residual_scale_exp = k2;
     BufferEncodeStats second;
-    QuantizePass(Domain::kBinary32, residual.data(), count, k2, data + count / 2,
+    QuantizePass(Domain::kBinary32, residual.data(), group_max.data(), count, k2, data + count / 2,
                  scales + count / kNvfp4GroupSize, nullptr, &second);
   }
 
@@ -242,13 +480,33 @@ class Nvfp4Codec final : public Codec {
         const uint8_t* codes = data + gi * (kNvfp4GroupSize / 2);
         const float s1 = nvfp4::ScaleValue(scales[gi]);
         if (bp.passes == 1) {
-          for (int c = 0; c < 8; ++c) {
-            v1[c] = nvfp4::Round(out_domain, (nvfp4::kE2M1[c] * s1) * p1);
-            v1[c + 8] = -v1[c];
+          // The 16 possible outputs of this group, already in the destination format.
+          uint8_t lut[16][2];
+          if (b.dtype == DType::kBf16 && nvfp4::GridIsExact(out_domain, s1, p1)) {
+            for (int c = 0; c < 8; ++c) {  // exact: the BF16 bits are the float's top half
+              const uint32_t f = std::bit_cast<uint32_t>((nvfp4::kE2M1[c] * s1) * p1);
+              lut[c][0] = static_cast<uint8_t>(f >> 16), lut[c][1] = static_cast<uint8_t>(f >> 24);
+              lut[c + 8][0] = lut[c][0], lut[c + 8][1] = lut[c][1] | 0x80;
+            }
+          } else {
+            for (int c = 0; c < 8; ++c) {
+              const float d = nvfp4::Round(out_domain, (nvfp4::kE2M1[c] * s1) * p1);
+              StoreFromFloat(b.dtype, d, lut[c], 0);
+              StoreFromFloat(b.dtype, -d, lut[c + 8], 0);
+            }
           }
-          for (size_t j = 0; j < kNvfp4GroupSize; ++j) {
-            const uint8_t nib = (codes[j / 2] >> ((j & 1) * 4)) & 0xf;
-            StoreFromFloat(b.dtype, v1[nib], row, bp.quant_start + g * kNvfp4GroupSize + j);
+          uint8_t* out = row + (size_t{bp.quant_start} + g * kNvfp4GroupSize) * esize;
+          if (esize == 2) {
+            for (size_t j = 0; j < kNvfp4GroupSize / 2; ++j) {
+              const uint8_t byte = codes[j];
+              std::memcpy(out + 4 * j, lut[byte & 0xf], 2);
+              std::memcpy(out + 4 * j + 2, lut[byte >> 4], 2);
+            }
+          } else {
+            for (size_t j = 0; j < kNvfp4GroupSize / 2; ++j) {
+              out[2 * j] = lut[codes[j] & 0xf][0];
+              out[2 * j + 1] = lut[codes[j] >> 4][0];
+            }
           }
           continue;
         }

@@ -23,8 +23,18 @@ inline constexpr int kMinScaleExp = -125;
 inline constexpr int kMaxScaleExp = 125;
 inline constexpr uint8_t kMaxScaleCode = 0x7e;  // 448
 
+namespace internal {
+struct ScaleTable {
+  float value[128];
+  ScaleTable() {
+    for (int c = 0; c < 128; ++c) value[c] = Fp8E4M3ToFloat(static_cast<uint8_t>(c));
+  }
+};
+inline const ScaleTable kScaleTable;
+}  // namespace internal
+
 // Value of a non-negative E4M3 scale code (0..0x7e).
-inline float ScaleValue(uint8_t code) { return Fp8E4M3ToFloat(code); }
+inline float ScaleValue(uint8_t code) { return internal::kScaleTable.value[code & 0x7f]; }
 
 // k for a buffer whose largest finite magnitude is `amax` (0 when amax is 0 or not finite).
 inline int ChooseScaleExp(float amax) {
@@ -34,20 +44,41 @@ inline int ChooseScaleExp(float amax) {
   return std::clamp(k, kMinScaleExp, kMaxScaleExp);
 }
 
-// The E4M3 code nearest to q >= 0, ties to the smaller code, saturating at 448.
-inline uint8_t NearestScaleCode(float q) {
-  if (!(q > 0.0f)) return 0;
-  if (q >= 448.0f) return kMaxScaleCode;
-  if (q < 0.015625f) {  // below 2^-6: subnormal codes 0..8 (8 is 2^-6)
-    const float t = q * 512.0f;
-    uint32_t n = static_cast<uint32_t>(t);
-    if (t - static_cast<float>(n) > 0.5f) ++n;
-    return static_cast<uint8_t>(n);
+namespace internal {
+// kBoundary[c] = 6 * (S(c) + S(c+1)) / 2 for c in [0, 0x7d]: the value of y = a * 2^k above
+// which code c+1 is nearer than code c (exact in binary32: at most 7 significant bits).
+struct BoundaryTable {
+  float boundary[kMaxScaleCode];
+  BoundaryTable() {
+    for (int c = 0; c < kMaxScaleCode; ++c) {
+      boundary[c] =
+          3.0f * (ScaleValue(static_cast<uint8_t>(c)) + ScaleValue(static_cast<uint8_t>(c + 1)));
+    }
   }
-  const uint32_t u = std::bit_cast<uint32_t>(q);
-  uint32_t code = ((((u >> 23) & 0xffu) - 120u) << 3) | ((u >> 20) & 0x7u);
-  if ((u & 0xfffffu) > 0x80000u) ++code;
-  return static_cast<uint8_t>(code);
+};
+inline const BoundaryTable kBoundaryTable;
+}  // namespace internal
+
+// The E4M3 code nearest to y / 6 (y >= 0) in exact arithmetic, ties to the smaller code,
+// saturating at 448: the code c with boundary[c-1] < y <= boundary[c]. A multiplication by 1/6
+// finds the candidate (within one code of the answer) and exact comparisons settle it.
+inline uint8_t NearestScaleCodeOfSixth(float y) {
+  if (!(y > 0.0f)) return 0;
+  const float q = y * (1.0f / 6.0f);
+  int c;
+  if (q >= 448.0f) {
+    c = kMaxScaleCode;
+  } else if (q < 0.015625f) {  // below 2^-6: subnormal codes 0..8 (8 is 2^-6)
+    c = static_cast<int>(q * 512.0f + 0.5f);
+  } else {
+    const uint32_t u = std::bit_cast<uint32_t>(q);
+    c = static_cast<int>(((((u >> 23) & 0xffu) - 120u) << 3) | ((u >> 20) & 0x7u));
+    if ((u & 0xfffffu) >= 0x80000u) ++c;
+  }
+  const float* b = internal::kBoundaryTable.boundary;
+  if (c < kMaxScaleCode && y > b[c]) ++c;
+  if (c > 0 && y <= b[c - 1]) --c;
+  return static_cast<uint8_t>(std::min(c, static_cast<int>(kMaxScaleCode)));
 }
 
 // The value domain a pass is quantized in: the source dtype (a decoder rounds to it), or exact
@@ -55,8 +86,9 @@ inline uint8_t NearestScaleCode(float q) {
 enum class Domain : uint8_t { kBf16, kFp16, kFp8, kBinary32 };
 
 inline Domain DomainOf(DType dtype) {
-  return dtype == DType::kBf16 ? Domain::kBf16
-                               : dtype == DType::kFp16 ? Domain::kFp16 : Domain::kFp8;
+  return dtype == DType::kBf16   ? Domain::kBf16
+         : dtype == DType::kFp16 ? Domain::kFp16
+                                 : Domain::kFp8;
 }
 
 inline float Round(Domain d, float v) {
@@ -80,19 +112,11 @@ inline float DecodedMagnitude(Domain d, uint8_t c, uint8_t s, float p) {
 
 // The group scale code for a group whose largest finite magnitude is `a` (FORMAT.md): the code
 // whose decoded top value Round((6 * S) * P) is nearest to `a`, ties to the smallest code.
-// q = (a * Q) / 6 with Q = 2^k gives it directly whenever the top values next to the answer are
-// exact in the domain; otherwise a search over all codes decides.
-inline uint8_t ChooseScaleCode(Domain d, float a, float q_scale, float p) {
-  if (!(a > 0.0f)) return 0;
-  const uint8_t c0 = NearestScaleCode((a * q_scale) / 6.0f);
-  if (d == Domain::kBinary32) return c0;
+// the code nearest to (a * Q) / 6 with Q = 2^k is the answer whenever the top values next to the
+// answer are exact in the domain; otherwise a search over all codes decides. The general search of
+// ChooseScaleCode, for groups whose top values are not exact.
+inline uint8_t ChooseScaleCodeSearch(Domain d, float a, float p) {
   auto top = [&](int c) { return Round(d, (6.0f * ScaleValue(static_cast<uint8_t>(c))) * p); };
-  auto exact = [&](int c) {
-    if (c < 0 || c > kMaxScaleCode) return true;
-    const float v = (6.0f * ScaleValue(static_cast<uint8_t>(c))) * p;
-    return Round(d, v) == v && std::isfinite(v);
-  };
-  if (exact(c0 - 1) && exact(c0) && exact(c0 + 1)) return c0;
   // Smallest code whose top value reaches a.
   int lo = 0, hi = kMaxScaleCode + 1;
   while (lo < hi) {
@@ -117,6 +141,26 @@ inline uint8_t ChooseScaleCode(Domain d, float a, float q_scale, float p) {
   return static_cast<uint8_t>(best);
 }
 
+// The group scale code for a group whose largest finite magnitude is `a` (FORMAT.md): the code
+// whose decoded top value Round((6 * S) * P) is nearest to `a`, ties to the smallest code.
+// the code nearest to (a * Q) / 6 with Q = 2^k is the answer whenever the top values next to the
+// answer are exact in the domain (BF16/FP16 tops 6 * S * P have 5 significant bits: exact when in
+// range); otherwise a search over all codes decides.
+inline uint8_t ChooseScaleCode(Domain d, float a, float q_scale, float p) {
+  if (!(a > 0.0f)) return 0;
+  const uint8_t c0 = NearestScaleCodeOfSixth(a * q_scale);
+  if (d == Domain::kBinary32) return c0;
+  if (d != Domain::kFp8) {
+    // Codes c0-1, c0, c0+1 (code 0's top is 0, always exact).
+    const float lo = (6.0f * ScaleValue(static_cast<uint8_t>(std::max(c0 - 1, 1)))) * p;
+    const float hi = (6.0f * ScaleValue(static_cast<uint8_t>(std::min(c0 + 1, 0x7e)))) * p;
+    const bool exact = lo >= (d == Domain::kBf16 ? 0x1p-126f : 0x1p-14f) &&
+                       hi <= (d == Domain::kBf16 ? 0x1.FEp127f : 65504.0f);
+    if (exact) return c0;
+  }
+  return ChooseScaleCodeSearch(d, a, p);
+}
+
 // Per-group code thresholds: code(|x|) = number of thresholds |x| exceeds (strictly).
 // Midpoints between consecutive decoded magnitudes; a value on a midpoint takes the even code,
 // which for odd lower codes means the threshold is the next float below the midpoint.
@@ -125,22 +169,59 @@ struct GroupThresholds {
   float threshold[7];
 };
 
+// True when every decoded magnitude (e * S) * P of the group is exact in domain `d` (a normal
+// number or zero there, and finite), so Round is the identity on the grid and the midpoints are
+// t * S * P for t in {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5}. Never true for FP8.
+inline bool GridIsExact(Domain d, float scale, float p) {
+  const float lo = (0.5f * scale) * p;
+  const float hi = (6.0f * scale) * p;
+  switch (d) {
+    case Domain::kBf16:
+    case Domain::kBinary32:
+      return lo >= 0x1p-126f && hi <= 0x1.FEp127f;
+    case Domain::kFp16:
+      return lo >= 0x1p-14f && hi <= 65504.0f;
+    case Domain::kFp8:
+      return false;
+  }
+  return false;
+}
+
+inline float NextDown(float positive) {
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(positive) - 1u);
+}
+
 inline void MakeThresholds(Domain d, uint8_t s, float p, GroupThresholds* t) {
   const float scale = ScaleValue(s);
+  if (s == 0) {  // every value of the group encodes as a zero magnitude
+    for (int c = 0; c < 8; ++c) t->decoded[c] = 0.0f;
+    for (int c = 0; c < 7; ++c) t->threshold[c] = INFINITY;
+    return;
+  }
+  if (GridIsExact(d, scale, p)) {
+    static constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    for (int c = 0; c < 8; ++c) t->decoded[c] = (kE2M1[c] * scale) * p;
+    for (int c = 0; c < 7; ++c) {
+      const float mid = (kMid[c] * scale) * p;
+      t->threshold[c] = (c & 1) ? NextDown(mid) : mid;
+    }
+    return;
+  }
   for (int c = 0; c < 8; ++c) t->decoded[c] = Round(d, (kE2M1[c] * scale) * p);
   for (int c = 0; c < 7; ++c) {
     // Exact, and cannot overflow next to the largest finite values (unlike (a + b) / 2).
     const float mid = t->decoded[c] + (t->decoded[c + 1] - t->decoded[c]) * 0.5f;
-    t->threshold[c] = (c & 1) ? std::nextafter(mid, -INFINITY) : mid;
+    t->threshold[c] = (c & 1) ? (mid > 0.0f ? NextDown(mid) : -0x1p-149f) : mid;
   }
 }
 
 // The 4-bit code of x: sign in bit 3 (cleared for NaN), magnitude code in bits 0-2.
 inline uint8_t EncodeValue(const GroupThresholds& t, float x) {
-  const float ax = std::fabs(x);
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const float ax = std::bit_cast<float>(bits & 0x7fffffffu);
   uint8_t c = 0;
   for (int i = 0; i < 7; ++i) c += ax > t.threshold[i];
-  const bool negative = std::signbit(x) && !std::isnan(x);
+  const bool negative = (bits >> 31) && (bits & 0x7fffffffu) <= 0x7f800000u;  // not NaN
   return static_cast<uint8_t>(c | (negative ? 8 : 0));
 }
 

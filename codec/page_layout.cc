@@ -9,8 +9,8 @@
 #include <string>
 #include <utility>
 
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -91,7 +91,8 @@ absl::Status ValidateLayout(const PageLayout& layout) {
   uint32_t previous_layer = 0;
   for (size_t i = 0; i < layout.buffers.size(); ++i) {
     const BufferSpec& b = layout.buffers[i];
-    if (b.name.empty()) return absl::InvalidArgumentError(absl::StrCat("buffer ", i, " has no name"));
+    if (b.name.empty())
+      return absl::InvalidArgumentError(absl::StrCat("buffer ", i, " has no name"));
     if (!names.insert(b.name).second) return BufferError(b, "name appears twice");
     if (i > 0 && b.layer < previous_layer) {
       return BufferError(b, absl::StrCat("layer ", b.layer, " follows layer ", previous_layer,
@@ -104,12 +105,12 @@ absl::Status ValidateLayout(const PageLayout& layout) {
       return BufferError(b, absl::StrCat("tokens ", tokens, " exceeds ", kMaxTokensPerPage));
     }
     if (b.head_dim == 0 || b.head_dim > kMaxHeadDim) {
-      return BufferError(b, absl::StrCat("head_dim ", b.head_dim, " out of range [1, ",
-                                         kMaxHeadDim, "]"));
+      return BufferError(
+          b, absl::StrCat("head_dim ", b.head_dim, " out of range [1, ", kMaxHeadDim, "]"));
     }
     if (b.RowStride() < b.head_dim) {
-      return BufferError(b, absl::StrCat("row_stride ", b.row_stride, " is smaller than head_dim ",
-                                         b.head_dim));
+      return BufferError(
+          b, absl::StrCat("row_stride ", b.row_stride, " is smaller than head_dim ", b.head_dim));
     }
     if (b.Quantizable() && !IsQuantizable(b.dtype)) {
       return BufferError(b, absl::StrCat("role '", BufferRoleName(b.role), "' needs dtype bf16, ",
@@ -123,25 +124,33 @@ absl::Status ValidateLayout(const PageLayout& layout) {
       }
       if (b.rope_len == 0) return BufferError(b, "rope_start is set but rope_len is 0");
       if (uint64_t{b.rope_start} + b.rope_len > b.head_dim) {
-        return BufferError(b, absl::StrCat("RoPE range [", b.rope_start, ", ",
-                                           uint64_t{b.rope_start} + b.rope_len,
-                                           ") exceeds head_dim ", b.head_dim));
+        return BufferError(
+            b, absl::StrCat("RoPE range [", b.rope_start, ", ", uint64_t{b.rope_start} + b.rope_len,
+                            ") exceeds head_dim ", b.head_dim));
       }
     }
     if (b.pool >= layout.pools.size()) {
       return BufferError(b, absl::StrCat("pool index ", b.pool, " out of range (layout has ",
                                          layout.pools.size(), " pools)"));
     }
+    // Sizes are checked before they are multiplied out, so nothing below can wrap around.
+    const uint64_t rows = uint64_t{b.heads} * tokens;
+    constexpr uint64_t kMaxElements = uint64_t{1} << 40;
+    if (rows > kMaxElements || b.RowStride() > kMaxElements / rows) {
+      return BufferError(b, absl::StrCat(b.heads, " heads x ", tokens, " tokens x row_stride ",
+                                         b.RowStride(), " elements is too large"));
+    }
     if (layout.DataBytes(b) > kMaxBufferBytes) {
       return BufferError(b, absl::StrCat("holds ", layout.DataBytes(b), " bytes; the maximum is ",
                                          kMaxBufferBytes));
     }
     const PoolSpec& pool = layout.pools[b.pool];
-    const uint64_t end = b.offset_bytes + layout.SpanBytes(b);
-    if (end > pool.slot_bytes) {
-      return BufferError(b, absl::StrCat("spans bytes [", b.offset_bytes, ", ", end,
-                                         ") of a slot but pool '", pool.name, "' slots are ",
-                                         pool.slot_bytes, " bytes"));
+    const uint64_t span = layout.SpanBytes(b);
+    if (b.offset_bytes > pool.slot_bytes || span > pool.slot_bytes - b.offset_bytes) {
+      const uint64_t end = b.offset_bytes > UINT64_MAX - span ? UINT64_MAX : b.offset_bytes + span;
+      return BufferError(
+          b, absl::StrCat("spans bytes [", b.offset_bytes, ", ", end, ") of a slot but pool '",
+                          pool.name, "' slots are ", pool.slot_bytes, " bytes"));
     }
   }
   return absl::OkStatus();
@@ -208,8 +217,8 @@ absl::Status ReadUint(const Json& obj, const char* key, const std::string& where
   }
   const uint64_t v = it->get<uint64_t>();
   if (v > std::numeric_limits<T>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": '", key, "' value ", v,
-                                                   " exceeds ", std::numeric_limits<T>::max()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": '", key, "' value ", v, " exceeds ", std::numeric_limits<T>::max()));
   }
   *out = static_cast<T>(v);
   return absl::OkStatus();
@@ -218,7 +227,8 @@ absl::Status ReadUint(const Json& obj, const char* key, const std::string& where
 absl::Status ReadString(const Json& obj, const char* key, const std::string& where,
                         std::string* out) {
   auto it = obj.find(key);
-  if (it == obj.end()) return absl::InvalidArgumentError(absl::StrCat(where, ": missing '", key, "'"));
+  if (it == obj.end())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": missing '", key, "'"));
   if (!it->is_string()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": '", key, "' must be a string, got ", it->dump()));
@@ -267,10 +277,10 @@ absl::StatusOr<PageLayout> ParseLayoutJson(absl::string_view text) {
   for (size_t i = 0; i < j["buffers"].size(); ++i) {
     const Json& jb = j["buffers"][i];
     const std::string where = absl::StrCat("layout JSON: buffers[", i, "]");
-    KVTIER_RETURN_IF_ERROR(CheckKeys(jb, where,
-                                     {"name", "layer", "role", "dtype", "heads", "tokens",
-                                      "head_dim", "row_stride", "rope_start", "rope_len", "pool",
-                                      "offset_bytes"}));
+    KVTIER_RETURN_IF_ERROR(
+        CheckKeys(jb, where,
+                  {"name", "layer", "role", "dtype", "heads", "tokens", "head_dim", "row_stride",
+                   "rope_start", "rope_len", "pool", "offset_bytes"}));
     BufferSpec b;
     std::string role, dtype;
     KVTIER_RETURN_IF_ERROR(ReadString(jb, "name", where, &b.name));
@@ -329,13 +339,13 @@ BufferSpec AttentionBuffer(std::string name, uint32_t layer, BufferRole role, DT
 
 void AddGqaLayer(PageLayout& layout, uint32_t l, uint32_t heads, uint32_t head_dim, DType dtype,
                  uint32_t rope_start, uint32_t rope_len) {
-  BufferSpec k = AttentionBuffer(absl::StrCat("k.", l), l, BufferRole::kAttentionK, dtype, heads,
-                                 head_dim);
+  BufferSpec k =
+      AttentionBuffer(absl::StrCat("k.", l), l, BufferRole::kAttentionK, dtype, heads, head_dim);
   k.rope_start = rope_start;
   k.rope_len = rope_len == 0 ? head_dim - rope_start : rope_len;
   layout.buffers.push_back(std::move(k));
-  layout.buffers.push_back(AttentionBuffer(absl::StrCat("v.", l), l, BufferRole::kAttentionV,
-                                           dtype, heads, head_dim));
+  layout.buffers.push_back(
+      AttentionBuffer(absl::StrCat("v.", l), l, BufferRole::kAttentionV, dtype, heads, head_dim));
 }
 
 }  // namespace

@@ -59,9 +59,7 @@ struct PageLayout {
   std::vector<PoolSpec> pools;
   std::vector<BufferSpec> buffers;  // ordered by layer (records follow this order)
 
-  uint64_t Rows(const BufferSpec& b) const {
-    return uint64_t{b.heads} * b.Tokens(tokens_per_page);
-  }
+  uint64_t Rows(const BufferSpec& b) const { return uint64_t{b.heads} * b.Tokens(tokens_per_page); }
   // Bytes of the buffer's data (rows * head_dim elements; row-stride gaps excluded).
   uint64_t DataBytes(const BufferSpec& b) const {
     return Rows(b) * b.head_dim * DTypeBytes(b.dtype);
@@ -79,7 +77,8 @@ inline constexpr uint32_t kMaxHeadDim = 65536;
 inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 32;
 
 // Checks every rule of a layout. InvalidArgument names the buffer and field, e.g.
-// "buffer 'k.3': head_dim 100 of a quantizable buffer must be a multiple of 16".
+// "buffer 'k.3': RoPE range [96, 160) exceeds head_dim 128". Codec-specific rules (quantized runs
+// in multiples of 16) are checked by MakeBlockPlan.
 absl::Status ValidateLayout(const PageLayout& layout);
 
 // A stable 64-bit identity of what a page's bytes mean: tokens_per_page and, per buffer in order,

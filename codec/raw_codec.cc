@@ -21,7 +21,7 @@ class RawCodec final : public Codec {
                                                      " bytes, a raw block is ", plan_.block_bytes));
     }
     const ColdBlockHeader header = PlanHeader(plan_);
-    std::memset(block.data() + plan_.header_bytes, 0, block.size() - plan_.header_bytes);
+    ZeroPadding(plan_, block);
     for (size_t i = 0; i < plan_.buffers.size(); ++i) {
       GatherRows(plan_.layout, plan_.layout.buffers[i], page.base[i],
                  block.data() + plan_.buffers[i].whole_offset);

@@ -7,17 +7,17 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "codec/codec_internal.h"
 #include "codec/dtype.h"
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace kvtier::codec {
 namespace {
 
 struct Result {
-  double kvtier = 0;    // relative RMSE over the whole page
+  double kvtier = 0;  // relative RMSE over the whole page
   double identity = 0;
   double kvtier_regular = 0;  // over the groups without an outlier channel
   double identity_regular = 0;
@@ -90,7 +90,8 @@ TEST(AccuracyTest, DataChosenGlobalScaleBeatsIdentityScale) {
       const double ratio = r.identity / r.kvtier;
       const double regular_ratio = r.identity_regular / r.kvtier_regular;
       std::printf("| %g | %s | %.4f | %.4f | %.2fx | %.2fx |\n", sigma,
-                  outliers > 0 ? absl::StrCat("2 of 128, x", outliers).c_str() : "none", r.kvtier, r.identity, ratio, regular_ratio);
+                  outliers > 0 ? absl::StrCat("2 of 128, x", outliers).c_str() : "none", r.kvtier,
+                  r.identity, ratio, regular_ratio);
       SCOPED_TRACE(testing::Message() << "sigma " << sigma << " outliers " << outliers);
       EXPECT_LE(r.kvtier, r.identity);  // never worse
       EXPECT_LE(r.kvtier_regular, r.identity_regular);
@@ -98,8 +99,12 @@ TEST(AccuracyTest, DataChosenGlobalScaleBeatsIdentityScale) {
       // error both schemes share (the outlier sets a normal scale either way and crushes its 15
       // neighbours, a property of 16-value groups); the gain is asserted on the other groups there.
       const double gain = outliers >= 20.0f ? regular_ratio : ratio;
-      if (sigma <= 0.003f) EXPECT_GE(gain, 5.0);
-      if (sigma == 0.01f) EXPECT_GE(gain, 1.25);
+      if (sigma <= 0.003f) {
+        EXPECT_GE(gain, 5.0);
+      }
+      if (sigma == 0.01f) {
+        EXPECT_GE(gain, 1.25);
+      }
       EXPECT_LT(r.kvtier, 0.2);  // sanity: nvfp4 keeps ~10% relative RMSE at every scale
     }
   }

@@ -124,7 +124,7 @@ TEST(Nvfp4CodecTest, LosslessBuffersAndRopeComeBackExactly) {
 
 // Distance from |v| (representable in dtype) to the next larger representable value.
 float Ulp(DType dtype, float v) {
-  uint8_t buf[2];
+  uint8_t buf[2] = {0, 0};
   StoreFromFloat(dtype, std::fabs(v), buf, 0);
   if (DTypeBytes(dtype) == 1) {
     ++buf[0];
@@ -179,7 +179,9 @@ void CheckErrorBound(DType dtype, float sigma, bool outliers) {
         float best = INFINITY;
         for (float d : grid) best = std::min(best, std::fabs(ax - d));
         ASSERT_EQ(std::fabs(ax - std::fabs(y)), best) << "not a nearest grid value: x=" << x;
-        if (y != 0.0f) ASSERT_EQ(std::signbit(x), std::signbit(y));
+        if (y != 0.0f) {
+          ASSERT_EQ(std::signbit(x), std::signbit(y));
+        }
         const float ulp = Ulp(dtype, std::max(ax, std::fabs(y)));
         if (ax <= 6.0f * scale * p) {
           const float u = ax / (scale * p);
@@ -325,8 +327,8 @@ TEST_P(CorruptBlockTest, TruncatedAndOversizedBlocksFail) {
   const std::vector<uint8_t> block = EncodeOrDie(*codec, RandomPage(layout, 1.0f, 6));
   std::vector<uint8_t> page(FlatPageBytes(layout), 0x11);
   const std::vector<uint8_t> sentinel = page;
-  for (size_t n : {size_t{0}, size_t{10}, size_t{63}, size_t{64}, block.size() / 2,
-                   block.size() - 1}) {
+  for (size_t n :
+       {size_t{0}, size_t{10}, size_t{63}, size_t{64}, block.size() / 2, block.size() - 1}) {
     absl::Status s = DecodeInto(*codec, absl::MakeConstSpan(block.data(), n), page);
     EXPECT_TRUE(absl::IsDataLoss(s)) << n << ": " << s;
     EXPECT_EQ(page, sentinel);
@@ -377,8 +379,8 @@ TEST(CodecTest, WrongSizesAreInvalidArgument) {
   auto codec = Make(layout, "nvfp4");
   std::vector<uint8_t> page = RandomPage(layout, 1.0f, 9);
   std::vector<uint8_t> block(codec->block_bytes() - 16);
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      codec->Encode(FlatPageView(layout, page), absl::MakeSpan(block))));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(codec->Encode(FlatPageView(layout, page), absl::MakeSpan(block))));
   HotPageView short_view = FlatPageView(layout, page);
   short_view.base.pop_back();
   block.resize(codec->block_bytes());

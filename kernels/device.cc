@@ -1,0 +1,38 @@
+// Device discovery: wraps the CUDA runtime queries of device_query.cu into absl::Status, or
+// reports Unimplemented in builds without CUDA (KVTIER_WITH_CUDA undefined).
+#include "kernels/device.h"
+
+#include "absl/strings/str_cat.h"
+
+#if KVTIER_WITH_CUDA
+#include "kernels/device_query.h"
+#endif
+
+namespace kvtier::kernels {
+
+bool BuiltWithCuda() { return KVTIER_WITH_CUDA != 0; }
+
+absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
+#if KVTIER_WITH_CUDA
+  int count = 0;
+  if (int err = internal::QueryDeviceCount(&count); err != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("no usable CUDA device: ", internal::ErrorString(err), " (error ", err, ")"));
+  }
+  std::vector<DeviceInfo> devices;
+  for (int i = 0; i < count; ++i) {
+    internal::RawDeviceInfo raw;
+    if (int err = internal::QueryDevice(i, &raw); err != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("CUDA device ", i, ": ", internal::ErrorString(err), " (error ", err, ")"));
+    }
+    devices.push_back(DeviceInfo{i, raw.name, raw.sm_major, raw.sm_minor, raw.memory_bytes,
+                                 raw.can_map_host_memory != 0});
+  }
+  return devices;
+#else
+  return absl::UnimplementedError("kvtier was built without CUDA (KVTIER_CUDA=OFF or no nvcc)");
+#endif
+}
+
+}  // namespace kvtier::kernels

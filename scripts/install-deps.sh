@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages kvtier builds and tests with. Idempotent: packages already
+# present are left alone, and apt-get runs only when something is missing.
+# Usage: scripts/install-deps.sh            (as root, or with sudo available)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libabsl-dev
+  libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev nlohmann-json3-dev
+  clang clang-format libclang-rt-14-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

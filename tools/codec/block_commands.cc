@@ -1,0 +1,259 @@
+// `kvtier-codec encode`, `decode` and `inspect`: files of flat pages <-> files of cold blocks.
+// Files are streamed one page or block at a time, so memory stays at one page plus one block
+// whatever the file size. Outputs are written under a temporary name and renamed when complete.
+//
+// Finding the block size of a file without a layout: ParseColdBlockHeader checks the header against
+// the exact size of the span it is given, and the codec library has no call that reads the size
+// from a header prefix. ProbeFirstBlockHeader therefore maps the file and offers the parser every
+// prefix whose length divides the file size and is a multiple of 16 (the smallest alignment); only
+// the true block size passes. When the layout is known (decode), the block sizes of every codec and
+// alignment for it are offered too, so a truncated file still yields its codec and a clear size
+// error. This costs one header checksum per candidate, microseconds in all.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "codec/codec.h"
+#include "codec/cold_block.h"
+#include "common/status_macros.h"
+#include "tools/codec/commands.h"
+#include "tools/codec/file_io.h"
+
+namespace kvtier::tools {
+namespace {
+
+// Block sizes are multiples of the block alignment, which is at least 16 bytes.
+constexpr uint32_t kMinAlignment = 16;
+constexpr uint32_t kMaxAlignment = 65536;
+
+// Re-labels a status with context, keeping its code: "<context>: <CODE>: <message>".
+absl::Status WithContext(absl::string_view context, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(context, ": ", status.ToString()));
+}
+
+std::string FormatRatio(uint64_t hot_bytes, uint64_t block_bytes) {
+  return absl::StrFormat("%.3fx",
+                         static_cast<double>(hot_bytes) / static_cast<double>(block_bytes));
+}
+
+}  // namespace
+
+absl::StatusOr<codec::PageLayout> LoadLayoutFile(const std::string& path) {
+  KVTIER_ASSIGN_OR_RETURN(std::string json, ReadTextFile(path));
+  absl::StatusOr<codec::PageLayout> layout = codec::ParseLayoutJson(json);
+  if (!layout.ok()) return WithContext(path, layout.status());
+  return layout;
+}
+
+absl::StatusOr<codec::CodecSpec> CodecSpecFromFlags(const FlagValues& flags) {
+  KVTIER_ASSIGN_OR_RETURN(std::string text, flags.RequiredString("codec"));
+  absl::StatusOr<codec::CodecSpec> spec = codec::CodecSpec::Parse(text);
+  if (!spec.ok()) return UsageError(absl::StrCat("flag --codec: ", spec.status().message()));
+  KVTIER_ASSIGN_OR_RETURN(std::optional<uint32_t> alignment, flags.OptionalUint32("alignment"));
+  if (alignment.has_value()) spec->alignment_bytes = *alignment;
+  return spec;
+}
+
+absl::StatusOr<std::unique_ptr<codec::Codec>> CreateCodec(const codec::PageLayout& layout,
+                                                          const codec::CodecSpec& spec,
+                                                          absl::string_view layout_name) {
+  absl::StatusOr<std::unique_ptr<codec::Codec>> codec = codec::Codec::Create(layout, spec);
+  if (!codec.ok()) {
+    return WithContext(absl::StrCat("cannot use codec ", spec.ToString(), " (alignment ",
+                                    spec.alignment_bytes, ") with layout ", layout_name),
+                       codec.status());
+  }
+  return codec;
+}
+
+absl::Status BlockError(absl::string_view path, uint64_t index, uint64_t offset,
+                        const absl::Status& status) {
+  return WithContext(absl::StrCat(path, ": block ", index, " at offset ", offset), status);
+}
+
+absl::StatusOr<codec::ColdBlockHeader> ProbeFirstBlockHeader(const std::string& path,
+                                                             const codec::PageLayout* layout) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  absl::Span<const uint8_t> data = file->data();
+  const uint64_t size = data.size();
+  const uint64_t min_block = codec::ColdBlockHeaderBytes(1);
+  if (size < min_block) {
+    return absl::DataLossError(absl::StrCat(path, ": size ", size,
+                                            " bytes is smaller than the smallest cold block (",
+                                            min_block, " bytes)"));
+  }
+  std::vector<uint64_t> candidates;
+  for (uint64_t d = 1; d * d <= size; ++d) {
+    if (size % d != 0) continue;
+    for (uint64_t c : {d, size / d}) {
+      if (c % kMinAlignment == 0 && c >= min_block) candidates.push_back(c);
+    }
+  }
+  if (layout != nullptr) {  // the block sizes of every codec for this layout, for truncated files
+    for (codec::CodecId id :
+         {codec::CodecId::kRaw, codec::CodecId::kNvfp4, codec::CodecId::kNvfp4x2}) {
+      for (bool rope_lossless : {false, true}) {
+        for (uint32_t alignment = kMinAlignment; alignment <= kMaxAlignment; alignment *= 2) {
+          codec::CodecSpec spec;
+          spec.codec = id;
+          spec.rope_lossless = rope_lossless;
+          spec.alignment_bytes = alignment;
+          absl::StatusOr<codec::BlockPlan> plan = codec::MakeBlockPlan(*layout, spec);
+          if (plan.ok() && plan->block_bytes <= size) candidates.push_back(plan->block_bytes);
+        }
+      }
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  for (uint64_t block_bytes : candidates) {
+    absl::StatusOr<codec::ColdBlockHeader> header =
+        codec::ParseColdBlockHeader(data.first(block_bytes));
+    if (header.ok()) return header;
+  }
+  // No block size fits: report what the parser says about the file taken as one block (a header
+  // error, or the block size the header claims).
+  absl::Status whole = codec::ParseColdBlockHeader(data).status();
+  return absl::DataLossError(
+      absl::StrCat(path, ": block 0 at offset 0: no block size that divides the file size ", size,
+                   " bytes gives a valid header; read as one block: ", whole.ToString()));
+}
+
+absl::Status RunEncode(const FlagValues& flags) {
+  KVTIER_ASSIGN_OR_RETURN(std::string layout_path, flags.RequiredString("layout"));
+  KVTIER_ASSIGN_OR_RETURN(codec::CodecSpec spec, CodecSpecFromFlags(flags));
+  KVTIER_ASSIGN_OR_RETURN(std::string in_path, flags.RequiredString("in"));
+  KVTIER_ASSIGN_OR_RETURN(std::string out_path, flags.RequiredString("out"));
+
+  KVTIER_ASSIGN_OR_RETURN(codec::PageLayout layout, LoadLayoutFile(layout_path));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<codec::Codec> codec,
+                          CreateCodec(layout, spec, layout_path));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> in, InputFile::Open(in_path));
+  const uint64_t page_bytes = codec::FlatPageBytes(layout);
+  KVTIER_ASSIGN_OR_RETURN(uint64_t pages, CountUnits(*in, page_bytes, "page"));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Create(out_path));
+
+  std::vector<uint8_t> page(page_bytes);
+  std::vector<uint8_t> block(codec->block_bytes());
+  std::vector<codec::BufferEncodeStats> stats;
+  uint64_t nonfinite = 0;
+  for (uint64_t i = 0; i < pages; ++i) {
+    const uint64_t offset = i * page_bytes;
+    KVTIER_RETURN_IF_ERROR(in->ReadAt(offset, absl::MakeSpan(page)));
+    absl::Status status = codec->Encode(codec::FlatPageView(layout, absl::MakeConstSpan(page)),
+                                        absl::MakeSpan(block), &stats);
+    if (!status.ok()) {
+      return WithContext(absl::StrCat(in_path, ": page ", i, " at offset ", offset), status);
+    }
+    for (const codec::BufferEncodeStats& s : stats) nonfinite += s.nonfinite_values;
+    KVTIER_RETURN_IF_ERROR(out->Append(block));
+  }
+  KVTIER_RETURN_IF_ERROR(out->Commit());
+
+  const uint64_t hot_bytes = layout.HotBytes();
+  std::string summary = absl::StrFormat(
+      "kvtier-codec: encoded %d pages with %s: hot bytes %d (%d per page), block bytes %d (%d per "
+      "page), ratio %s",
+      pages, spec.ToString(), pages * hot_bytes, hot_bytes, pages * codec->block_bytes(),
+      codec->block_bytes(), FormatRatio(hot_bytes, codec->block_bytes()));
+  if (nonfinite > 0) {
+    absl::StrAppend(&summary, "; ", nonfinite,
+                    " NaN/Inf input values (encoded as codec/FORMAT.md describes)");
+  }
+  absl::FPrintF(stderr, "%s\n", summary);
+  return absl::OkStatus();
+}
+
+absl::Status RunDecode(const FlagValues& flags) {
+  KVTIER_ASSIGN_OR_RETURN(std::string layout_path, flags.RequiredString("layout"));
+  KVTIER_ASSIGN_OR_RETURN(std::string in_path, flags.RequiredString("in"));
+  KVTIER_ASSIGN_OR_RETURN(std::string out_path, flags.RequiredString("out"));
+  if (flags.Has("alignment") && !flags.Has("codec")) {
+    return UsageError(
+        "flag --alignment needs --codec (without --codec, the codec and alignment are read from "
+        "the first block's header)");
+  }
+  std::optional<codec::CodecSpec> flag_spec;
+  if (flags.Has("codec")) {
+    KVTIER_ASSIGN_OR_RETURN(flag_spec, CodecSpecFromFlags(flags));
+  }
+
+  KVTIER_ASSIGN_OR_RETURN(codec::PageLayout layout, LoadLayoutFile(layout_path));
+  codec::CodecSpec spec;
+  if (flag_spec.has_value()) {
+    spec = *flag_spec;
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header, ProbeFirstBlockHeader(in_path, &layout));
+    const uint64_t fingerprint = codec::LayoutFingerprint(layout);
+    if (header.layout_fingerprint != fingerprint) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: block 0 at offset 0: written for layout fingerprint %016x, but %s has fingerprint "
+          "%016x (another model or page geometry)",
+          in_path, header.layout_fingerprint, layout_path, fingerprint));
+    }
+    spec.codec = header.codec;
+    spec.rope_lossless = (header.codec_flags & codec::kCodecFlagRopeLossless) != 0;
+    spec.alignment_bytes = header.alignment_bytes;
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<codec::Codec> codec,
+                          CreateCodec(layout, spec, layout_path));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> in, InputFile::Open(in_path));
+  const uint64_t block_bytes = codec->block_bytes();
+  KVTIER_ASSIGN_OR_RETURN(uint64_t blocks,
+                          CountUnits(*in, block_bytes, absl::StrCat(spec.ToString(), " block")));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Create(out_path));
+
+  std::vector<uint8_t> block(block_bytes);
+  std::vector<uint8_t> page(codec::FlatPageBytes(layout), 0);  // row-stride gaps stay zero
+  const codec::MutableHotPageView view = codec::FlatPageView(layout, absl::MakeSpan(page));
+  for (uint64_t i = 0; i < blocks; ++i) {
+    const uint64_t offset = i * block_bytes;
+    KVTIER_RETURN_IF_ERROR(in->ReadAt(offset, absl::MakeSpan(block)));
+    absl::Status status = codec->Decode(block, view);
+    if (!status.ok()) return BlockError(in_path, i, offset, status);
+    KVTIER_RETURN_IF_ERROR(out->Append(page));
+  }
+  KVTIER_RETURN_IF_ERROR(out->Commit());
+  absl::FPrintF(stderr,
+                "kvtier-codec: decoded %d blocks of %s (%d bytes each) into %d pages of %d bytes\n",
+                blocks, spec.ToString(), block_bytes, blocks, page.size());
+  return absl::OkStatus();
+}
+
+absl::Status RunInspect(const FlagValues& flags) {
+  KVTIER_ASSIGN_OR_RETURN(std::string in_path, flags.RequiredString("in"));
+  KVTIER_ASSIGN_OR_RETURN(std::optional<uint64_t> block_flag, flags.OptionalUint64("block"));
+  const bool json = flags.Has("json");
+
+  KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header,
+                          ProbeFirstBlockHeader(in_path, /*layout=*/nullptr));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> in, InputFile::Open(in_path));
+  const uint64_t block_bytes = header.block_bytes;
+  const uint64_t blocks = in->size() / block_bytes;
+  const uint64_t index = block_flag.value_or(0);
+  if (index >= blocks) {
+    return absl::OutOfRangeError(absl::StrCat(in_path, ": block ", index,
+                                              " out of range: the file holds ", blocks,
+                                              " blocks of ", block_bytes, " bytes"));
+  }
+  const uint64_t offset = index * block_bytes;
+  if (index != 0) {
+    std::vector<uint8_t> block(block_bytes);
+    KVTIER_RETURN_IF_ERROR(in->ReadAt(offset, absl::MakeSpan(block)));
+    absl::StatusOr<codec::ColdBlockHeader> parsed = codec::ParseColdBlockHeader(block);
+    if (!parsed.ok()) return BlockError(in_path, index, offset, parsed.status());
+    header = *std::move(parsed);
+  }
+  if (json) {
+    absl::PrintF("%s\n", codec::ColdBlockHeaderToJson(header));
+  } else {
+    absl::PrintF("%s: block %d of %d at offset %d\n%s", in_path, index, blocks, offset,
+                 codec::ColdBlockHeaderToText(header));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::tools

@@ -1,0 +1,159 @@
+// POSIX file access for `kvtier-codec`. pread keeps reads positional so a command can report the
+// byte offset of whatever it failed on; outputs go through a temporary name so a failed encode or
+// decode never leaves a truncated file that looks like a result.
+#include "tools/codec/file_io.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace kvtier::tools {
+namespace {
+
+absl::Status ErrnoStatus(int err, absl::string_view path, absl::string_view what) {
+  std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(std::string path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, path, "cannot open");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, path, "cannot stat");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  return std::unique_ptr<InputFile>(new InputFile(std::move(path), fd, st.st_size));
+}
+
+InputFile::~InputFile() { ::close(fd_); }
+
+absl::Status InputFile::ReadAt(uint64_t offset, absl::Span<uint8_t> out) const {
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, offset + done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, path_, absl::StrCat("read failed at offset ", offset + done));
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat(path_, ": file ends at offset ", offset + done,
+                                              ", expected ", out.size() - done, " more bytes"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Create(std::string path) {
+  std::string temp_path = absl::StrCat(path, ".tmp");
+  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, temp_path, "cannot create");
+  return std::unique_ptr<OutputFile>(new OutputFile(std::move(path), std::move(temp_path), fd));
+}
+
+OutputFile::~OutputFile() {
+  if (committed_) return;
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(temp_path_.c_str());
+}
+
+absl::Status OutputFile::Append(absl::Span<const uint8_t> data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, temp_path_,
+                         absl::StrCat("write failed at offset ", written_ + done));
+    }
+    done += static_cast<size_t>(n);
+  }
+  written_ += done;
+  return absl::OkStatus();
+}
+
+absl::Status OutputFile::Commit() {
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) return ErrnoStatus(errno, temp_path_, "close failed");
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    return ErrnoStatus(errno, path_, absl::StrCat("cannot rename ", temp_path_, " to it"));
+  }
+  committed_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  auto file = InputFile::Open(path);
+  if (!file.ok()) return file.status();
+  const uint64_t size = (*file)->size();
+  if (size == 0) return std::unique_ptr<MappedFile>(new MappedFile({}));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, path, "cannot open");
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) return ErrnoStatus(err, path, "cannot map");
+  return std::unique_ptr<MappedFile>(
+      new MappedFile(absl::MakeConstSpan(static_cast<const uint8_t*>(p), size)));
+}
+
+MappedFile::~MappedFile() {
+  if (!data_.empty()) ::munmap(const_cast<uint8_t*>(data_.data()), data_.size());
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  auto file = InputFile::Open(path);
+  if (!file.ok()) return file.status();
+  constexpr uint64_t kMaxTextBytes = uint64_t{64} << 20;
+  if ((*file)->size() > kMaxTextBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": size ", (*file)->size(),
+                                                   " bytes is over the limit of ", kMaxTextBytes,
+                                                   " bytes for a text file"));
+  }
+  std::string text((*file)->size(), '\0');
+  absl::Status status =
+      (*file)->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size()));
+  if (!status.ok()) return status;
+  return text;
+}
+
+absl::StatusOr<uint64_t> CountUnits(const InputFile& file, uint64_t unit_bytes,
+                                    absl::string_view unit_name) {
+  if (file.size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": file is empty (the ", unit_name,
+                                                   " size is ", unit_bytes, " bytes)"));
+  }
+  if (file.size() % unit_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": size ", file.size(), " bytes is not a multiple of the ",
+                     unit_name, " size ", unit_bytes, " bytes (", file.size() / unit_bytes,
+                     " whole, then ", file.size() % unit_bytes, " bytes)"));
+  }
+  return file.size() / unit_bytes;
+}
+
+}  // namespace kvtier::tools
