@@ -256,6 +256,9 @@ absl::StatusOr<BlockPlan> MakeBlockPlan(const PageLayout& layout, const CodecSpe
     return absl::InvalidArgumentError(
         absl::StrCat("alignment ", a, " is not a power of two in [16, 65536]"));
   }
+  if (spec.codec == CodecId::kRaw && spec.rope_lossless) {
+    return absl::InvalidArgumentError("codec raw with lossless RoPE: raw is lossless already");
+  }
   BlockPlan plan;
   plan.layout = layout;
   plan.spec = spec;

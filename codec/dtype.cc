@@ -83,20 +83,7 @@ uint16_t FloatToFp16(float f) {
   return sign | static_cast<uint16_t>(result);
 }
 
-float Fp8E4M3ToFloat(uint8_t bits) {
-  const bool negative = bits & 0x80u;
-  const uint32_t exp = (bits >> 3) & 0xfu;
-  const uint32_t man = bits & 0x7u;
-  float magnitude;
-  if (exp == 15 && man == 7) {
-    magnitude = NAN;
-  } else if (exp == 0) {
-    magnitude = std::ldexp(static_cast<float>(man), -9);
-  } else {
-    magnitude = std::ldexp(1.0f + static_cast<float>(man) / 8.0f, static_cast<int>(exp) - 7);
-  }
-  return negative ? -magnitude : magnitude;
-}
+float Fp8E4M3ToFloat(uint8_t bits) { return internal::kFp8E4M3Values[bits]; }
 
 uint8_t FloatToFp8E4M3(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);

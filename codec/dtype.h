@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -49,6 +50,27 @@ float Fp16ToFloat(uint16_t bits);
 // binary32 -> FP16, round to nearest even (gradual underflow), saturating to +-65504.
 uint16_t FloatToFp16(float f);
 float Fp8E4M3ToFloat(uint8_t bits);
+
+namespace internal {
+// Value of an FP8 E4M3 bit pattern, usable in constant expressions (exact: scaling by powers of 2).
+constexpr float Fp8E4M3Value(uint8_t bits) {
+  const uint32_t exp = (bits >> 3) & 0xfu;
+  const uint32_t man = bits & 0x7u;
+  if (exp == 15 && man == 7) return std::numeric_limits<float>::quiet_NaN();
+  float v = exp == 0 ? static_cast<float>(man) / 512.0f : static_cast<float>(8 + man) / 8.0f;
+  for (uint32_t e = 1; e < exp; ++e) v *= 2.0f;  // normal: (1 + man/8) * 2^(exp - 7)
+  if (exp != 0) v /= 64.0f;
+  return (bits & 0x80u) ? -v : v;
+}
+struct Fp8E4M3Table {
+  float value[256];
+  constexpr Fp8E4M3Table() : value() {
+    for (int b = 0; b < 256; ++b) value[b] = Fp8E4M3Value(static_cast<uint8_t>(b));
+  }
+  constexpr float operator[](uint8_t b) const { return value[b]; }
+};
+inline constexpr Fp8E4M3Table kFp8E4M3Values;
+}  // namespace internal
 // binary32 -> FP8 E4M3 (OCP, no infinities, max 448), round to nearest even, saturating.
 uint8_t FloatToFp8E4M3(float f);
 

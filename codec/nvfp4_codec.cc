@@ -488,6 +488,12 @@ class Nvfp4Codec final : public Codec {
               lut[c][0] = static_cast<uint8_t>(f >> 16), lut[c][1] = static_cast<uint8_t>(f >> 24);
               lut[c + 8][0] = lut[c][0], lut[c + 8][1] = lut[c][1] | 0x80;
             }
+          } else if (b.dtype == DType::kFp16 && nvfp4::GridIsExact(out_domain, s1, p1)) {
+            for (int c = 0; c < 8; ++c) {  // exact: converting cannot round
+              const uint16_t h = FloatToFp16((nvfp4::kE2M1[c] * s1) * p1);
+              lut[c][0] = static_cast<uint8_t>(h), lut[c][1] = static_cast<uint8_t>(h >> 8);
+              lut[c + 8][0] = lut[c][0], lut[c + 8][1] = lut[c][1] | 0x80;
+            }
           } else {
             for (int c = 0; c < 8; ++c) {
               const float d = nvfp4::Round(out_domain, (nvfp4::kE2M1[c] * s1) * p1);

@@ -26,11 +26,11 @@ inline constexpr uint8_t kMaxScaleCode = 0x7e;  // 448
 namespace internal {
 struct ScaleTable {
   float value[128];
-  ScaleTable() {
-    for (int c = 0; c < 128; ++c) value[c] = Fp8E4M3ToFloat(static_cast<uint8_t>(c));
+  constexpr ScaleTable() : value() {
+    for (int c = 0; c < 128; ++c) value[c] = codec::internal::Fp8E4M3Value(static_cast<uint8_t>(c));
   }
 };
-inline const ScaleTable kScaleTable;
+inline constexpr ScaleTable kScaleTable;
 }  // namespace internal
 
 // Value of a non-negative E4M3 scale code (0..0x7e).
@@ -110,11 +110,9 @@ inline float DecodedMagnitude(Domain d, uint8_t c, uint8_t s, float p) {
   return Round(d, (kE2M1[c] * ScaleValue(s)) * p);
 }
 
-// The group scale code for a group whose largest finite magnitude is `a` (FORMAT.md): the code
-// whose decoded top value Round((6 * S) * P) is nearest to `a`, ties to the smallest code.
-// the code nearest to (a * Q) / 6 with Q = 2^k is the answer whenever the top values next to the
-// answer are exact in the domain; otherwise a search over all codes decides. The general search of
-// ChooseScaleCode, for groups whose top values are not exact.
+// The general search of ChooseScaleCode, for groups whose top values are not exact in the domain:
+// binary search for the first code whose top reaches `a`, then the nearer of it and the code
+// below (binary32 differences), then the smallest code with the same top value.
 inline uint8_t ChooseScaleCodeSearch(Domain d, float a, float p) {
   auto top = [&](int c) { return Round(d, (6.0f * ScaleValue(static_cast<uint8_t>(c))) * p); };
   // Smallest code whose top value reaches a.
@@ -143,9 +141,10 @@ inline uint8_t ChooseScaleCodeSearch(Domain d, float a, float p) {
 
 // The group scale code for a group whose largest finite magnitude is `a` (FORMAT.md): the code
 // whose decoded top value Round((6 * S) * P) is nearest to `a`, ties to the smallest code.
-// the code nearest to (a * Q) / 6 with Q = 2^k is the answer whenever the top values next to the
-// answer are exact in the domain (BF16/FP16 tops 6 * S * P have 5 significant bits: exact when in
-// range); otherwise a search over all codes decides.
+// The code nearest to (a * Q) / 6 with Q = 2^k is the answer whenever the top values next to it
+// are exact in the domain (BF16/FP16 tops 6 * S * P have at most 6 significant bits: exact when
+// normal and finite); otherwise a search over all codes decides. nvfp4x2 passes (binary32
+// domain) always take the nearest code.
 inline uint8_t ChooseScaleCode(Domain d, float a, float q_scale, float p) {
   if (!(a > 0.0f)) return 0;
   const uint8_t c0 = NearestScaleCodeOfSixth(a * q_scale);
