@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: every test of a bundle made by scripts/gpu-bundle.sh, then the
+# benchmarks, writing logs, JUnit XML and benchmark JSON into one results folder.
+# Usage: scripts/gpu-run.sh [BUNDLE_DIR] [RESULTS_DIR]   (defaults: .device and $OUT or results/)
+# Exits non-zero when a test fails. Ends with a line "N passed, N failed, N skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bundle="${1:-.device}"
+results="${2:-${OUT:-results}}"
+mkdir -p "$results/tests"
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max \
+  --format=csv >"$results/gpu.txt" 2>&1 || true
+passed=0 failed=0 skipped=0
+while IFS=$'\t' read -r name exe args; do
+  log="$results/tests/$name.log"
+  # shellcheck disable=SC2086  # args are ctest's, split as ctest would
+  if "$bundle/run" "$exe" $args --gtest_output="xml:$results/tests/$name.xml" >"$log" 2>&1; then
+    if grep -q '\[  SKIPPED \]' "$log"; then
+      skipped=$((skipped + 1)); echo "skipped $name"
+    else
+      passed=$((passed + 1)); echo "passed  $name"
+    fi
+  else
+    failed=$((failed + 1)); echo "FAILED  $name (see tests/$name.log)"; tail -20 "$log"
+  fi
+done <"$bundle/data/tests.tsv"
+if [ -x "$bundle/bin/kvtier-codec-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1 ]; then
+  "$bundle/run" kvtier-codec-bench --benchmark_min_time=0.5 \
+    --benchmark_out="$results/codec_bench.json" --benchmark_out_format=json \
+    >"$results/codec_bench.txt" 2>&1 || echo "codec benchmark failed"
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
