@@ -90,6 +90,16 @@ void WriteColdBlockHeader(const ColdBlockHeader& h, absl::Span<uint8_t> out) {
 }
 
 absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> block) {
+  KVTIER_ASSIGN_OR_RETURN(ColdBlockHeader h, ParseColdBlockHeaderPrefix(block));
+  if (block.size() != h.block_bytes) {
+    return absl::DataLossError(
+        absl::StrCat("cold block is ", block.size(), " bytes but its header says ", h.block_bytes,
+                     block.size() < h.block_bytes ? " (truncated)" : " (oversized)"));
+  }
+  return h;
+}
+
+absl::StatusOr<ColdBlockHeader> ParseColdBlockHeaderPrefix(absl::Span<const uint8_t> block) {
   if (block.size() < kColdBlockFixedHeaderBytes) {
     return absl::DataLossError(absl::StrCat("cold block is ", block.size(),
                                             " bytes, shorter than the ", kColdBlockFixedHeaderBytes,
@@ -164,11 +174,6 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> b
                       absl::StrCat("payload_bytes ", h.payload_bytes, " and block_bytes ",
                                    h.block_bytes, " are inconsistent with a ", expected_header,
                                    "-byte header and ", h.alignment_bytes, "-byte alignment"));
-  }
-  if (block.size() != h.block_bytes) {
-    return absl::DataLossError(
-        absl::StrCat("cold block is ", block.size(), " bytes but its header says ", h.block_bytes,
-                     block.size() < h.block_bytes ? " (truncated)" : " (oversized)"));
   }
   h.payload_crc32c = static_cast<uint32_t>(Get(p + kOffPayloadCrc, 4));
   h.buffers.resize(buffer_count);

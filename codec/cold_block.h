@@ -70,6 +70,11 @@ size_t ColdBlockHeaderBytes(size_t buffer_count);
 // problem ("block header at offset 0: bad magic 0x12345678"). Reads only `block`.
 absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> block);
 
+// The same checks for a header at the start of `data`, which may hold less or more than one block
+// (a prefix of a file of blocks, say): everything except that data.size() equals block_bytes.
+// REQUIRES nothing; reads only `data`.
+absl::StatusOr<ColdBlockHeader> ParseColdBlockHeaderPrefix(absl::Span<const uint8_t> data);
+
 // Serializes `header` (computing the header checksum) into the first header_bytes of `out`.
 // REQUIRES: out.size() >= ColdBlockHeaderBytes(header.buffers.size()).
 void WriteColdBlockHeader(const ColdBlockHeader& header, absl::Span<uint8_t> out);

@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 . scripts/env.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build build --target kvtier-codec
-build/bin/kvtier-codec demo "$@"
+cmake -S . -B build-demo -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build-demo --target kvtier-codec
+build-demo/bin/kvtier-codec demo "$@"

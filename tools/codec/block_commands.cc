@@ -1,14 +1,8 @@
 // `kvtier-codec encode`, `decode` and `inspect`: files of flat pages <-> files of cold blocks.
 // Files are streamed one page or block at a time, so memory stays at one page plus one block
 // whatever the file size. Outputs are written under a temporary name and renamed when complete.
-//
-// Finding the block size of a file without a layout: ParseColdBlockHeader checks the header against
-// the exact size of the span it is given, and the codec library has no call that reads the size
-// from a header prefix. ProbeFirstBlockHeader therefore maps the file and offers the parser every
-// prefix whose length divides the file size and is a multiple of 16 (the smallest alignment); only
-// the true block size passes. When the layout is known (decode), the block sizes of every codec and
-// alignment for it are offered too, so a truncated file still yields its codec and a clear size
-// error. This costs one header checksum per candidate, microseconds in all.
+// The block size of a file comes from its first block's header (ParseColdBlockHeaderPrefix); every
+// block is then checked whole by the codec.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -24,10 +18,6 @@
 
 namespace kvtier::tools {
 namespace {
-
-// Block sizes are multiples of the block alignment, which is at least 16 bytes.
-constexpr uint32_t kMinAlignment = 16;
-constexpr uint32_t kMaxAlignment = 65536;
 
 // Re-labels a status with context, keeping its code: "<context>: <CODE>: <message>".
 absl::Status WithContext(absl::string_view context, const absl::Status& status) {
@@ -74,52 +64,13 @@ absl::Status BlockError(absl::string_view path, uint64_t index, uint64_t offset,
   return WithContext(absl::StrCat(path, ": block ", index, " at offset ", offset), status);
 }
 
-absl::StatusOr<codec::ColdBlockHeader> ProbeFirstBlockHeader(const std::string& path,
-                                                             const codec::PageLayout* layout) {
+absl::StatusOr<codec::ColdBlockHeader> ProbeFirstBlockHeader(const std::string& path) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
-  absl::Span<const uint8_t> data = file->data();
-  const uint64_t size = data.size();
-  const uint64_t min_block = codec::ColdBlockHeaderBytes(1);
-  if (size < min_block) {
-    return absl::DataLossError(absl::StrCat(path, ": size ", size,
-                                            " bytes is smaller than the smallest cold block (",
-                                            min_block, " bytes)"));
+  absl::StatusOr<codec::ColdBlockHeader> header = codec::ParseColdBlockHeaderPrefix(file->data());
+  if (!header.ok()) {
+    return WithContext(absl::StrCat(path, ": block 0 at offset 0"), header.status());
   }
-  std::vector<uint64_t> candidates;
-  for (uint64_t d = 1; d * d <= size; ++d) {
-    if (size % d != 0) continue;
-    for (uint64_t c : {d, size / d}) {
-      if (c % kMinAlignment == 0 && c >= min_block) candidates.push_back(c);
-    }
-  }
-  if (layout != nullptr) {  // the block sizes of every codec for this layout, for truncated files
-    for (codec::CodecId id :
-         {codec::CodecId::kRaw, codec::CodecId::kNvfp4, codec::CodecId::kNvfp4x2}) {
-      for (bool rope_lossless : {false, true}) {
-        for (uint32_t alignment = kMinAlignment; alignment <= kMaxAlignment; alignment *= 2) {
-          codec::CodecSpec spec;
-          spec.codec = id;
-          spec.rope_lossless = rope_lossless;
-          spec.alignment_bytes = alignment;
-          absl::StatusOr<codec::BlockPlan> plan = codec::MakeBlockPlan(*layout, spec);
-          if (plan.ok() && plan->block_bytes <= size) candidates.push_back(plan->block_bytes);
-        }
-      }
-    }
-  }
-  std::sort(candidates.begin(), candidates.end());
-  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-  for (uint64_t block_bytes : candidates) {
-    absl::StatusOr<codec::ColdBlockHeader> header =
-        codec::ParseColdBlockHeader(data.first(block_bytes));
-    if (header.ok()) return header;
-  }
-  // No block size fits: report what the parser says about the file taken as one block (a header
-  // error, or the block size the header claims).
-  absl::Status whole = codec::ParseColdBlockHeader(data).status();
-  return absl::DataLossError(
-      absl::StrCat(path, ": block 0 at offset 0: no block size that divides the file size ", size,
-                   " bytes gives a valid header; read as one block: ", whole.ToString()));
+  return header;
 }
 
 absl::Status RunEncode(const FlagValues& flags) {
@@ -127,6 +78,7 @@ absl::Status RunEncode(const FlagValues& flags) {
   KVTIER_ASSIGN_OR_RETURN(codec::CodecSpec spec, CodecSpecFromFlags(flags));
   KVTIER_ASSIGN_OR_RETURN(std::string in_path, flags.RequiredString("in"));
   KVTIER_ASSIGN_OR_RETURN(std::string out_path, flags.RequiredString("out"));
+  KVTIER_RETURN_IF_ERROR(CheckDistinctFiles(in_path, out_path));
 
   KVTIER_ASSIGN_OR_RETURN(codec::PageLayout layout, LoadLayoutFile(layout_path));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<codec::Codec> codec,
@@ -171,6 +123,7 @@ absl::Status RunDecode(const FlagValues& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::string layout_path, flags.RequiredString("layout"));
   KVTIER_ASSIGN_OR_RETURN(std::string in_path, flags.RequiredString("in"));
   KVTIER_ASSIGN_OR_RETURN(std::string out_path, flags.RequiredString("out"));
+  KVTIER_RETURN_IF_ERROR(CheckDistinctFiles(in_path, out_path));
   if (flags.Has("alignment") && !flags.Has("codec")) {
     return UsageError(
         "flag --alignment needs --codec (without --codec, the codec and alignment are read from "
@@ -186,7 +139,7 @@ absl::Status RunDecode(const FlagValues& flags) {
   if (flag_spec.has_value()) {
     spec = *flag_spec;
   } else {
-    KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header, ProbeFirstBlockHeader(in_path, &layout));
+    KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header, ProbeFirstBlockHeader(in_path));
     const uint64_t fingerprint = codec::LayoutFingerprint(layout);
     if (header.layout_fingerprint != fingerprint) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -228,8 +181,7 @@ absl::Status RunInspect(const FlagValues& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint64_t> block_flag, flags.OptionalUint64("block"));
   const bool json = flags.Has("json");
 
-  KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header,
-                          ProbeFirstBlockHeader(in_path, /*layout=*/nullptr));
+  KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header, ProbeFirstBlockHeader(in_path));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<InputFile> in, InputFile::Open(in_path));
   const uint64_t block_bytes = header.block_bytes;
   const uint64_t blocks = in->size() / block_bytes;

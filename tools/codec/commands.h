@@ -41,12 +41,9 @@ absl::StatusOr<std::unique_ptr<codec::Codec>> CreateCodec(const codec::PageLayou
 absl::Status BlockError(absl::string_view path, uint64_t index, uint64_t offset,
                         const absl::Status& status);
 
-// Finds the header of the first block of a block file whose block size is not known yet. With a
-// `layout` (borrowed for the call; may be null) the block sizes its codecs produce are tried too,
-// so a truncated file is still recognized. DataLoss names the file and the codec's reason when no
-// block size fits.
-absl::StatusOr<codec::ColdBlockHeader> ProbeFirstBlockHeader(const std::string& path,
-                                                             const codec::PageLayout* layout);
+// Reads and checks the header of the first block of a block file, which gives the file's block
+// size. DataLoss names the file, "block 0 at offset 0" and the codec's reason.
+absl::StatusOr<codec::ColdBlockHeader> ProbeFirstBlockHeader(const std::string& path);
 
 }  // namespace kvtier::tools
 

@@ -67,10 +67,22 @@ absl::Status InputFile::ReadAt(uint64_t offset, absl::Span<uint8_t> out) const {
   return absl::OkStatus();
 }
 
+absl::Status CheckDistinctFiles(const std::string& in, const std::string& out) {
+  struct stat a, b;
+  if (::stat(in.c_str(), &a) == 0 && ::stat(out.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+      a.st_ino == b.st_ino) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out ", out, " is the input file ", in, "; write to another file"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Create(std::string path) {
-  std::string temp_path = absl::StrCat(path, ".tmp");
-  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A unique temporary name beside the output: never an existing file, never another run's.
+  std::string temp_path = absl::StrCat(path, ".tmp.XXXXXX");
+  int fd = ::mkostemp(temp_path.data(), O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, temp_path, "cannot create");
+  ::fchmod(fd, 0644);
   return std::unique_ptr<OutputFile>(new OutputFile(std::move(path), std::move(temp_path), fd));
 }
 

@@ -39,9 +39,12 @@ class InputFile {
   uint64_t size_;
 };
 
+// InvalidArgument when `out` names the same file as `in` (writing it would destroy the input).
+absl::Status CheckDistinctFiles(const std::string& in, const std::string& out);
+
 class OutputFile {
  public:
-  // Creates "<path>.tmp" (truncating it). The destructor removes it unless Commit succeeded.
+  // Creates a new "<path>.tmp.XXXXXX". The destructor removes it unless Commit succeeded.
   static absl::StatusOr<std::unique_ptr<OutputFile>> Create(std::string path);
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;

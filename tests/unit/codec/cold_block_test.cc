@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "codec/codec.h"
 #include "codec/codec_spec.h"
 #include "codec/page_layout.h"
 #include "gtest/gtest.h"
@@ -679,6 +680,42 @@ TEST(CodecSpecTest, CodecNames) {
   EXPECT_EQ(CodecName(CodecId::kRaw), "raw");
   EXPECT_EQ(CodecName(CodecId::kNvfp4), "nvfp4");
   EXPECT_EQ(CodecName(CodecId::kNvfp4x2), "nvfp4x2");
+}
+
+}  // namespace
+}  // namespace kvtier::codec
+
+namespace kvtier::codec {
+namespace {
+
+TEST(ColdBlockHeaderPrefixTest, ReadsTheBlockSizeFromAFileOfBlocks) {
+  GqaOptions o;
+  o.num_layers = 1;
+  o.kv_heads = 1;
+  o.head_dim = 32;
+  o.tokens_per_page = 16;
+  auto layout = BuildGqaLayout(o);
+  ASSERT_TRUE(layout.ok());
+  auto codec = Codec::Create(*layout, CodecSpec{});
+  ASSERT_TRUE(codec.ok());
+  std::vector<uint8_t> page(FlatPageBytes(*layout), 0x3c);
+  std::vector<uint8_t> file(2 * (*codec)->block_bytes());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE((*codec)
+                    ->Encode(FlatPageView(*layout, page),
+                             absl::MakeSpan(file).subspan(i * (*codec)->block_bytes(),
+                                                          (*codec)->block_bytes()))
+                    .ok());
+  }
+  auto header = ParseColdBlockHeaderPrefix(file);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->block_bytes, (*codec)->block_bytes());
+  // The whole file is not one block; a header cut short is DataLoss either way.
+  EXPECT_TRUE(absl::IsDataLoss(ParseColdBlockHeader(file).status()));
+  EXPECT_TRUE(
+      absl::IsDataLoss(ParseColdBlockHeaderPrefix(absl::MakeConstSpan(file).first(40)).status()));
+  file[61] ^= 1;  // header checksum
+  EXPECT_TRUE(absl::IsDataLoss(ParseColdBlockHeaderPrefix(file).status()));
 }
 
 }  // namespace
