@@ -23,7 +23,7 @@ for t in json.load(sys.stdin)["tests"]:
     print("\t".join([t["name"], os.path.basename(cmd[0])] + cmd[1:]))
 ' >"$manifest"
 mapfile -t exes < <(cut -f2 "$manifest" | sort -u | sed "s|^|$build/bin/|")
-for b in kvtier-codec-bench kvtier-codec; do
+for b in kvtier-kernels-bench kvtier-codec-bench kvtier-codec; do
   [ -x "$build/bin/$b" ] && exes+=("$build/bin/$b")
 done
 cp "$manifest" "$build/tests.tsv"

@@ -3,6 +3,8 @@
 # benchmarks, writing logs, JUnit XML and benchmark JSON into one results folder.
 # Usage: scripts/gpu-run.sh [BUNDLE_DIR] [RESULTS_DIR]   (defaults: .device and $OUT or results/)
 # Exits non-zero when a test fails. Ends with a line "N passed, N failed, N skipped".
+# KVTIER_GPU_SANITIZE=1 also runs every GPU test under compute-sanitizer memcheck and racecheck
+# (logs in tests/<name>.<tool>.log; a report counts as a failure).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle="${1:-.device}"
@@ -23,7 +25,26 @@ while IFS=$'\t' read -r name exe args; do
   else
     failed=$((failed + 1)); echo "FAILED  $name (see tests/$name.log)"; tail -20 "$log"
   fi
+  if [ "${KVTIER_GPU_SANITIZE:-0}" = 1 ]; then
+    sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck; do
+      slog="$results/tests/$name.$tool.log"
+      # shellcheck disable=SC2086
+      if LD_LIBRARY_PATH="$bundle/lib" "$sanitizer" --tool "$tool" --error-exitcode 99 \
+          "$bundle/bin/$exe" $args >"$slog" 2>&1; then
+        passed=$((passed + 1)); echo "passed  $name ($tool)"
+      else
+        failed=$((failed + 1)); echo "FAILED  $name ($tool, see tests/$name.$tool.log)"
+        tail -20 "$slog"
+      fi
+    done
+  fi
 done <"$bundle/data/tests.tsv"
+if [ -x "$bundle/bin/kvtier-kernels-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1 ]; then
+  "$bundle/run" kvtier-kernels-bench --benchmark_min_time=0.2 \
+    --benchmark_out="$results/kernels_bench.json" --benchmark_out_format=json \
+    >"$results/kernels_bench.txt" 2>&1 || echo "kernels benchmark failed"
+fi
 if [ -x "$bundle/bin/kvtier-codec-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1 ]; then
   "$bundle/run" kvtier-codec-bench --benchmark_min_time=0.5 \
     --benchmark_out="$results/codec_bench.json" --benchmark_out_format=json \

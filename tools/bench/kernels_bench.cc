@@ -1,0 +1,122 @@
+// GPU copy benchmarks (CUDA builds only): the batched copy kernel against cudaMemcpyAsync of the
+// same bytes, between device memory and pinned host memory (mapped for the kernel), for batches of
+// pages. Bytes per second are page bytes moved; times come from CUDA events (manual time).
+//
+// Run on the GPU machine: kvtier-kernels-bench [--benchmark_filter=d2h]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "kernels/batched_copy.h"
+
+namespace kvtier::tools {
+namespace {
+
+#define KVTIER_BENCH_CHECK(expr)                                         \
+  do {                                                                   \
+    cudaError_t err_ = (expr);                                           \
+    if (err_ != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(err_)); \
+      std::abort();                                                      \
+    }                                                                    \
+  } while (0)
+
+// Device and pinned host areas of `pages` slots of `page_bytes` each.
+struct Areas {
+  uint8_t* device = nullptr;
+  uint8_t* host = nullptr;         // host address
+  uint8_t* host_mapped = nullptr;  // the same memory as the device sees it
+  Areas(size_t pages, size_t page_bytes) {
+    const size_t bytes = pages * page_bytes;
+    KVTIER_BENCH_CHECK(cudaMalloc(&device, bytes));
+    KVTIER_BENCH_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocMapped));
+    KVTIER_BENCH_CHECK(cudaHostGetDevicePointer(&host_mapped, host, 0));
+    KVTIER_BENCH_CHECK(cudaMemset(device, 1, bytes));
+    KVTIER_BENCH_CHECK(cudaMemset(host_mapped, 2, bytes));
+  }
+  ~Areas() {
+    cudaFree(device);
+    cudaFreeHost(host);
+  }
+};
+
+enum Direction { kD2H = 0, kH2D = 1 };
+enum Method { kKernel = 0, kMemcpy = 1 };
+
+// Args: page bytes, pages per batch, direction, method.
+void BmCopy(benchmark::State& state) {
+  const size_t page_bytes = static_cast<size_t>(state.range(0));
+  const size_t pages = static_cast<size_t>(state.range(1));
+  const auto direction = static_cast<Direction>(state.range(2));
+  const auto method = static_cast<Method>(state.range(3));
+  static auto copier = kernels::BatchedCopier::Create(0);
+  if (!copier.ok()) {
+    state.SkipWithError(std::string(copier.status().message()).c_str());
+    return;
+  }
+  Areas areas(pages, page_bytes);
+  cudaStream_t stream;
+  KVTIER_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  KVTIER_BENCH_CHECK(cudaEventCreate(&start));
+  KVTIER_BENCH_CHECK(cudaEventCreate(&stop));
+  std::vector<kernels::CopySpan> spans(pages);
+  for (size_t p = 0; p < pages; ++p) {
+    uint8_t* d = areas.device + p * page_bytes;
+    uint8_t* h = (method == kKernel ? areas.host_mapped : areas.host) + p * page_bytes;
+    spans[p] = direction == kD2H ? kernels::CopySpan{d, h, page_bytes}
+                                 : kernels::CopySpan{h, d, page_bytes};
+  }
+  auto run = [&] {
+    if (method == kKernel) {
+      absl::Status s = (*copier)->Enqueue(spans, stream);
+      if (!s.ok()) std::abort();
+    } else {
+      for (const auto& span : spans) {
+        KVTIER_BENCH_CHECK(
+            cudaMemcpyAsync(span.dst, span.src, span.bytes, cudaMemcpyDefault, stream));
+      }
+    }
+  };
+  run();  // warm up
+  KVTIER_BENCH_CHECK(cudaStreamSynchronize(stream));
+  for (auto _ : state) {
+    KVTIER_BENCH_CHECK(cudaEventRecord(start, stream));
+    run();
+    KVTIER_BENCH_CHECK(cudaEventRecord(stop, stream));
+    KVTIER_BENCH_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    KVTIER_BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms / 1e3);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * pages * page_bytes));
+  state.SetLabel(absl::StrCat(method == kKernel ? "batched kernel" : "cudaMemcpyAsync",
+                              direction == kD2H ? ", device->host" : ", host->device"));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+}
+
+// Args: page bytes, batch, dir (0 device->host, 1 host->device), method (0 kernel, 1 memcpy).
+// Pages: a per-layer page (8 KV heads x 128 x 32 tokens x BF16, K and V: 131,072 B) and a
+// Qwen3-8B page (all 36 layers: 4,718,592 B); batches of 1, 16 and 256 pages.
+void Args(benchmark::internal::Benchmark* b) {
+  for (int64_t page : {131072, 4718592}) {
+    for (int64_t batch : {1, 16, 256}) {
+      for (int64_t direction : {kD2H, kH2D}) {
+        for (int64_t method : {kMemcpy, kKernel}) b->Args({page, batch, direction, method});
+      }
+    }
+  }
+}
+BENCHMARK(BmCopy)->Apply(Args)->UseManualTime()->ArgNames({"page", "batch", "dir", "method"});
+
+}  // namespace
+}  // namespace kvtier::tools
+
+BENCHMARK_MAIN();
