@@ -1,0 +1,245 @@
+// Device-side NVFP4 arithmetic of codec/FORMAT.md §5, mirroring codec/dtype.h and
+// codec/nvfp4_math.h operation for operation: binary32 with explicit round-to-nearest intrinsics
+// (__fmul_rn, __fadd_rn, __fsub_rn: nvcc would otherwise contract a*b+c into an FMA), so the GPU
+// writes the same bytes as the CPU reference.
+#ifndef KVTIER_KERNELS_NVFP4_DEVICE_CUH_
+#define KVTIER_KERNELS_NVFP4_DEVICE_CUH_
+
+#include <cstdint>
+
+namespace kvtier::kernels::device {
+
+enum Domain : int { kBf16 = 0, kFp16 = 1, kFp8 = 2, kBinary32 = 3 };
+
+__device__ __forceinline__ float Bf16ToFloat(uint16_t b) {
+  return __uint_as_float(uint32_t{b} << 16);
+}
+
+__device__ __forceinline__ uint16_t FloatToBf16(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  if ((rounded & 0x7f800000u) == 0x7f800000u) {
+    return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7f7fu);
+  }
+  return static_cast<uint16_t>(rounded >> 16);
+}
+
+__device__ __forceinline__ float Fp16ToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  float m;
+  if (exp == 0) {
+    m = __fmul_rn(static_cast<float>(man), 5.9604644775390625e-8f);  // * 2^-24, exact
+  } else if (exp == 31) {
+    m = man == 0 ? __uint_as_float(0x7f800000u) : __uint_as_float(0x7fc00000u);
+  } else {
+    m = __uint_as_float(((exp + 112u) << 23) | (man << 13));
+  }
+  return __uint_as_float(__float_as_uint(m) | sign);
+}
+
+__device__ __forceinline__ uint16_t FloatToFp16(float f) {
+  const uint32_t u = __float_as_uint(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;
+  if (a >= 0x477ff000u) return sign | 0x7bffu;
+  if (a < 0x38800000u) {
+    const float t = __fmul_rn(__uint_as_float(a), 16777216.0f);
+    return sign | static_cast<uint16_t>(rintf(t));
+  }
+  uint32_t result = ((((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu));
+  const uint32_t rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (result & 1u))) ++result;
+  return sign | static_cast<uint16_t>(result);
+}
+
+__device__ __forceinline__ float Fp8ToFloat(uint8_t b) {
+  const uint32_t exp = (b >> 3) & 0xfu;
+  const uint32_t man = b & 0x7u;
+  float m;
+  if (exp == 15 && man == 7) {
+    m = __uint_as_float(0x7fc00000u);
+  } else if (exp == 0) {
+    m = __fmul_rn(static_cast<float>(man), 0.001953125f);  // * 2^-9
+  } else {
+    m = __uint_as_float(((exp + 120u) << 23) | (man << 20));
+  }
+  return (b & 0x80u) ? -m : m;
+}
+
+__device__ __forceinline__ uint8_t FloatToFp8(float f) {
+  const uint32_t u = __float_as_uint(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7fu;
+  if (a >= 0x43e00000u) return sign | 0x7eu;
+  if (a < 0x3c800000u) {
+    const float t = __fmul_rn(__uint_as_float(a), 512.0f);
+    return sign | static_cast<uint8_t>(rintf(t));
+  }
+  uint32_t result = ((((a >> 23) - 120u) << 3) | ((a >> 20) & 0x7u));
+  const uint32_t rem = a & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (result & 1u))) ++result;
+  if (result > 0x7eu) result = 0x7eu;
+  return sign | static_cast<uint8_t>(result);
+}
+
+__device__ __forceinline__ float Round(int d, float v) {
+  switch (d) {
+    case kBf16:
+      return Bf16ToFloat(FloatToBf16(v));
+    case kFp16:
+      return Fp16ToFloat(FloatToFp16(v));
+    case kFp8:
+      return Fp8ToFloat(FloatToFp8(v));
+    default:
+      return v;
+  }
+}
+
+__device__ __forceinline__ float ScaleValue(int code) {
+  return Fp8ToFloat(static_cast<uint8_t>(code));
+}
+
+constexpr int kMaxScaleCode = 0x7e;
+
+__device__ __forceinline__ int ChooseScaleExp(float amax) {
+  if (!(amax > 0.0f) || !isfinite(amax)) return 0;
+  int k = 11 - ilogbf(amax);
+  if (ldexpf(amax, k) > 2784.0f) --k;
+  return k < -125 ? -125 : (k > 125 ? 125 : k);
+}
+
+__device__ __forceinline__ float Boundary(int c) {  // 3 * (S(c) + S(c+1)), exact
+  return __fmul_rn(3.0f, __fadd_rn(ScaleValue(c), ScaleValue(c + 1)));
+}
+
+__device__ __forceinline__ int NearestScaleCodeOfSixth(float y) {
+  if (!(y > 0.0f)) return 0;
+  const float q = __fmul_rn(y, 1.0f / 6.0f);
+  int c;
+  if (q >= 448.0f) {
+    c = kMaxScaleCode;
+  } else if (q < 0.015625f) {
+    c = static_cast<int>(__fadd_rn(__fmul_rn(q, 512.0f), 0.5f));
+  } else {
+    const uint32_t u = __float_as_uint(q);
+    c = static_cast<int>(((((u >> 23) & 0xffu) - 120u) << 3) | ((u >> 20) & 0x7u));
+    if ((u & 0xfffffu) >= 0x80000u) ++c;
+  }
+  if (c < kMaxScaleCode && y > Boundary(c)) ++c;
+  if (c > 0 && y <= Boundary(c - 1)) --c;
+  return c < kMaxScaleCode ? c : kMaxScaleCode;
+}
+
+__device__ __forceinline__ float Top(int d, int c, float p) {
+  return Round(d, __fmul_rn(__fmul_rn(6.0f, ScaleValue(c)), p));
+}
+
+__device__ __forceinline__ int ChooseScaleCode(int d, float a, float q_scale, float p) {
+  if (!(a > 0.0f)) return 0;
+  const int c0 = NearestScaleCodeOfSixth(__fmul_rn(a, q_scale));
+  if (d == kBinary32) return c0;
+  if (d != kFp8) {
+    const float lo = __fmul_rn(__fmul_rn(6.0f, ScaleValue(c0 - 1 > 1 ? c0 - 1 : 1)), p);
+    const float hi = __fmul_rn(__fmul_rn(6.0f, ScaleValue(c0 + 1 < 0x7e ? c0 + 1 : 0x7e)), p);
+    const bool exact =
+        lo >= (d == kBf16 ? 0x1p-126f : 0x1p-14f) && hi <= (d == kBf16 ? 0x1.FEp127f : 65504.0f);
+    if (exact) return c0;
+  }
+  int lo = 0, hi = kMaxScaleCode + 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (Top(d, mid, p) >= a) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  int best;
+  if (lo > kMaxScaleCode) {
+    best = kMaxScaleCode;
+  } else if (lo == 0) {
+    return 0;
+  } else {
+    best = (__fsub_rn(a, Top(d, lo - 1, p)) <= __fsub_rn(Top(d, lo, p), a)) ? lo - 1 : lo;
+    if (best == lo) return lo;
+  }
+  const float value = Top(d, best, p);
+  while (best > 0 && Top(d, best - 1, p) == value) --best;
+  return best;
+}
+
+__device__ __forceinline__ float E2m1(int c) {
+  switch (c) {
+    case 0:
+      return 0.0f;
+    case 1:
+      return 0.5f;
+    case 2:
+      return 1.0f;
+    case 3:
+      return 1.5f;
+    case 4:
+      return 2.0f;
+    case 5:
+      return 3.0f;
+    case 6:
+      return 4.0f;
+    default:
+      return 6.0f;
+  }
+}
+
+__device__ __forceinline__ float NextDown(float positive) {
+  return __uint_as_float(__float_as_uint(positive) - 1u);
+}
+
+// Thresholds of codec/nvfp4_math.h MakeThresholds.
+__device__ __forceinline__ void MakeThresholds(int d, int s, float p, float* threshold) {
+  const float scale = ScaleValue(s);
+  if (s == 0) {
+#pragma unroll
+    for (int c = 0; c < 7; ++c) threshold[c] = __uint_as_float(0x7f800000u);
+    return;
+  }
+  const float lo = __fmul_rn(__fmul_rn(0.5f, scale), p);
+  const float hi = __fmul_rn(__fmul_rn(6.0f, scale), p);
+  bool exact = false;
+  if (d == kBf16 || d == kBinary32) exact = lo >= 0x1p-126f && hi <= 0x1.FEp127f;
+  if (d == kFp16) exact = lo >= 0x1p-14f && hi <= 65504.0f;
+  if (exact) {
+    const float mids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+#pragma unroll
+    for (int c = 0; c < 7; ++c) {
+      const float mid = __fmul_rn(__fmul_rn(mids[c], scale), p);
+      threshold[c] = (c & 1) ? NextDown(mid) : mid;
+    }
+    return;
+  }
+  float decoded[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) decoded[c] = Round(d, __fmul_rn(__fmul_rn(E2m1(c), scale), p));
+#pragma unroll
+  for (int c = 0; c < 7; ++c) {
+    const float mid = __fadd_rn(decoded[c], __fmul_rn(__fsub_rn(decoded[c + 1], decoded[c]), 0.5f));
+    threshold[c] = (c & 1) ? (mid > 0.0f ? NextDown(mid) : -0x1p-149f) : mid;
+  }
+}
+
+__device__ __forceinline__ uint8_t EncodeValue(const float* threshold, float x) {
+  const uint32_t bits = __float_as_uint(x);
+  const float ax = __uint_as_float(bits & 0x7fffffffu);
+  uint8_t c = 0;
+#pragma unroll
+  for (int i = 0; i < 7; ++i) c += ax > threshold[i] ? 1 : 0;
+  const bool negative = (bits >> 31) && (bits & 0x7fffffffu) <= 0x7f800000u;
+  return static_cast<uint8_t>(c | (negative ? 8 : 0));
+}
+
+}  // namespace kvtier::kernels::device
+
+#endif  // KVTIER_KERNELS_NVFP4_DEVICE_CUH_

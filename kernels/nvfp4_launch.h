@@ -1,0 +1,57 @@
+// Internal: plain-type descriptors and launchers of the fused NVFP4 kernels (no Abseil, no CUDA
+// types), shared by nvfp4_kernels.cu and the host wrapper nvfp4_gpu_codec.cc.
+#ifndef KVTIER_KERNELS_NVFP4_LAUNCH_H_
+#define KVTIER_KERNELS_NVFP4_LAUNCH_H_
+
+#include <cstdint>
+
+namespace kvtier::kernels::internal {
+
+inline constexpr int kMaxGpuBuffers = 224;
+inline constexpr int kMaxZeroRanges = 240;
+
+// One buffer of a page, as the kernels see it (offsets from the page / block start).
+struct GpuBuffer {
+  uint64_t hot_offset;        // first row of the buffer in the hot page
+  uint64_t row_stride_bytes;  // between row starts in the hot page
+  uint64_t rows;
+  uint64_t data_offset;  // packed E2M1 codes
+  uint64_t scale_offset;
+  uint64_t row_lossless_offset;
+  uint64_t whole_offset;  // a lossless buffer's rows
+  uint32_t row_lossless_bytes;
+  uint32_t head_dim;
+  uint32_t quant_start;
+  uint32_t quant_len;
+  uint8_t dtype;  // codec::DType value
+  uint8_t esize;  // bytes per element
+  uint8_t quantized;
+  uint8_t pad;
+};
+
+struct ZeroRange {
+  uint64_t offset;
+  uint64_t bytes;
+};
+
+struct GpuPlan {
+  GpuBuffer buffers[kMaxGpuBuffers];
+  ZeroRange zeros[kMaxZeroRanges];
+  int buffer_count;
+  int zero_count;
+};
+
+// Encodes `pages` pages: page p's hot bytes start at hot_base + p * hot_stride, its block at
+// cold_base + p * cold_stride (device-accessible addresses). Writes every payload byte of every
+// block (not the header) and the buffer exponents k into scale_exp[p * buffer_count + b] (device-
+// accessible). Returns a cudaError_t value.
+int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot_stride,
+                      uint8_t* cold_base, uint64_t cold_stride, int pages, int8_t* scale_exp,
+                      void* stream);
+// Decodes: reads exponents from each block's header (entry b at 64 + 32 b + 28).
+int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t cold_stride,
+                      uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream);
+
+}  // namespace kvtier::kernels::internal
+
+#endif  // KVTIER_KERNELS_NVFP4_LAUNCH_H_

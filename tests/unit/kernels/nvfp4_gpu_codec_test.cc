@@ -1,0 +1,208 @@
+// The fused NVFP4 kernels against the CPU reference codec: blocks must be byte-identical and
+// decoded pages identical, for BF16/FP16/FP8 GQA pages (RoPE quantized or lossless, row-stride
+// gaps) and MLA pages with a lossless indexer, on random pages of several magnitudes and on
+// adversarial pages (outlier channels, zeros, subnormals, maximal values, NaN and infinities).
+// Cold blocks live in mapped pinned host memory at an unaligned base; destinations are poisoned.
+#include "kernels/nvfp4_gpu_codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codec/codec.h"
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+
+#if KVTIER_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace kvtier::kernels {
+namespace {
+
+TEST(GpuNvfp4CodecTest, ReportsWhatItCannotDo) {
+  codec::GqaOptions o{1, 1, 32, 16, codec::DType::kBf16, 0, 0};
+  auto layout = codec::BuildGqaLayout(o);
+  ASSERT_TRUE(layout.ok());
+  auto plan = codec::MakeBlockPlan(*layout, *codec::CodecSpec::Parse("nvfp4x2"));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(absl::IsUnimplemented(GpuNvfp4Codec::Create(*plan).status()));
+}
+
+#if KVTIER_WITH_CUDA
+struct Case {
+  const char* name;
+  codec::PageLayout layout;
+  const char* codec;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (codec::DType dtype : {codec::DType::kBf16, codec::DType::kFp16, codec::DType::kFp8E4M3}) {
+    codec::GqaOptions o{2, 4, 128, 32, dtype, 0, 64};
+    codec::PageLayout gqa = *codec::BuildGqaLayout(o);
+    cases.push_back({"gqa", gqa, "nvfp4"});
+    cases.push_back({"gqa", gqa, "nvfp4+rope"});
+    codec::PageLayout strided = gqa;
+    uint64_t offset = 0;
+    for (codec::BufferSpec& b : strided.buffers) {
+      b.row_stride = 144;
+      b.offset_bytes = offset;
+      offset += strided.SpanBytes(b) + 64;
+    }
+    strided.pools[0].slot_bytes = offset;
+    cases.push_back({"gqa_strided", strided, "nvfp4"});
+  }
+  codec::MlaOptions m;
+  m.num_layers = 3;
+  m.tokens_per_page = 64;
+  m.indexer_bytes_per_token = 132;
+  codec::PageLayout mla = *codec::BuildMlaLayout(m);
+  cases.push_back({"mla", mla, "nvfp4"});
+  cases.push_back({"mla", mla, "nvfp4+rope"});
+  return cases;
+}
+
+// Pages: 0 N(0, 1e-3), 1 N(0, 1), 2 N(0, 1000), 3 adversarial.
+std::vector<uint8_t> MakePages(const codec::PageLayout& layout, int pages, uint64_t seed) {
+  const uint64_t page_bytes = codec::FlatPageBytes(layout);
+  std::vector<uint8_t> out(page_bytes * pages);
+  std::mt19937_64 rng(seed);
+  for (int p = 0; p < pages; ++p) {
+    const float sigma = p % 4 == 0 ? 1e-3f : p % 4 == 1 ? 1.0f : 1000.0f;
+    std::normal_distribution<float> normal(0.0f, sigma);
+    codec::HotPageView view =
+        codec::FlatPageView(layout, absl::MakeConstSpan(out).subspan(p * page_bytes, page_bytes));
+    for (size_t i = 0; i < layout.buffers.size(); ++i) {
+      const codec::BufferSpec& b = layout.buffers[i];
+      auto* base = const_cast<uint8_t*>(view.base[i]);
+      const uint64_t elems = layout.Rows(b) * b.RowStride();
+      for (uint64_t e = 0; e < elems; ++e) {
+        if (!b.Quantizable()) {
+          base[e] = static_cast<uint8_t>(rng());
+          continue;
+        }
+        float v = normal(rng);
+        if (p % 4 == 3) {
+          switch (rng() % 12) {
+            case 0:
+              v = 0.0f;
+              break;
+            case 1:
+              v = -0.0f;
+              break;
+            case 2:
+              v = std::ldexp(1.0f, -130);
+              break;
+            case 3:
+              v = 3.0e38f;
+              break;
+            case 4:
+              v = NAN;
+              break;
+            case 5:
+              v = (rng() & 1) ? INFINITY : -INFINITY;
+              break;
+            case 6:
+              v = 65504.0f;
+              break;
+            case 7:
+              v = 1e-6f;
+              break;
+            default:
+              v = normal(rng) * ((e % 128 == 7) ? 50.0f : 1.0f);
+              break;
+          }
+        }
+        codec::StoreFromFloat(b.dtype, v, base, e);
+      }
+    }
+  }
+  return out;
+}
+
+class GpuNvfp4IdentityTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
+  auto devices = ListDevices();
+  if (!devices.ok() || devices->empty()) GTEST_SKIP() << "no CUDA device";
+  const Case c = Cases()[GetParam()];
+  SCOPED_TRACE(std::string(c.name) + " " +
+               std::string(codec::DTypeName(c.layout.buffers[0].dtype)) + " " + c.codec);
+  auto spec = codec::CodecSpec::Parse(c.codec);
+  ASSERT_TRUE(spec.ok());
+  auto cpu = codec::Codec::Create(c.layout, *spec);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = GpuNvfp4Codec::Create((*cpu)->plan());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  constexpr int kPages = 8;
+  const uint64_t page_bytes = codec::FlatPageBytes(c.layout);
+  const uint64_t block_bytes = (*cpu)->block_bytes();
+  const std::vector<uint8_t> pages = MakePages(c.layout, kPages, GetParam() + 1);
+
+  // CPU reference blocks and decoded pages (destination poisoned like the GPU's).
+  std::vector<uint8_t> cpu_blocks(block_bytes * kPages), cpu_decoded(pages.size(), 0x5A);
+  for (int p = 0; p < kPages; ++p) {
+    auto block = absl::MakeSpan(cpu_blocks).subspan(p * block_bytes, block_bytes);
+    ASSERT_TRUE((*cpu)
+                    ->Encode(codec::FlatPageView(c.layout, absl::MakeConstSpan(pages).subspan(
+                                                               p * page_bytes, page_bytes)),
+                             block)
+                    .ok());
+    ASSERT_TRUE(
+        (*cpu)
+            ->Decode(block,
+                     codec::FlatPageView(
+                         c.layout, absl::MakeSpan(cpu_decoded).subspan(p * page_bytes, page_bytes)))
+            .ok());
+  }
+
+  // GPU encode: hot pages in device memory, blocks in mapped pinned host memory at base + 1.
+  uint8_t *hot = nullptr, *cold_host = nullptr, *cold = nullptr;
+  int8_t* exps = nullptr;
+  ASSERT_EQ(cudaMalloc(&hot, pages.size()), cudaSuccess);
+  ASSERT_EQ(cudaHostAlloc(&cold_host, block_bytes * kPages + 64, cudaHostAllocMapped), cudaSuccess);
+  ASSERT_EQ(cudaHostGetDevicePointer(&cold, cold_host, 0), cudaSuccess);
+  ASSERT_EQ(cudaMallocManaged(&exps, c.layout.buffers.size() * kPages), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(hot, pages.data(), pages.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  std::memset(cold_host, 0xCD, block_bytes * kPages + 64);
+  ASSERT_TRUE(
+      (*gpu)->EncodePayloads(hot, page_bytes, cold + 1, block_bytes, kPages, exps, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cold_host[0], 0xCD) << "wrote before the first block";
+  EXPECT_EQ(cold_host[1 + block_bytes * kPages], 0xCD) << "wrote after the last block";
+  for (int p = 0; p < kPages; ++p) {
+    auto block = absl::MakeSpan(cold_host + 1 + p * block_bytes, block_bytes);
+    (*gpu)->SealBlock(
+        block, absl::MakeConstSpan(exps + p * c.layout.buffers.size(), c.layout.buffers.size()));
+    const uint8_t* want = cpu_blocks.data() + p * block_bytes;
+    for (uint64_t i = 0; i < block_bytes; ++i) {
+      ASSERT_EQ(block[i], want[i]) << "page " << p << " block byte " << i;
+    }
+  }
+
+  // GPU decode of the CPU's blocks into poisoned device pages.
+  uint8_t* blocks_dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&blocks_dev, cpu_blocks.size()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(blocks_dev, cpu_blocks.data(), cpu_blocks.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemset(hot, 0x5A, pages.size()), cudaSuccess);
+  ASSERT_TRUE((*gpu)->Decode(blocks_dev, block_bytes, hot, page_bytes, kPages, nullptr).ok());
+  std::vector<uint8_t> gpu_decoded(pages.size());
+  ASSERT_EQ(cudaMemcpy(gpu_decoded.data(), hot, pages.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (uint64_t i = 0; i < pages.size(); ++i) {
+    ASSERT_EQ(gpu_decoded[i], cpu_decoded[i]) << "decoded byte " << i;
+  }
+  cudaFree(hot);
+  cudaFree(blocks_dev);
+  cudaFree(exps);
+  cudaFreeHost(cold_host);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, GpuNvfp4IdentityTest,
+                         ::testing::Range(0, static_cast<int>(Cases().size())));
+#endif
+
+}  // namespace
+}  // namespace kvtier::kernels
