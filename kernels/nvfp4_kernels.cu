@@ -133,11 +133,20 @@ __global__ void __launch_bounds__(kThreads)
     const float a = GroupMax(x);
     const int s = device::ChooseScaleCode(domain, a, q, p);
     device::MakeThresholds(domain, s, p, threshold);
-    uint8_t* out = cold + b.data_offset + g * 8;
+    uint8_t packed[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      out[j] = static_cast<uint8_t>(device::EncodeValue(threshold, x[2 * j]) |
-                                    (device::EncodeValue(threshold, x[2 * j + 1]) << 4));
+      packed[j] = static_cast<uint8_t>(device::EncodeValue(threshold, x[2 * j]) |
+                                       (device::EncodeValue(threshold, x[2 * j + 1]) << 4));
+    }
+    uint8_t* out = cold + b.data_offset + g * 8;
+    if ((reinterpret_cast<uintptr_t>(out) & 7) == 0) {  // one 8-byte store (PCIe-friendly)
+      uint2 word;
+      memcpy(&word, packed, 8);
+      *reinterpret_cast<uint2*>(out) = word;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[j] = packed[j];
     }
     cold[b.scale_offset + g] = static_cast<uint8_t>(s);
   }
@@ -165,7 +174,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < 8; ++c) {
       d[c] = device::Round(domain, __fmul_rn(__fmul_rn(device::E2m1(c), scale), p));
     }
-    const uint8_t* codes = cold + b.data_offset + g * 8;
+    const uint8_t* code_ptr = cold + b.data_offset + g * 8;
+    uint8_t codes[8];  // one 8-byte load when aligned: reads from mapped host memory cross PCIe
+    if ((reinterpret_cast<uintptr_t>(code_ptr) & 7) == 0) {
+      const uint2 word = *reinterpret_cast<const uint2*>(code_ptr);
+      memcpy(codes, &word, 8);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) codes[j] = code_ptr[j];
+    }
     uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
     const uint64_t e0 = b.quant_start + (g % gpr) * 16;
 #pragma unroll

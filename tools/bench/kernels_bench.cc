@@ -12,7 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "codec/codec.h"
+#include "codec/page_layout.h"
 #include "kernels/batched_copy.h"
+#include "kernels/nvfp4_gpu_codec.h"
 
 namespace kvtier::tools {
 namespace {
@@ -115,6 +118,93 @@ void Args(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BmCopy)->Apply(Args)->UseManualTime()->ArgNames({"page", "batch", "dir", "method"});
+
+// Fused nvfp4 offload (encode: device hot pages -> blocks in mapped pinned host memory) and
+// onboard (decode: blocks in mapped host memory -> device hot pages), throughput in hot bytes.
+// Args: layout (0 Qwen3-8B page, 1 per-layer page), batch, dir (0 offload, 1 onboard).
+void BmNvfp4(benchmark::State& state) {
+  codec::GqaOptions o;
+  o.num_layers = state.range(0) == 0 ? 36 : 1;
+  o.kv_heads = 8;
+  o.head_dim = 128;
+  o.tokens_per_page = 32;
+  o.dtype = codec::DType::kBf16;
+  const codec::PageLayout layout = *codec::BuildGqaLayout(o);
+  const auto plan = codec::MakeBlockPlan(layout, codec::CodecSpec{});
+  auto gpu = kernels::GpuNvfp4Codec::Create(*plan);
+  if (!gpu.ok()) {
+    state.SkipWithError(std::string(gpu.status().message()).c_str());
+    return;
+  }
+  const size_t pages = static_cast<size_t>(state.range(1));
+  const uint64_t page_bytes = codec::FlatPageBytes(layout);
+  const uint64_t block_bytes = plan->block_bytes;
+  uint8_t *hot = nullptr, *cold_host = nullptr, *cold = nullptr;
+  int8_t* exps = nullptr;
+  KVTIER_BENCH_CHECK(cudaMalloc(&hot, pages * page_bytes));
+  KVTIER_BENCH_CHECK(cudaHostAlloc(&cold_host, pages * block_bytes, cudaHostAllocMapped));
+  KVTIER_BENCH_CHECK(cudaHostGetDevicePointer(&cold, cold_host, 0));
+  KVTIER_BENCH_CHECK(cudaMalloc(&exps, pages * layout.buffers.size()));
+  {
+    std::vector<uint8_t> page(page_bytes);
+    for (size_t i = 0; i < page_bytes / 2; ++i) {
+      codec::StoreFromFloat(codec::DType::kBf16,
+                            static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f,
+                            page.data(), i);
+    }
+    for (size_t p = 0; p < pages; ++p) {
+      KVTIER_BENCH_CHECK(
+          cudaMemcpy(hot + p * page_bytes, page.data(), page_bytes, cudaMemcpyHostToDevice));
+    }
+  }
+  // Onboard needs valid blocks: encode once first.
+  if (!(*gpu)
+           ->EncodePayloads(hot, page_bytes, cold, block_bytes, static_cast<int>(pages), exps,
+                            nullptr)
+           .ok()) {
+    std::abort();
+  }
+  KVTIER_BENCH_CHECK(cudaDeviceSynchronize());
+  std::vector<int8_t> host_exps(layout.buffers.size());
+  for (size_t p = 0; p < pages; ++p) {
+    KVTIER_BENCH_CHECK(cudaMemcpy(host_exps.data(), exps + p * layout.buffers.size(),
+                                  host_exps.size(), cudaMemcpyDeviceToHost));
+    (*gpu)->SealBlock(absl::MakeSpan(cold_host + p * block_bytes, block_bytes), host_exps);
+  }
+  cudaStream_t stream;
+  KVTIER_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  KVTIER_BENCH_CHECK(cudaEventCreate(&start));
+  KVTIER_BENCH_CHECK(cudaEventCreate(&stop));
+  const bool offload = state.range(2) == 0;
+  for (auto _ : state) {
+    KVTIER_BENCH_CHECK(cudaEventRecord(start, stream));
+    absl::Status s = offload ? (*gpu)->EncodePayloads(hot, page_bytes, cold, block_bytes,
+                                                      static_cast<int>(pages), exps, stream)
+                             : (*gpu)->Decode(cold, block_bytes, hot, page_bytes,
+                                              static_cast<int>(pages), stream);
+    if (!s.ok()) std::abort();
+    KVTIER_BENCH_CHECK(cudaEventRecord(stop, stream));
+    KVTIER_BENCH_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    KVTIER_BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms / 1e3);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * pages * page_bytes));
+  state.SetLabel(absl::StrCat("fused nvfp4 ",
+                              offload ? "offload (device->host)" : "onboard (host->device)",
+                              ", hot bytes; block ", block_bytes, " B"));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  cudaFree(hot);
+  cudaFree(exps);
+  cudaFreeHost(cold_host);
+}
+BENCHMARK(BmNvfp4)
+    ->ArgsProduct({{0, 1}, {1, 16, 256}, {0, 1}})
+    ->UseManualTime()
+    ->ArgNames({"layout", "batch", "dir"});
 
 }  // namespace
 }  // namespace kvtier::tools

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "codec/codec.h"
@@ -122,12 +123,14 @@ std::vector<uint8_t> MakePages(const codec::PageLayout& layout, int pages, uint6
   return out;
 }
 
-class GpuNvfp4IdentityTest : public ::testing::TestWithParam<int> {};
+// Param: (case index, cold base offset: 0 aligned, 1 unaligned).
+class GpuNvfp4IdentityTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   auto devices = ListDevices();
   if (!devices.ok() || devices->empty()) GTEST_SKIP() << "no CUDA device";
-  const Case c = Cases()[GetParam()];
+  const Case c = Cases()[std::get<0>(GetParam())];
+  const int base = std::get<1>(GetParam());
   SCOPED_TRACE(std::string(c.name) + " " +
                std::string(codec::DTypeName(c.layout.buffers[0].dtype)) + " " + c.codec);
   auto spec = codec::CodecSpec::Parse(c.codec);
@@ -139,7 +142,7 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   constexpr int kPages = 8;
   const uint64_t page_bytes = codec::FlatPageBytes(c.layout);
   const uint64_t block_bytes = (*cpu)->block_bytes();
-  const std::vector<uint8_t> pages = MakePages(c.layout, kPages, GetParam() + 1);
+  const std::vector<uint8_t> pages = MakePages(c.layout, kPages, std::get<0>(GetParam()) + 1);
 
   // CPU reference blocks and decoded pages (destination poisoned like the GPU's).
   std::vector<uint8_t> cpu_blocks(block_bytes * kPages), cpu_decoded(pages.size(), 0x5A);
@@ -158,7 +161,7 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
             .ok());
   }
 
-  // GPU encode: hot pages in device memory, blocks in mapped pinned host memory at base + 1.
+  // GPU encode: hot pages in device memory, blocks in mapped pinned host memory at `base`.
   uint8_t *hot = nullptr, *cold_host = nullptr, *cold = nullptr;
   int8_t* exps = nullptr;
   ASSERT_EQ(cudaMalloc(&hot, pages.size()), cudaSuccess);
@@ -167,13 +170,16 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   ASSERT_EQ(cudaMallocManaged(&exps, c.layout.buffers.size() * kPages), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(hot, pages.data(), pages.size(), cudaMemcpyHostToDevice), cudaSuccess);
   std::memset(cold_host, 0xCD, block_bytes * kPages + 64);
-  ASSERT_TRUE(
-      (*gpu)->EncodePayloads(hot, page_bytes, cold + 1, block_bytes, kPages, exps, nullptr).ok());
+  ASSERT_TRUE((*gpu)
+                  ->EncodePayloads(hot, page_bytes, cold + base, block_bytes, kPages, exps, nullptr)
+                  .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cold_host[0], 0xCD) << "wrote before the first block";
-  EXPECT_EQ(cold_host[1 + block_bytes * kPages], 0xCD) << "wrote after the last block";
+  if (base > 0) {
+    EXPECT_EQ(cold_host[base - 1], 0xCD) << "wrote before the first block";
+  }
+  EXPECT_EQ(cold_host[base + block_bytes * kPages], 0xCD) << "wrote after the last block";
   for (int p = 0; p < kPages; ++p) {
-    auto block = absl::MakeSpan(cold_host + 1 + p * block_bytes, block_bytes);
+    auto block = absl::MakeSpan(cold_host + base + p * block_bytes, block_bytes);
     (*gpu)->SealBlock(
         block, absl::MakeConstSpan(exps + p * c.layout.buffers.size(), c.layout.buffers.size()));
     const uint8_t* want = cpu_blocks.data() + p * block_bytes;
@@ -201,7 +207,8 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuNvfp4IdentityTest,
-                         ::testing::Range(0, static_cast<int>(Cases().size())));
+                         ::testing::Combine(::testing::Range(0, static_cast<int>(Cases().size())),
+                                            ::testing::Values(0, 1)));
 #endif
 
 }  // namespace
