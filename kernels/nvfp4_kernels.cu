@@ -36,14 +36,27 @@ __device__ __forceinline__ void StoreElement(uint8_t* p, uint8_t dtype, float v)
   p[1] = static_cast<uint8_t>(h >> 8);
 }
 
-// Loads group g of the buffer (16 values of one row's quantized run).
+// Loads group g of the buffer (16 values of one row's quantized run): 16-byte loads when the
+// group is 16-byte aligned (the usual case), element loads otherwise.
 __device__ __forceinline__ void LoadGroup(const GpuBuffer& b, const uint8_t* hot, uint64_t g,
                                           float* x) {
   const uint64_t gpr = b.quant_len / 16;
-  const uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
-  const uint64_t e0 = b.quant_start + (g % gpr) * 16;
+  const uint8_t* p =
+      hot + (g / gpr) * b.row_stride_bytes + (b.quant_start + (g % gpr) * 16) * b.esize;
+  if (b.esize == 2 && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    const uint4 lo = reinterpret_cast<const uint4*>(p)[0];
+    const uint4 hi = reinterpret_cast<const uint4*>(p)[1];
+    const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-  for (int j = 0; j < 16; ++j) x[j] = LoadElement(row + (e0 + j) * b.esize, b.dtype);
+    for (int j = 0; j < 8; ++j) {
+      const uint16_t a = static_cast<uint16_t>(w[j]), c = static_cast<uint16_t>(w[j] >> 16);
+      x[2 * j] = b.dtype == 1 ? device::Bf16ToFloat(a) : device::Fp16ToFloat(a);
+      x[2 * j + 1] = b.dtype == 1 ? device::Bf16ToFloat(c) : device::Fp16ToFloat(c);
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) x[j] = LoadElement(p + j * b.esize, b.dtype);
 }
 
 __device__ __forceinline__ float GroupMax(const float* x) {
@@ -169,11 +182,6 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t gpr = b.quant_len / 16;
   for (uint64_t g = threadIdx.x; g < groups; g += kThreads) {
     const float scale = device::ScaleValue(cold[b.scale_offset + g]);
-    float d[8];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      d[c] = device::Round(domain, __fmul_rn(__fmul_rn(device::E2m1(c), scale), p));
-    }
     const uint8_t* code_ptr = cold + b.data_offset + g * 8;
     uint8_t codes[8];  // one 8-byte load when aligned: reads from mapped host memory cross PCIe
     if ((reinterpret_cast<uintptr_t>(code_ptr) & 7) == 0) {
@@ -183,13 +191,34 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 8; ++j) codes[j] = code_ptr[j];
     }
+    // The 16 possible outputs of the group, in the destination format.
+    uint16_t lut[16];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const float d = device::Round(domain, __fmul_rn(__fmul_rn(device::E2m1(c), scale), p));
+      uint8_t pos[2] = {0, 0}, neg[2] = {0, 0};
+      StoreElement(pos, b.dtype, d);
+      StoreElement(neg, b.dtype, -d);
+      lut[c] = static_cast<uint16_t>(pos[0] | (pos[1] << 8));
+      lut[c + 8] = static_cast<uint16_t>(neg[0] | (neg[1] << 8));
+    }
     uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
-    const uint64_t e0 = b.quant_start + (g % gpr) * 16;
+    uint8_t* out = row + (b.quant_start + (g % gpr) * 16) * b.esize;
+    if (b.esize == 2 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {  // two 16-byte stores
+      uint32_t w[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        w[j] = uint32_t{lut[codes[j] & 0xf]} | (uint32_t{lut[codes[j] >> 4]} << 16);
+      }
+      reinterpret_cast<uint4*>(out)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      reinterpret_cast<uint4*>(out)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const uint8_t nib = (codes[j / 2] >> ((j & 1) * 4)) & 0xf;
-      const float v = (nib & 8) ? -d[nib & 7] : d[nib & 7];
-      StoreElement(row + (e0 + j) * b.esize, b.dtype, v);
+      const uint16_t v = lut[(codes[j / 2] >> ((j & 1) * 4)) & 0xf];
+      out[j * b.esize] = static_cast<uint8_t>(v);
+      if (b.esize == 2) out[j * b.esize + 1] = static_cast<uint8_t>(v >> 8);
     }
   }
 }
