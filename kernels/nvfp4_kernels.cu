@@ -180,45 +180,61 @@ __global__ void __launch_bounds__(kThreads)
   const int domain = DomainOf(b.dtype);
   const uint64_t groups = b.rows * (b.quant_len / 16);
   const uint64_t gpr = b.quant_len / 16;
-  for (uint64_t g = threadIdx.x; g < groups; g += kThreads) {
-    const float scale = device::ScaleValue(cold[b.scale_offset + g]);
-    const uint8_t* code_ptr = cold + b.data_offset + g * 8;
-    uint8_t codes[8];  // one 8-byte load when aligned: reads from mapped host memory cross PCIe
-    if ((reinterpret_cast<uintptr_t>(code_ptr) & 7) == 0) {
-      const uint2 word = *reinterpret_cast<const uint2*>(code_ptr);
-      memcpy(codes, &word, 8);
-    } else {
+  // Each iteration loads kDecodeUnroll groups' codes and scales (PCIe reads when the block is in
+  // mapped host memory) before decoding any of them, to keep several reads in flight per thread.
+  constexpr int kDecodeUnroll = 4;
+  for (uint64_t g0 = threadIdx.x; g0 < groups; g0 += uint64_t{kThreads} * kDecodeUnroll) {
+    uint8_t all_codes[kDecodeUnroll][8];
+    uint8_t all_scales[kDecodeUnroll];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) codes[j] = code_ptr[j];
-    }
-    // The 16 possible outputs of the group, in the destination format.
-    uint16_t lut[16];
+    for (int u = 0; u < kDecodeUnroll; ++u) {
+      const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
+      if (g >= groups) break;
+      all_scales[u] = cold[b.scale_offset + g];
+      const uint8_t* code_ptr = cold + b.data_offset + g * 8;
+      if ((reinterpret_cast<uintptr_t>(code_ptr) & 7) == 0) {  // one 8-byte load when aligned
+        const uint2 word = *reinterpret_cast<const uint2*>(code_ptr);
+        memcpy(all_codes[u], &word, 8);
+      } else {
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const float d = device::Round(domain, __fmul_rn(__fmul_rn(device::E2m1(c), scale), p));
-      uint8_t pos[2] = {0, 0}, neg[2] = {0, 0};
-      StoreElement(pos, b.dtype, d);
-      StoreElement(neg, b.dtype, -d);
-      lut[c] = static_cast<uint16_t>(pos[0] | (pos[1] << 8));
-      lut[c + 8] = static_cast<uint16_t>(neg[0] | (neg[1] << 8));
-    }
-    uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
-    uint8_t* out = row + (b.quant_start + (g % gpr) * 16) * b.esize;
-    if (b.esize == 2 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {  // two 16-byte stores
-      uint32_t w[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        w[j] = uint32_t{lut[codes[j] & 0xf]} | (uint32_t{lut[codes[j] >> 4]} << 16);
+        for (int j = 0; j < 8; ++j) all_codes[u][j] = code_ptr[j];
       }
-      reinterpret_cast<uint4*>(out)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-      reinterpret_cast<uint4*>(out)[1] = make_uint4(w[4], w[5], w[6], w[7]);
-      continue;
     }
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint16_t v = lut[(codes[j / 2] >> ((j & 1) * 4)) & 0xf];
-      out[j * b.esize] = static_cast<uint8_t>(v);
-      if (b.esize == 2) out[j * b.esize + 1] = static_cast<uint8_t>(v >> 8);
+    for (int u = 0; u < kDecodeUnroll; ++u) {
+      const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
+      if (g >= groups) break;
+      const float scale = device::ScaleValue(all_scales[u]);
+      const uint8_t* codes = all_codes[u];
+      // The 16 possible outputs of the group, in the destination format.
+      uint16_t lut[16];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const float d = device::Round(domain, __fmul_rn(__fmul_rn(device::E2m1(c), scale), p));
+        uint8_t pos[2] = {0, 0}, neg[2] = {0, 0};
+        StoreElement(pos, b.dtype, d);
+        StoreElement(neg, b.dtype, -d);
+        lut[c] = static_cast<uint16_t>(pos[0] | (pos[1] << 8));
+        lut[c + 8] = static_cast<uint16_t>(neg[0] | (neg[1] << 8));
+      }
+      uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
+      uint8_t* out = row + (b.quant_start + (g % gpr) * 16) * b.esize;
+      if (b.esize == 2 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {  // two 16-byte stores
+        uint32_t w[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          w[j] = uint32_t{lut[codes[j] & 0xf]} | (uint32_t{lut[codes[j] >> 4]} << 16);
+        }
+        reinterpret_cast<uint4*>(out)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        reinterpret_cast<uint4*>(out)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        continue;
+      }
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const uint16_t v = lut[(codes[j / 2] >> ((j & 1) * 4)) & 0xf];
+        out[j * b.esize] = static_cast<uint8_t>(v);
+        if (b.esize == 2) out[j * b.esize + 1] = static_cast<uint8_t>(v >> 8);
+      }
     }
   }
 }
