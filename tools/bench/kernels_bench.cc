@@ -106,10 +106,11 @@ void BmCopy(benchmark::State& state) {
 }
 
 // Args: page bytes, batch, dir (0 device->host, 1 host->device), method (0 kernel, 1 memcpy).
-// Pages: a per-layer page (8 KV heads x 128 x 32 tokens x BF16, K and V: 131,072 B) and a
+// Pages: a per-layer page (8 KV heads x 128 x 32 tokens x BF16, K and V: 131,072 B), the FP8
+// Qwen3-8B page (2,359,296 B), the DeepSeek-style MLA page (5,012,736 B) and a
 // Qwen3-8B page (all 36 layers: 4,718,592 B); batches of 1, 16 and 256 pages.
 void Args(benchmark::internal::Benchmark* b) {
-  for (int64_t page : {131072, 4718592}) {
+  for (int64_t page : {131072, 2359296, 4718592, 5012736}) {
     for (int64_t batch : {1, 16, 256}) {
       for (int64_t direction : {kD2H, kH2D}) {
         for (int64_t method : {kMemcpy, kKernel}) b->Args({page, batch, direction, method});
@@ -121,15 +122,25 @@ BENCHMARK(BmCopy)->Apply(Args)->UseManualTime()->ArgNames({"page", "batch", "dir
 
 // Fused nvfp4 offload (encode: device hot pages -> blocks in mapped pinned host memory) and
 // onboard (decode: blocks in mapped host memory -> device hot pages), throughput in hot bytes.
-// Args: layout (0 Qwen3-8B page, 1 per-layer page), batch, dir (0 offload, 1 onboard).
+// Args: layout (0 Qwen3-8B BF16 page, 1 per-layer BF16 page, 2 Qwen3-8B FP8 page, 3 DeepSeek-style
+// MLA BF16 page with a lossless indexer), batch, dir (0 offload, 1 onboard).
 void BmNvfp4(benchmark::State& state) {
-  codec::GqaOptions o;
-  o.num_layers = state.range(0) == 0 ? 36 : 1;
-  o.kv_heads = 8;
-  o.head_dim = 128;
-  o.tokens_per_page = 32;
-  o.dtype = codec::DType::kBf16;
-  const codec::PageLayout layout = *codec::BuildGqaLayout(o);
+  codec::PageLayout layout;
+  if (state.range(0) == 3) {  // DeepSeek-style MLA page (BF16 latent, lossless indexer)
+    codec::MlaOptions m;
+    m.num_layers = 61;
+    m.tokens_per_page = 64;
+    m.indexer_bytes_per_token = 132;
+    layout = *codec::BuildMlaLayout(m);
+  } else {
+    codec::GqaOptions o;
+    o.num_layers = state.range(0) == 1 ? 1 : 36;
+    o.kv_heads = 8;
+    o.head_dim = 128;
+    o.tokens_per_page = 32;
+    o.dtype = state.range(0) == 2 ? codec::DType::kFp8E4M3 : codec::DType::kBf16;
+    layout = *codec::BuildGqaLayout(o);
+  }
   const auto plan = codec::MakeBlockPlan(layout, codec::CodecSpec{});
   auto gpu = kernels::GpuNvfp4Codec::Create(*plan);
   if (!gpu.ok()) {
@@ -147,11 +158,22 @@ void BmNvfp4(benchmark::State& state) {
   KVTIER_BENCH_CHECK(cudaMalloc(&exps, pages * layout.buffers.size()));
   {
     std::vector<uint8_t> page(page_bytes);
-    for (size_t i = 0; i < page_bytes / 2; ++i) {
-      codec::StoreFromFloat(codec::DType::kBf16,
-                            static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f,
-                            page.data(), i);
+    // Values spread over [-1, 1] in each buffer's dtype; lossless buffers get bytes.
+    const codec::HotPageView view = codec::FlatPageView(layout, page);
+    for (size_t bi = 0; bi < layout.buffers.size(); ++bi) {
+      const codec::BufferSpec& b = layout.buffers[bi];
+      auto* base = const_cast<uint8_t*>(view.base[bi]);
+      const uint64_t n = layout.Rows(b) * b.RowStride();
+      for (uint64_t i = 0; i < n; ++i) {
+        const float v = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+        if (b.Quantizable()) {
+          codec::StoreFromFloat(b.dtype, v, base, i);
+        } else {
+          base[i] = static_cast<uint8_t>(i * 131);
+        }
+      }
     }
+
     for (size_t p = 0; p < pages; ++p) {
       KVTIER_BENCH_CHECK(
           cudaMemcpy(hot + p * page_bytes, page.data(), page_bytes, cudaMemcpyHostToDevice));
@@ -202,7 +224,7 @@ void BmNvfp4(benchmark::State& state) {
   cudaFreeHost(cold_host);
 }
 BENCHMARK(BmNvfp4)
-    ->ArgsProduct({{0, 1}, {1, 16, 256}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 16, 256}, {0, 1}})
     ->UseManualTime()
     ->ArgNames({"layout", "batch", "dir"});
 
