@@ -83,7 +83,7 @@ void WriteColdBlockHeader(const ColdBlockHeader& h, absl::Span<uint8_t> out) {
     Put(q + 16, 4, e.head_dim);
     Put(q + 20, 4, e.quant_start);
     Put(q + 24, 4, e.quant_len);
-    q[28] = static_cast<uint8_t>(e.scale_exp);
+    q[kColdBlockEntryScaleExpOffset] = static_cast<uint8_t>(e.scale_exp);
     q[29] = static_cast<uint8_t>(e.residual_scale_exp);
   }
   Put(p + kOffHeaderCrc, 4, Crc32c(p, n));  // computed with the CRC field still zero
@@ -195,7 +195,7 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeaderPrefix(absl::Span<const uint
     e.head_dim = static_cast<uint32_t>(Get(q + 16, 4));
     e.quant_start = static_cast<uint32_t>(Get(q + 20, 4));
     e.quant_len = static_cast<uint32_t>(Get(q + 24, 4));
-    e.scale_exp = static_cast<int8_t>(q[28]);
+    e.scale_exp = static_cast<int8_t>(q[kColdBlockEntryScaleExpOffset]);
     e.residual_scale_exp = static_cast<int8_t>(q[29]);
     if (uint64_t{e.quant_start} + e.quant_len > e.head_dim || e.quant_len % kNvfp4GroupSize != 0) {
       return HeaderLoss(

@@ -21,6 +21,7 @@ inline constexpr uint32_t kColdBlockMagic = 0x4254564Bu;  // bytes "KVTB"
 inline constexpr uint16_t kColdBlockVersion = 1;
 inline constexpr size_t kColdBlockFixedHeaderBytes = 64;
 inline constexpr size_t kColdBlockBufferEntryBytes = 32;
+inline constexpr size_t kColdBlockEntryScaleExpOffset = 28;  // int8 k within a buffer entry
 inline constexpr size_t kColdBlockRecordAlignment = 16;
 inline constexpr size_t kNvfp4GroupSize = 16;
 

@@ -52,6 +52,19 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 
 constexpr float kMidpoints[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
 
+#if defined(__SSE2__)
+// Packs 16 codes held in four 4 x int32 vectors (lanes in element order) into 8 bytes, element 2i
+// in the low nibble of byte i; `code` (when not null) receives the 16 codes.
+inline void PackCodes(__m128i c0, __m128i c1, __m128i c2, __m128i c3, uint8_t* out, uint8_t* code) {
+  const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(c0, c1), _mm_packs_epi32(c2, c3));
+  if (code != nullptr) _mm_storeu_si128(reinterpret_cast<__m128i*>(code), bytes);
+  // Each u16 lane holds codes 2i (low byte) and 2i+1 (high byte): make one nibble pair.
+  const __m128i pairs = _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x00ff)),
+                                     _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0xf0)));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(pairs, pairs));
+}
+#endif
+
 // Codes of one group given its thresholds: `out` gets 8 packed bytes (element 2i in the low
 // nibble of byte i), `code` (when not null) the 16 codes. Returns nothing; pure.
 #if defined(__SSE2__)
@@ -72,13 +85,7 @@ inline void EncodeGroup(const float* x, const GroupThresholds& t, uint8_t* out, 
     }
     c[v] = acc;
   }
-  const __m128i bytes =
-      _mm_packus_epi16(_mm_packs_epi32(c[0], c[1]), _mm_packs_epi32(c[2], c[3]));  // 16 x u8
-  if (code != nullptr) _mm_storeu_si128(reinterpret_cast<__m128i*>(code), bytes);
-  // Each u16 lane holds codes 2i (low byte) and 2i+1 (high byte): make one nibble pair.
-  const __m128i pairs = _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x00ff)),
-                                     _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0xf0)));
-  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(pairs, pairs));
+  PackCodes(c[0], c[1], c[2], c[3], out, code);
 }
 #else
 inline void EncodeGroup(const float* x, const GroupThresholds& t, uint8_t* out, uint8_t* code) {
@@ -231,16 +238,9 @@ __attribute__((target("avx2"))) void QuantizeExactGroupsAvx2(const float* values
       }
       c[v] = acc;
     }
-    const __m128i lo =
-        _mm_packs_epi32(_mm256_castsi256_si128(c[0]), _mm256_extracti128_si256(c[0], 1));
-    const __m128i hi =
-        _mm_packs_epi32(_mm256_castsi256_si128(c[1]), _mm256_extracti128_si256(c[1], 1));
-    const __m128i bytes = _mm_packus_epi16(lo, hi);
-    const __m128i pairs =
-        _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x00ff)),
-                     _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0xf0)));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(data + g * (kNvfp4GroupSize / 2)),
-                     _mm_packus_epi16(pairs, pairs));
+    PackCodes(_mm256_castsi256_si128(c[0]), _mm256_extracti128_si256(c[0], 1),
+              _mm256_castsi256_si128(c[1]), _mm256_extracti128_si256(c[1], 1),
+              data + g * (kNvfp4GroupSize / 2), nullptr);
   }
   stats->groups += groups;
 }

@@ -44,6 +44,8 @@ absl::StatusOr<std::unique_ptr<GpuNvfp4Codec>> GpuNvfp4Codec::Create(const codec
     g.scale_offset = bp.scale_offset;
     g.row_lossless_offset = bp.row_lossless_offset;
     g.whole_offset = bp.whole_offset;
+    g.scale_exp_offset = codec::kColdBlockFixedHeaderBytes + i * codec::kColdBlockBufferEntryBytes +
+                         codec::kColdBlockEntryScaleExpOffset;
     g.row_lossless_bytes = static_cast<uint32_t>(bp.row_lossless_bytes);
     g.head_dim = b.head_dim;
     g.quant_start = bp.quant_start;

@@ -15,6 +15,8 @@ namespace kvtier::kernels::internal {
 namespace {
 
 constexpr int kThreads = 256;
+// The plan travels as one kernel parameter (CUDA 12.1+ allows up to 32,764 bytes).
+static_assert(sizeof(GpuPlan) <= 32764, "GpuPlan exceeds the kernel parameter limit");
 
 __device__ __forceinline__ int DomainOf(uint8_t dtype) {
   return dtype == 1 ? device::kBf16 : dtype == 2 ? device::kFp16 : device::kFp8;
@@ -175,7 +177,7 @@ __global__ void __launch_bounds__(kThreads)
   uint8_t* cold = const_cast<uint8_t*>(cold_base) + page * cold_stride;
   CopyLossless(b, hot, cold, /*to_cold=*/false);
   if (!b.quantized || b.quant_len == 0) return;
-  const int k = static_cast<int8_t>(cold[64 + 32 * bi + 28]);
+  const int k = static_cast<int8_t>(cold[b.scale_exp_offset]);
   const float p = ldexpf(1.0f, -k);
   const int domain = DomainOf(b.dtype);
   const uint64_t groups = b.rows * (b.quant_len / 16);

@@ -18,7 +18,8 @@ struct GpuBuffer {
   uint64_t data_offset;  // packed E2M1 codes
   uint64_t scale_offset;
   uint64_t row_lossless_offset;
-  uint64_t whole_offset;  // a lossless buffer's rows
+  uint64_t whole_offset;      // a lossless buffer's rows
+  uint64_t scale_exp_offset;  // the buffer's scale exponent (int8) in the block header
   uint32_t row_lossless_bytes;
   uint32_t head_dim;
   uint32_t quant_start;
@@ -48,7 +49,7 @@ struct GpuPlan {
 int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot_stride,
                       uint8_t* cold_base, uint64_t cold_stride, int pages, int8_t* scale_exp,
                       void* stream);
-// Decodes: reads exponents from each block's header (entry b at 64 + 32 b + 28).
+// Decodes: reads each buffer's exponent from the block header (GpuBuffer::scale_exp_offset).
 int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t cold_stride,
                       uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream);
 
