@@ -10,6 +10,7 @@ packages=(
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev nlohmann-json3-dev
+  librocksdb-dev liburing-dev fio
   clang clang-format libclang-rt-14-dev
 )
 
