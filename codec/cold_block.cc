@@ -89,6 +89,21 @@ void WriteColdBlockHeader(const ColdBlockHeader& h, absl::Span<uint8_t> out) {
   Put(p + kOffHeaderCrc, 4, Crc32c(p, n));  // computed with the CRC field still zero
 }
 
+uint32_t StoredHeaderChecksum(absl::Span<const uint8_t> block) {
+  return static_cast<uint32_t>(Get(block.data() + kOffHeaderCrc, 4));
+}
+
+absl::StatusOr<uint32_t> VerifyColdBlock(absl::Span<const uint8_t> block) {
+  KVTIER_ASSIGN_OR_RETURN(const ColdBlockHeader h, ParseColdBlockHeader(block));
+  const uint32_t crc = Crc32c(block.data() + h.header_bytes, block.size() - h.header_bytes);
+  if (crc != h.payload_crc32c) {
+    return absl::DataLossError(absl::StrFormat(
+        "cold block payload checksum mismatch (bytes %d..%d: stored %08x, computed %08x)",
+        h.header_bytes, block.size(), h.payload_crc32c, crc));
+  }
+  return StoredHeaderChecksum(block);
+}
+
 absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> block) {
   KVTIER_ASSIGN_OR_RETURN(ColdBlockHeader h, ParseColdBlockHeaderPrefix(block));
   if (block.size() != h.block_bytes) {

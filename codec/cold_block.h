@@ -76,6 +76,16 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeader(absl::Span<const uint8_t> b
 // REQUIRES nothing; reads only `data`.
 absl::StatusOr<ColdBlockHeader> ParseColdBlockHeaderPrefix(absl::Span<const uint8_t> data);
 
+// Checks a whole block read back from a tier: everything ParseColdBlockHeader checks, then the
+// payload checksum. Returns the header checksum (bytes 60..63), which identifies the block's
+// contents: the store keeps it in its index and compares it on every read. DataLoss on any
+// mismatch. Reads only `block`.
+absl::StatusOr<uint32_t> VerifyColdBlock(absl::Span<const uint8_t> block);
+
+// The header checksum stored in bytes 60..63 of a block, unchecked.
+// REQUIRES: block.size() >= kColdBlockFixedHeaderBytes.
+uint32_t StoredHeaderChecksum(absl::Span<const uint8_t> block);
+
 // Serializes `header` (computing the header checksum) into the first header_bytes of `out`.
 // REQUIRES: out.size() >= ColdBlockHeaderBytes(header.buffers.size()).
 void WriteColdBlockHeader(const ColdBlockHeader& header, absl::Span<uint8_t> out);

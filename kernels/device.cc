@@ -35,4 +35,32 @@ absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
 #endif
 }
 
+absl::Status PinHostMemory(void* ptr, uint64_t bytes) {
+#if KVTIER_WITH_CUDA
+  if (int err = internal::RegisterHost(ptr, bytes); err != 0) {
+    return absl::UnavailableError(absl::StrCat("cudaHostRegister of ", bytes, " bytes at ", ptr,
+                                               " failed: ", internal::ErrorString(err),
+                                               " (error ", err, ")"));
+  }
+  return absl::OkStatus();
+#else
+  (void)ptr;
+  (void)bytes;
+  return absl::UnimplementedError("kvtier was built without CUDA (KVTIER_CUDA=OFF or no nvcc)");
+#endif
+}
+
+absl::Status UnpinHostMemory(void* ptr) {
+#if KVTIER_WITH_CUDA
+  if (int err = internal::UnregisterHost(ptr); err != 0) {
+    return absl::InternalError(absl::StrCat("cudaHostUnregister at ", ptr, " failed: ",
+                                            internal::ErrorString(err), " (error ", err, ")"));
+  }
+  return absl::OkStatus();
+#else
+  (void)ptr;
+  return absl::UnimplementedError("kvtier was built without CUDA (KVTIER_CUDA=OFF or no nvcc)");
+#endif
+}
+
 }  // namespace kvtier::kernels

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace kvtier::kernels {
@@ -26,6 +27,16 @@ bool BuiltWithCuda();
 // Lists the CUDA devices. Unimplemented when built without CUDA; Unavailable (with the CUDA
 // runtime's message) when there is no usable device or driver. Blocks on the CUDA runtime.
 absl::StatusOr<std::vector<DeviceInfo>> ListDevices();
+
+// Pins [ptr, ptr + bytes) for DMA and maps it into every device's address space
+// (cudaHostRegister, portable and mapped), so that kernels may store into it. The range must stay
+// mapped until UnpinHostMemory(ptr). Unimplemented without CUDA; Unavailable with the CUDA
+// runtime's message otherwise (no device, out of pinnable memory). Blocks: it may take long for
+// large ranges, so callers register big arenas in chunks from several threads.
+absl::Status PinHostMemory(void* ptr, uint64_t bytes);
+
+// Undoes PinHostMemory for the range that starts at `ptr`. Unimplemented without CUDA.
+absl::Status UnpinHostMemory(void* ptr);
 
 }  // namespace kvtier::kernels
 

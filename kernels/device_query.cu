@@ -25,6 +25,13 @@ int QueryDevice(int ordinal, RawDeviceInfo* info) {
   return static_cast<int>(err);
 }
 
+int RegisterHost(void* ptr, uint64_t bytes) {
+  return static_cast<int>(
+      cudaHostRegister(ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
+}
+
+int UnregisterHost(void* ptr) { return static_cast<int>(cudaHostUnregister(ptr)); }
+
 const char* ErrorString(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
 
 }  // namespace kvtier::kernels::internal

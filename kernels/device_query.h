@@ -18,6 +18,10 @@ struct RawDeviceInfo {
 int QueryDeviceCount(int* count);
 // Returns a cudaError_t value; fills `info` for device `ordinal`.
 int QueryDevice(int ordinal, RawDeviceInfo* info);
+// cudaHostRegister(ptr, bytes, portable | mapped); returns a cudaError_t value.
+int RegisterHost(void* ptr, uint64_t bytes);
+// cudaHostUnregister(ptr); returns a cudaError_t value.
+int UnregisterHost(void* ptr);
 // The CUDA runtime's description of an error code.
 const char* ErrorString(int error);
 

@@ -1,0 +1,705 @@
+// BlockStore's request paths: Reserve/Commit/Put, lookups, reads, removal, namespaces, stats.
+//
+// One mutex guards the in-memory state; no I/O, copy or checksum runs under it. A block's bytes
+// are verified once when they enter (Commit) and on every read from disk, where the header
+// checksum recorded at store time must also match, so a slot reused after a crash can never
+// pass for the block that lived there before. All index writes are queued in the order the
+// memory state changed and applied by the background thread (block_store_background.cc); a
+// caller who needs durability waits for the commit of its sequence number.
+#include "daemon/store/block_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "codec/cold_block.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "daemon/store/block_store_internal.h"
+
+namespace kvtier::store {
+namespace internal {
+
+uint64_t NowMs(const BlockStoreOptions& options) {
+  if (options.now_ms) return options.now_ms();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+index::BlockRecord RecordFor(const State& s, const Entry& e) {
+  index::BlockRecord r = e.rec;
+  if (e.disk.has_value()) {
+    r.tier = Tier::kDisk;
+    r.device = e.disk->file;
+    r.offset = e.disk->offset;
+  } else {
+    r.tier = Tier::kHost;
+    r.device = 0;
+    r.offset = *e.host;
+  }
+  (void)s;
+  return r;
+}
+
+uint64_t QueuePut(State& s, const Entry& e) {
+  s.pending.emplace_back(e.key, RecordFor(s, e));
+  s.work_cv.Signal();
+  return ++s.queued_seq;
+}
+
+uint64_t QueueDelete(State& s, const BlockKey& key) {
+  s.pending.emplace_back(key, std::nullopt);
+  s.work_cv.Signal();
+  return ++s.queued_seq;
+}
+
+void FreeHostCopy(State& s, Entry* e) {
+  if (!e->host.has_value()) return;
+  absl::Status st = s.host_alloc->Free(*e->host, e->slot_size);
+  if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
+  s.host_used = s.host_alloc->used_bytes();
+  e->host.reset();
+  e->free_host_when_unpinned = false;
+  s.host_lru.Remove(e);
+  s.changed_cv.SignalAll();
+}
+
+void Detach(State& s, Entry* e) {
+  auto it = s.map.find(e->key);
+  s.retired.emplace(e, std::move(it->second));
+  s.map.erase(it);
+  e->removed = true;
+  s.host_lru.Remove(e);
+  s.disk_lru.Remove(e);
+  auto ns = s.namespaces.find(e->key.ns);
+  if (ns != s.namespaces.end()) {
+    ns->second.lru.Remove(e);
+    ns->second.used -= e->slot_size;
+  }
+  if (e->indexed) {
+    e->delete_seq = QueueDelete(s, e->key);
+    e->indexed = false;
+  }
+  MaybeRelease(s, e);
+}
+
+void MaybeRelease(State& s, Entry* e) {
+  if (!e->removed || e->pins > 0 || e->migrating) return;
+  FreeHostCopy(s, e);
+  if (e->disk.has_value()) {
+    if (e->delete_seq != 0) {
+      // The slot may be reused only once the index no longer points at it durably.
+      s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
+      s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
+    } else {
+      absl::Status st = s.disk->Free(*e->disk, e->slot_size);
+      if (!st.ok()) KVTIER_LOG(kError, "disk tier: ", st.message());
+    }
+    e->disk.reset();
+  }
+  if (e->queued_write_through) {
+    auto wt = std::find(s.write_through.begin(), s.write_through.end(), e);
+    if (wt != s.write_through.end()) s.write_through.erase(wt);
+  }
+  s.retired.erase(e);
+}
+
+void ReleaseQuarantine(State& s) {
+  for (auto it = s.quarantine.begin(); it != s.quarantine.end();) {
+    if (it->seq > s.committed_seq) {
+      ++it;
+      continue;
+    }
+    absl::Status st = s.disk->Free(it->slot, it->size);
+    if (!st.ok()) KVTIER_LOG(kError, "disk tier: ", st.message());
+    s.quarantined_bytes -= s.disk->SlotSize(it->size);
+    it = s.quarantine.erase(it);
+  }
+}
+
+}  // namespace internal
+
+using internal::Entry;
+using internal::State;
+
+std::string EncodeNamespaceRecord(absl::string_view record, uint64_t quota) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((quota >> (8 * i)) & 0xFF);
+  out.append(record.data(), record.size());
+  return out;
+}
+
+bool DecodeNamespaceRecord(absl::string_view bytes, std::string* record, uint64_t* quota) {
+  if (bytes.size() < 8) return false;
+  uint64_t q = 0;
+  for (int i = 0; i < 8; ++i) q |= uint64_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
+  *quota = q;
+  record->assign(bytes.data() + 8, bytes.size() - 8);
+  return true;
+}
+
+std::string RecoveryReport::ToString() const {
+  return absl::StrFormat(
+      "recovered %d disk blocks (%d bytes) and %d host blocks (%d bytes) in %.3f s; dropped %d "
+      "volatile and %d invalid entries",
+      disk_blocks, disk_bytes, host_blocks, host_bytes, seconds, dropped_volatile,
+      dropped_invalid);
+}
+
+// ---- PinnedBlock / HostReservation ----
+
+PinnedBlock::PinnedBlock(PinnedBlock&& other) noexcept { *this = std::move(other); }
+
+PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
+  if (this != &other) {
+    Release();
+    store_ = std::exchange(other.store_, nullptr);
+    entry_ = std::exchange(other.entry_, nullptr);
+    staging_offset_ = std::exchange(other.staging_offset_, std::nullopt);
+    staging_size_ = other.staging_size_;
+    bytes_ = std::exchange(other.bytes_, {});
+    served_from_ = other.served_from_;
+  }
+  return *this;
+}
+
+PinnedBlock::~PinnedBlock() { Release(); }
+
+void PinnedBlock::Release() {
+  if (store_ != nullptr) store_->Unpin(entry_, staging_offset_, staging_size_);
+  store_ = nullptr;
+  entry_ = nullptr;
+  staging_offset_.reset();
+  bytes_ = {};
+}
+
+HostReservation::HostReservation(HostReservation&& other) noexcept { *this = std::move(other); }
+
+HostReservation& HostReservation::operator=(HostReservation&& other) noexcept {
+  if (this != &other) {
+    if (store_ != nullptr) store_->AbortReservation(entry_);
+    store_ = std::exchange(other.store_, nullptr);
+    entry_ = std::exchange(other.entry_, nullptr);
+    key_ = other.key_;
+    bytes_ = std::exchange(other.bytes_, {});
+  }
+  return *this;
+}
+
+HostReservation::~HostReservation() {
+  if (store_ != nullptr) store_->AbortReservation(entry_);
+}
+
+// ---- BlockStore ----
+
+BlockStore::BlockStore(const BlockStoreOptions& options)
+    : options_(options), state_(std::make_unique<State>()) {}
+
+absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const Watermarks* w : {&options.host_watermarks, &options.disk_watermarks}) {
+    if (!(w->low > 0 && w->low < w->high && w->high <= 1.0)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "watermarks must satisfy 0 < low < high <= 1 (got low %g, high %g)", w->low, w->high));
+    }
+  }
+  if (options.max_block_bytes == 0 || options.max_block_bytes > options.host_chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max block size %d must be positive and at most the host chunk size %d",
+        options.max_block_bytes, options.host_chunk_bytes));
+  }
+  if (!options.disk.dirs.empty() && options.max_block_bytes > options.disk.chunk_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max block size %d exceeds the disk chunk size %d",
+                        options.max_block_bytes, options.disk.chunk_bytes));
+  }
+  if (options.index_path.empty()) {
+    return absl::InvalidArgumentError("the store needs an index directory (index_path)");
+  }
+  if (options.demotion_batch == 0) {
+    return absl::InvalidArgumentError("demotion_batch must be at least 1");
+  }
+  std::unique_ptr<BlockStore> store(new BlockStore(options));
+  State& s = *store->state_;
+  index::RocksDbIndexOptions index_options;
+  index_options.path = options.index_path;
+  index_options.sync_policy = options.sync;
+  KVTIER_ASSIGN_OR_RETURN(s.index, index::OpenRocksDbBlockIndex(index_options));
+  KVTIER_ASSIGN_OR_RETURN(s.arena, HostArena::Create(options.host));
+  KVTIER_ASSIGN_OR_RETURN(SlotAllocator host_alloc,
+                          SlotAllocator::Create(s.arena->size(), options.host_chunk_bytes, 4096));
+  s.host_alloc.emplace(std::move(host_alloc));
+  KVTIER_ASSIGN_OR_RETURN(s.disk, DiskTier::Create(options.disk, {s.arena->span()}));
+  KVTIER_RETURN_IF_ERROR(store->Recover());
+  store->recovery_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  KVTIER_LOG(kInfo, "store: ", store->recovery_.ToString(), "; host tier ", s.arena->size(),
+             " bytes (pinned: ", s.arena->pin_mechanism(), "), disk tier ",
+             s.disk->capacity_bytes(), " bytes in ", s.disk->file_count(), " files");
+  s.background = std::thread([raw = store.get()] { raw->BackgroundLoop(); });
+  return store;
+}
+
+BlockStore::~BlockStore() {
+  State& s = *state_;
+  {
+    absl::MutexLock lock(&s.mu);
+    s.stop = true;
+    s.work_cv.SignalAll();
+  }
+  if (s.background.joinable()) s.background.join();
+  absl::Status st = s.index->Sync();
+  if (!st.ok()) KVTIER_LOG(kError, "store: final index sync: ", st.message());
+}
+
+absl::Status BlockStore::PutNamespace(NamespaceId id, absl::string_view record,
+                                      uint64_t quota_bytes) {
+  KVTIER_RETURN_IF_ERROR(
+      state_->index->PutNamespace(id, EncodeNamespaceRecord(record, quota_bytes)));
+  absl::MutexLock lock(&state_->mu);
+  NamespaceState& ns = state_->namespaces[id];
+  ns.record = std::string(record);
+  ns.quota = quota_bytes;
+  ns.registered = true;
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> BlockStore::Namespaces()
+    const {
+  absl::MutexLock lock(&state_->mu);
+  std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> out;
+  for (const auto& [id, ns] : state_->namespaces) {
+    if (ns.registered) out.push_back({id, {ns.record, ns.quota}});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<uint64_t> BlockStore::ClearNamespace(NamespaceId id) {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  auto it = s.namespaces.find(id);
+  if (it == s.namespaces.end()) return 0;
+  uint64_t removed = 0;
+  while (Entry* e = it->second.lru.back()) {
+    internal::Detach(s, e);
+    ++removed;
+  }
+  // Blocks being written are not in the namespace list yet; they go when they commit.
+  s.counters.removed += removed;
+  return removed;
+}
+
+absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_t size) {
+  State& s = *state_;
+  if (size == 0 || size > options_.max_block_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "block size %d is outside 1..%d bytes", size, options_.max_block_bytes));
+  }
+  const uint64_t slot_size = s.host_alloc->SlotSize(size);
+  absl::MutexLock lock(&s.mu);
+  if (s.stop) return absl::UnavailableError("the store is shutting down");
+  if (s.map.contains(key)) return absl::AlreadyExistsError("block is already stored");
+  NamespaceState& ns = s.namespaces[key.ns];
+  if (ns.quota > 0) {
+    if (slot_size > ns.quota) {
+      ++s.counters.put_rejected;
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "block of %d bytes exceeds namespace %d's quota of %d bytes", size, key.ns, ns.quota));
+    }
+    // Evict inside the namespace, least recently used first, skipping blocks in use.
+    Entry* e = ns.lru.back();
+    while (ns.used + slot_size > ns.quota && e != nullptr) {
+      Entry* prev = NsLru::Prev(e);
+      if (e->pins == 0 && !e->migrating) {
+        internal::Detach(s, e);
+        ++s.counters.quota_evictions;
+      }
+      e = prev;
+    }
+    if (ns.used + slot_size > ns.quota) {
+      ++s.counters.put_rejected;
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "namespace %d is over its quota of %d bytes (%d used by blocks being read or written)",
+          key.ns, ns.quota, ns.used));
+    }
+  }
+  std::optional<uint64_t> offset = s.host_alloc->Allocate(size);
+  if (!offset.has_value()) {
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.put_wait_ms);
+    ++s.room_waiters;
+    s.work_cv.Signal();
+    while (!offset.has_value() && !s.stop) {
+      if (s.changed_cv.WaitWithDeadline(&s.mu, deadline)) {
+        offset = s.host_alloc->Allocate(size);
+        break;
+      }
+      offset = s.host_alloc->Allocate(size);
+      s.work_cv.Signal();
+    }
+    --s.room_waiters;
+    if (!offset.has_value()) {
+      ++s.counters.put_rejected;
+      if (s.stop) return absl::UnavailableError("the store is shutting down");
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "host tier full: no room for a %d-byte block within %d ms (%d of %d bytes used, %d "
+          "blocks pinned, %d being written to disk)",
+          size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned,
+          s.migrating));
+    }
+    if (s.map.contains(key)) {
+      (void)s.host_alloc->Free(*offset, size);
+      return absl::AlreadyExistsError("block is already stored");
+    }
+  }
+  s.host_used = s.host_alloc->used_bytes();
+  auto entry = std::make_unique<Entry>();
+  Entry* e = entry.get();
+  e->key = key;
+  e->rec.size = static_cast<uint32_t>(size);
+  e->slot_size = slot_size;
+  e->host = *offset;
+  e->writing = true;
+  s.map.emplace(key, std::move(entry));
+  s.namespaces[key.ns].used += slot_size;
+  if (s.host_used > options_.host_watermarks.high * static_cast<double>(s.arena->size())) {
+    s.work_cv.Signal();
+  }
+  HostReservation r;
+  r.store_ = this;
+  r.entry_ = e;
+  r.key_ = key;
+  r.bytes_ = absl::Span<uint8_t>(s.arena->data() + *offset, size);
+  return r;
+}
+
+void BlockStore::AbortReservation(void* raw) {
+  State& s = *state_;
+  Entry* e = static_cast<Entry*>(raw);
+  absl::MutexLock lock(&s.mu);
+  internal::Detach(s, e);
+}
+
+absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& options) {
+  State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  Entry* e = static_cast<Entry*>(reservation.entry_);
+  absl::StatusOr<uint32_t> checksum = codec::VerifyColdBlock(reservation.bytes_);
+  if (!checksum.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a valid cold block: ", checksum.status().message()));
+  }
+  if (options.wait_durable && !options.durable) {
+    return absl::InvalidArgumentError("wait_durable requires durable");
+  }
+  const uint8_t codec_id = reservation.bytes_[6];  // ColdBlockHeader::codec (FORMAT.md §2)
+  absl::MutexLock lock(&s.mu);
+  reservation.store_ = nullptr;  // ownership of the entry moves to the map
+  if (s.stop) {
+    internal::Detach(s, e);
+    return absl::UnavailableError("the store is shutting down");
+  }
+  e->writing = false;
+  e->rec.checksum = *checksum;
+  e->rec.codec = codec_id;
+  e->rec.last_access_ms = internal::NowMs(options_);
+  if (options.parent.has_value()) {
+    e->rec.parent = *options.parent;
+    e->rec.flags |= index::kBlockFlagHasParent;
+  }
+  if (options.durable) e->rec.flags |= index::kBlockFlagDurable;
+  s.host_lru.PushFront(e);
+  s.namespaces[e->key.ns].lru.PushFront(e);
+  ++s.counters.puts;
+  s.counters.bytes_in[static_cast<int>(Tier::kHost)] += e->rec.size;
+  if (s.arena->persistent()) {
+    internal::QueuePut(s, *e);
+    e->indexed = true;
+  }
+  if (options.durable && !s.disk->file_count()) {
+    e->durable_result = absl::FailedPreconditionError("durable block, but there is no disk tier");
+  } else if (options.durable) {
+    e->queued_write_through = true;
+    s.write_through.push_back(e);
+    s.work_cv.Signal();
+  }
+  s.put_latency.Record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::steady_clock::now() - start)
+                                                 .count()));
+  if (!options.wait_durable) return absl::OkStatus();
+  ++e->pins;
+  ++s.pinned;
+  while (!e->durable_result.has_value() && !s.stop) s.changed_cv.Wait(&s.mu);
+  absl::Status result = e->durable_result.value_or(
+      absl::UnavailableError("the store shut down before the block was durable"));
+  --e->pins;
+  --s.pinned;
+  internal::MaybeRelease(s, e);
+  return result;
+}
+
+absl::Status BlockStore::Put(const BlockKey& key, absl::Span<const uint8_t> block,
+                             const PutOptions& options) {
+  absl::StatusOr<HostReservation> r = Reserve(key, block.size());
+  if (absl::IsAlreadyExists(r.status())) {
+    ++state_->counters.duplicate_puts;
+    return absl::OkStatus();
+  }
+  if (!r.ok()) return r.status();
+  std::memcpy(r->bytes().data(), block.data(), block.size());
+  return Commit(std::move(*r), options);
+}
+
+size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain,
+                               std::vector<Tier>* tiers) const {
+  State& s = *state_;
+  if (tiers != nullptr) tiers->clear();
+  BlockKey key;
+  key.ns = ns;
+  absl::ReaderMutexLock lock(&s.mu);
+  size_t hits = 0;
+  for (const BlockHash& h : chain) {
+    key.hash = h;
+    auto it = s.map.find(key);
+    if (it == s.map.end() || it->second->writing) break;
+    if (tiers != nullptr) tiers->push_back(it->second->host ? Tier::kHost : Tier::kDisk);
+    ++hits;
+  }
+  return hits;
+}
+
+absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& key) {
+  State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  auto record_latency = [&] {
+    s.read_latency.Record(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+            .count()));
+  };
+  absl::MutexLock lock(&s.mu);
+  auto it = s.map.find(key);
+  if (it == s.map.end() || it->second->writing) {
+    ++s.counters.misses;
+    return std::nullopt;
+  }
+  Entry* e = it->second.get();
+  e->rec.flags |= index::kBlockFlagReused;
+  e->rec.last_access_ms = internal::NowMs(options_);
+  s.namespaces[key.ns].lru.MoveToFront(e);
+  if (e->host.has_value()) {
+    const absl::Span<const uint8_t> bytes(s.arena->data() + *e->host, e->rec.size);
+    if (e->verify_on_read) {
+      absl::StatusOr<uint32_t> crc = codec::VerifyColdBlock(bytes);
+      if (!crc.ok() || *crc != e->rec.checksum) {
+        KVTIER_LOG(kWarning, "store: recovered host block failed verification, dropped: ",
+                   crc.ok() ? "checksum differs from the index" : crc.status().message());
+        ++s.counters.checksum_failures;
+        ++s.counters.misses;
+        internal::Detach(s, e);
+        return std::nullopt;
+      }
+      e->verify_on_read = false;
+    }
+    ++e->pins;
+    ++s.pinned;
+    s.host_lru.MoveToFront(e);
+    ++s.counters.hits[static_cast<int>(Tier::kHost)];
+    s.counters.bytes_out[static_cast<int>(Tier::kHost)] += e->rec.size;
+    PinnedBlock pinned;
+    pinned.store_ = this;
+    pinned.entry_ = e;
+    pinned.bytes_ = bytes;
+    pinned.served_from_ = Tier::kHost;
+    record_latency();
+    return std::optional<PinnedBlock>(std::move(pinned));
+  }
+  // Disk only: stage the block in a host slot, read and verify it outside the lock.
+  s.disk_lru.MoveToFront(e);
+  std::optional<uint64_t> staging = s.host_alloc->Allocate(e->rec.size);
+  if (!staging.has_value()) {
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.put_wait_ms);
+    ++s.room_waiters;
+    s.work_cv.Signal();
+    while (!staging.has_value() && !s.stop && !e->removed) {
+      const bool timed_out = s.changed_cv.WaitWithDeadline(&s.mu, deadline);
+      staging = s.host_alloc->Allocate(e->rec.size);
+      if (timed_out) break;
+    }
+    --s.room_waiters;
+    if (!staging.has_value()) {
+      return absl::UnavailableError(absl::StrFormat(
+          "no host memory to stage a %d-byte disk read (%d of %d bytes used, %d blocks pinned)",
+          e->rec.size, s.host_alloc->used_bytes(), s.arena->size(), s.pinned));
+    }
+    if (e->removed || !e->disk.has_value()) {
+      (void)s.host_alloc->Free(*staging, e->rec.size);
+      s.host_used = s.host_alloc->used_bytes();
+      ++s.counters.misses;
+      return std::nullopt;
+    }
+  }
+  s.host_used = s.host_alloc->used_bytes();
+  ++e->pins;
+  ++s.pinned;
+  const DiskSlot slot = *e->disk;
+  const uint32_t size = e->rec.size;
+  const uint32_t expected = e->rec.checksum;
+  const uint64_t io_length = s.disk->SlotSize(size);
+  uint8_t* dst = s.arena->data() + *staging;
+  s.mu.Unlock();
+  absl::Status read =
+      s.disk->file(slot.file).Read(slot.offset, absl::Span<uint8_t>(dst, io_length));
+  absl::StatusOr<uint32_t> crc = read.ok() ? codec::VerifyColdBlock({dst, size})
+                                           : absl::StatusOr<uint32_t>(read);
+  s.mu.Lock();
+  --e->pins;
+  --s.pinned;
+  if (!crc.ok() || *crc != expected) {
+    if (read.ok()) {
+      ++s.counters.checksum_failures;
+    } else {
+      ++s.counters.io_errors;
+    }
+    KVTIER_LOG(kWarning, "store: disk block in file ", slot.file, " at offset ", slot.offset,
+               " dropped: ",
+               crc.ok() ? absl::StrFormat("header checksum %08x, index expects %08x", *crc,
+                                          expected)
+                        : std::string(crc.status().message()));
+    (void)s.host_alloc->Free(*staging, size);
+    s.host_used = s.host_alloc->used_bytes();
+    ++s.counters.misses;
+    if (!e->removed) internal::Detach(s, e);
+    internal::MaybeRelease(s, e);
+    s.changed_cv.SignalAll();
+    return std::nullopt;
+  }
+  internal::MaybeRelease(s, e);
+  ++s.counters.hits[static_cast<int>(Tier::kDisk)];
+  s.counters.bytes_out[static_cast<int>(Tier::kDisk)] += size;
+  PinnedBlock pinned;
+  pinned.store_ = this;
+  pinned.staging_offset_ = *staging;
+  pinned.staging_size_ = size;
+  pinned.bytes_ = absl::Span<const uint8_t>(dst, size);
+  pinned.served_from_ = Tier::kDisk;
+  record_latency();
+  return std::optional<PinnedBlock>(std::move(pinned));
+}
+
+void BlockStore::Unpin(void* raw, std::optional<uint64_t> staging, uint64_t staging_size) {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  if (staging.has_value()) {
+    absl::Status st = s.host_alloc->Free(*staging, staging_size);
+    if (!st.ok()) KVTIER_LOG(kError, "host tier (staging): ", st.message());
+    s.host_used = s.host_alloc->used_bytes();
+  }
+  if (Entry* e = static_cast<Entry*>(raw)) {
+    --e->pins;
+    --s.pinned;
+    if (e->pins == 0 && e->free_host_when_unpinned && !e->removed) {
+      internal::FreeHostCopy(s, e);
+    }
+    internal::MaybeRelease(s, e);
+  }
+  s.changed_cv.SignalAll();
+}
+
+absl::StatusOr<std::optional<uint64_t>> BlockStore::Read(const BlockKey& key,
+                                                         absl::Span<uint8_t> dst) {
+  KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, Acquire(key));
+  if (!pinned.has_value()) return std::optional<uint64_t>();
+  const absl::Span<const uint8_t> bytes = pinned->bytes();
+  if (dst.size() < bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "destination of %d bytes is smaller than the %d-byte block", dst.size(), bytes.size()));
+  }
+  std::memcpy(dst.data(), bytes.data(), bytes.size());
+  return std::optional<uint64_t>(bytes.size());
+}
+
+absl::StatusOr<bool> BlockStore::Remove(const BlockKey& key) {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  auto it = s.map.find(key);
+  if (it == s.map.end() || it->second->writing) return false;
+  internal::Detach(s, it->second.get());
+  ++s.counters.removed;
+  return true;
+}
+
+absl::Status BlockStore::Flush() {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  const uint64_t target = s.queued_seq;
+  s.idle = false;
+  s.work_cv.Signal();
+  auto done = [&] {
+    return s.stop || (s.idle && s.committed_seq >= target && s.pending.empty());
+  };
+  ++s.commit_waiters;
+  while (!done()) s.changed_cv.Wait(&s.mu);
+  --s.commit_waiters;
+  if (s.stop) return absl::UnavailableError("the store is shutting down");
+  return s.last_commit_error;
+}
+
+absl::Status BlockStore::DemoteAll() {
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->demote_all = true;
+    state_->work_cv.Signal();
+  }
+  return Flush();
+}
+
+StoreStats BlockStore::Stats() const {
+  const State& s = *state_;
+  StoreStats out;
+  {
+    absl::MutexLock lock(&s.mu);
+    TierStats& host = out.tiers[static_cast<int>(Tier::kHost)];
+    host.capacity_bytes = s.host_alloc->capacity_bytes();
+    host.used_bytes = s.host_alloc->used_bytes();
+    host.blocks = s.host_lru.size();
+    TierStats& disk = out.tiers[static_cast<int>(Tier::kDisk)];
+    disk.capacity_bytes = s.disk->capacity_bytes();
+    disk.used_bytes = s.disk->used_bytes();
+    disk.blocks = s.disk_lru.size();
+    out.pinned_blocks = s.pinned;
+    out.migrating_blocks = s.migrating;
+    out.unsynced_index_writes = s.queued_seq - s.committed_seq;
+    out.quarantined_disk_slots = s.quarantine.size();
+  }
+  const Counters& c = s.counters;
+  for (int t = 0; t < 3; ++t) {
+    out.tiers[t].hits = c.hits[t].load();
+    out.tiers[t].bytes_in = c.bytes_in[t].load();
+    out.tiers[t].bytes_out = c.bytes_out[t].load();
+  }
+  out.misses = c.misses;
+  out.puts = c.puts;
+  out.duplicate_puts = c.duplicate_puts;
+  out.put_rejected = c.put_rejected;
+  out.evictions_host_to_disk = c.host_to_disk;
+  out.evictions_host_dropped = c.host_dropped;
+  out.evictions_host_copy_freed = c.host_copy_freed;
+  out.evictions_disk_dropped = c.disk_dropped;
+  out.evictions_quota = c.quota_evictions;
+  out.removed = c.removed;
+  out.checksum_failures = c.checksum_failures;
+  out.io_errors = c.io_errors;
+  out.read_latency = s.read_latency.Read();
+  out.put_latency = s.put_latency.Read();
+  for (size_t i = 0; i < s.disk->file_count(); ++i) out.disk_files.push_back(s.disk->file(i).stats());
+  out.index = s.index->stats();
+  return out;
+}
+
+}  // namespace kvtier::store

@@ -1,0 +1,220 @@
+// BlockStore: the storage engine inside kvtierd. It keeps cold blocks in a host tier (HostArena)
+// and a disk tier (DiskTier), indexes them in memory and durably in RocksDB (BlockIndex), moves
+// them down (host -> disk -> drop) on a background thread by LRU with watermarks, enforces
+// per-namespace quotas, verifies every block it reads back, and rebuilds itself from the index at
+// start. Every public method is thread-safe. See docs/ARCHITECTURE.md, "Storage engine".
+#ifndef KVTIER_DAEMON_STORE_BLOCK_STORE_H_
+#define KVTIER_DAEMON_STORE_BLOCK_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "daemon/index/block_index.h"
+#include "daemon/index/block_record.h"
+#include "daemon/store/disk_tier.h"
+#include "daemon/store/host_arena.h"
+#include "daemon/store/store_stats.h"
+
+namespace kvtier::store {
+
+using index::BlockHash;
+using index::BlockKey;
+using index::NamespaceId;
+using index::Tier;
+
+// Which blocks the disk tier takes when they leave the host tier.
+enum class DiskAdmission : uint8_t {
+  kAll = 0,              // every block
+  kReusedOrDurable = 1,  // blocks read at least once, or stored as durable; others are dropped
+};
+
+// A tier starts moving blocks down above high * capacity and stops below low * capacity.
+struct Watermarks {
+  double high = 0.95;
+  double low = 0.85;
+};
+
+struct BlockStoreOptions {
+  HostArenaOptions host;
+  uint64_t host_chunk_bytes = 64ull << 20;
+  Watermarks host_watermarks;
+  DiskTierOptions disk;  // no directories: no disk tier
+  Watermarks disk_watermarks;
+  DiskAdmission admission = DiskAdmission::kAll;
+  std::string index_path;  // RocksDB directory
+  index::SyncPolicy sync = index::SyncPolicy::kBatch;
+  uint32_t group_commit_interval_ms = 2;  // kBatch: unsynced index writes wait at most this long
+  uint32_t demotion_batch = 64;           // blocks written to disk per background round
+  uint32_t put_wait_ms = 2000;            // how long Put waits for host room before failing
+  uint64_t max_block_bytes = 64ull << 20;
+  // Milliseconds since the Unix epoch for last-access times; the system clock when empty.
+  std::function<uint64_t()> now_ms;
+};
+
+struct PutOptions {
+  std::optional<BlockHash> parent;  // the previous block of the chain, kept in the index
+  bool durable = false;       // write through to disk now, whatever the admission rule says
+  bool wait_durable = false;  // return once the block and its index entry are durable
+};
+
+// What Open() recovered from the index.
+struct RecoveryReport {
+  uint64_t disk_blocks = 0;
+  uint64_t disk_bytes = 0;
+  uint64_t host_blocks = 0;   // persistent host tier only
+  uint64_t host_bytes = 0;
+  uint64_t dropped_volatile = 0;  // host entries whose memory did not survive
+  uint64_t dropped_invalid = 0;   // entries that pointed outside the tiers or overlapped
+  double seconds = 0;
+  std::string ToString() const;
+};
+
+class BlockStore;
+
+// A block's bytes in host memory, readable until the handle is destroyed: a host-tier block
+// cannot be moved or freed while pinned; a block read from disk lives in a staging slot owned by
+// the handle. Move-only. Must be destroyed before its store.
+class PinnedBlock {
+ public:
+  PinnedBlock(PinnedBlock&& other) noexcept;
+  PinnedBlock& operator=(PinnedBlock&& other) noexcept;
+  PinnedBlock(const PinnedBlock&) = delete;
+  PinnedBlock& operator=(const PinnedBlock&) = delete;
+  ~PinnedBlock();
+
+  absl::Span<const uint8_t> bytes() const { return bytes_; }
+  Tier served_from() const { return served_from_; }
+
+ private:
+  friend class BlockStore;
+  PinnedBlock() = default;
+  void Release();
+
+  BlockStore* store_ = nullptr;
+  void* entry_ = nullptr;                   // pinned entry (host hit), or nullptr
+  std::optional<uint64_t> staging_offset_;  // host slot holding a disk read, or nullopt
+  uint64_t staging_size_ = 0;
+  absl::Span<const uint8_t> bytes_;
+  Tier served_from_ = Tier::kHost;
+};
+
+// A host slot reserved for a block that the caller writes in place (the data plane encodes
+// straight into it), then hands to Commit(). Destroying it uncommitted frees the slot. Move-only.
+class HostReservation {
+ public:
+  HostReservation(HostReservation&& other) noexcept;
+  HostReservation& operator=(HostReservation&& other) noexcept;
+  HostReservation(const HostReservation&) = delete;
+  HostReservation& operator=(const HostReservation&) = delete;
+  ~HostReservation();
+
+  absl::Span<uint8_t> bytes() const { return bytes_; }
+  const BlockKey& key() const { return key_; }
+
+ private:
+  friend class BlockStore;
+  HostReservation() = default;
+
+  BlockStore* store_ = nullptr;
+  void* entry_ = nullptr;
+  BlockKey key_;
+  absl::Span<uint8_t> bytes_;
+};
+
+class BlockStore {
+ public:
+  // Opens the index, the host arena and the disk files, rebuilds the in-memory state from the
+  // index (dropping host entries whose arena did not survive) and starts the background thread.
+  // Errors of the parts (HostArena::Create, DiskTier::Create, OpenRocksDbBlockIndex) pass through;
+  // InvalidArgument for inconsistent options (watermarks, sizes). Blocks for the recovery.
+  static absl::StatusOr<std::unique_ptr<BlockStore>> Open(const BlockStoreOptions& options);
+
+  // Stops the background thread after its current round, waits for pinned readers to be gone
+  // (REQUIRES: no PinnedBlock or HostReservation outlives the store) and syncs the index.
+  ~BlockStore();
+
+  const RecoveryReport& recovery() const { return recovery_; }
+
+  // Namespaces: an opaque record (the service's description) and a quota in bytes (0: none),
+  // persisted in the index. Blocks of an unregistered namespace have no quota.
+  absl::Status PutNamespace(NamespaceId id, absl::string_view record, uint64_t quota_bytes);
+  // Removes every block of the namespace (not its record). Returns how many were removed.
+  absl::StatusOr<uint64_t> ClearNamespace(NamespaceId id);
+  // Every registered namespace: id -> (record, quota).
+  std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> Namespaces() const;
+
+  // Stores a copy of `block` (a complete cold block; it is verified) under `key`. A key that is
+  // already stored is left as it is (the call succeeds: block hashes name contents). Returns
+  //   InvalidArgument    empty or oversized block, or one that fails verification (the message
+  //                      says why: a cold block's header and checksums are checked);
+  //   ResourceExhausted  the namespace's quota or the host tier cannot make room within
+  //                      put_wait_ms (everything else pinned or in motion);
+  //   Unavailable        the store is shutting down;
+  //   the disk or index error when wait_durable was asked and the write-through failed.
+  // Blocks on the memcpy, on room, and with wait_durable on the disk write and index sync.
+  absl::Status Put(const BlockKey& key, absl::Span<const uint8_t> block,
+                   const PutOptions& options = {});
+
+  // The zero-copy form of Put: reserves a host slot of `size` bytes for `key`, invisible to
+  // lookups until Commit(). AlreadyExists when the key is stored or being stored; other errors
+  // as Put.
+  absl::StatusOr<HostReservation> Reserve(const BlockKey& key, uint64_t size);
+  absl::Status Commit(HostReservation reservation, const PutOptions& options = {});
+
+  // How many leading blocks of `chain` (hashes in `ns`, in prefix order) are stored; fills
+  // `tiers` (when non-null) with the tier of each hit. Never blocks on I/O.
+  size_t LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain,
+                     std::vector<Tier>* tiers = nullptr) const;
+
+  // The block's bytes, pinned in host memory: nullopt on a miss. A block read from disk is
+  // verified (header, payload checksum, and the checksum recorded at store time); one that fails
+  // is removed, counted (checksum_failures or io_errors) and reported as a miss, never returned.
+  // Unavailable when there is no host memory to stage a disk read. Blocks on the disk read.
+  absl::StatusOr<std::optional<PinnedBlock>> Acquire(const BlockKey& key);
+
+  // Copies the block into `dst` (at least its size). Returns the block size, or nullopt on a
+  // miss; InvalidArgument when dst is too small. Blocks as Acquire.
+  absl::StatusOr<std::optional<uint64_t>> Read(const BlockKey& key, absl::Span<uint8_t> dst);
+
+  // Removes the block from every tier (after its readers are done). True when it existed.
+  absl::StatusOr<bool> Remove(const BlockKey& key);
+
+  // Waits until the background thread has nothing to do and every index write is durable
+  // (per the sync policy). Blocks.
+  absl::Status Flush();
+
+  // Moves every host block that the disk admits down to disk now (kvtierctl drain); then Flush.
+  absl::Status DemoteAll();
+
+  StoreStats Stats() const;
+
+  // Implementation types (block_store_internal.h); not part of the API.
+  struct Entry;
+  struct State;
+
+ private:
+  friend class PinnedBlock;
+  friend class HostReservation;
+
+  explicit BlockStore(const BlockStoreOptions& options);
+  absl::Status Recover();
+  void Unpin(void* entry, std::optional<uint64_t> staging_offset, uint64_t staging_size);
+  void AbortReservation(void* entry);
+  void BackgroundLoop();
+
+  BlockStoreOptions options_;
+  RecoveryReport recovery_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kvtier::store
+
+#endif  // KVTIER_DAEMON_STORE_BLOCK_STORE_H_

@@ -1,0 +1,332 @@
+// BlockStore's background thread: the only writer of the index and the only owner of the
+// migrating transition. Each round it (1) applies queued index changes, grouping them under the
+// kBatch policy, (2) writes durable puts through to disk, (3) demotes host blocks by LRU when the
+// host tier is above its high watermark (or a caller waits for room), down to the low watermark,
+// and (4) drops disk blocks by LRU above the disk's high watermark. A demoted block is written to a
+// fresh disk slot, the disk file is synced, then its index entry is written and committed; only
+// then does the host copy go. Freed disk slots wait in quarantine until the deletion of their
+// index entry is committed, so the index never points durably at a slot holding another block.
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "daemon/store/block_store_internal.h"
+
+namespace kvtier::store {
+namespace {
+
+using internal::Entry;
+using internal::State;
+
+struct Move {
+  Entry* entry = nullptr;
+  DiskSlot slot;
+  bool victim = false;          // leaves the host tier once on disk
+  bool write_through = false;   // a durable put waits for it
+  absl::Status result;
+};
+
+// Writes the queued index changes. REQUIRES: s.mu held; releases it during the write.
+void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (s.pending.empty()) return;
+  // The last change of each key wins; a batch then holds each key once, so the order in which
+  // the index applies puts and deletes does not matter.
+  absl::flat_hash_map<BlockKey, size_t> last;
+  for (size_t i = 0; i < s.pending.size(); ++i) last[s.pending[i].first] = i;
+  index::IndexBatch batch;
+  for (size_t i = 0; i < s.pending.size(); ++i) {
+    auto& [key, record] = s.pending[i];
+    if (last[key] != i) continue;
+    if (record.has_value()) {
+      batch.puts.emplace_back(key, *record);
+    } else {
+      batch.deletes.push_back(key);
+    }
+  }
+  s.pending.clear();
+  const uint64_t seq = s.queued_seq;
+  s.mu.Unlock();
+  absl::Status st = s.index->Write(batch);
+  if (st.ok() && policy == index::SyncPolicy::kBatch) st = s.index->Sync();
+  s.mu.Lock();
+  if (!st.ok()) {
+    KVTIER_LOG(kError, "store: index commit of ", batch.puts.size(), " puts and ",
+               batch.deletes.size(), " deletes failed: ", st.message());
+  }
+  s.last_commit_error = st;
+  s.committed_seq = seq;
+  internal::ReleaseQuarantine(s);
+  s.changed_cv.SignalAll();
+}
+
+// Drops the disk copy of `e` (the block stays when it has a host copy). REQUIRES: s.mu held,
+// e->disk, e->pins == 0, !e->migrating.
+void DropDiskCopy(State& s, Entry* e, bool persistent_host) {
+  if (!e->host.has_value()) {
+    internal::Detach(s, e);
+    return;
+  }
+  s.disk_lru.Remove(e);
+  e->delete_seq = internal::QueueDelete(s, e->key);
+  s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
+  s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
+  e->disk.reset();
+  e->indexed = false;
+  if (persistent_host) {
+    internal::QueuePut(s, *e);  // the record now points at the host copy
+    e->indexed = true;
+  }
+}
+
+// Drops least recently used disk blocks until the disk's live bytes are at most `target`.
+// Returns the bytes dropped. REQUIRES: s.mu held.
+uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host) {
+  uint64_t dropped = 0;
+  Entry* e = s.disk_lru.back();
+  while (e != nullptr && s.disk->used_bytes() - s.quarantined_bytes > target) {
+    Entry* prev = DiskLru::Prev(e);
+    if (e->pins == 0 && !e->migrating) {
+      dropped += e->slot_size;
+      DropDiskCopy(s, e, persistent_host);
+      ++s.counters.disk_dropped;
+    }
+    e = prev;
+  }
+  return dropped;
+}
+
+}  // namespace
+
+void BlockStore::BackgroundLoop() {
+  State& s = *state_;
+  const index::SyncPolicy policy = options_.sync;
+  const bool persistent_host = s.arena->persistent();
+  const double host_capacity = static_cast<double>(s.arena->size());
+  const double disk_capacity = static_cast<double>(s.disk->capacity_bytes());
+  absl::Time oldest_pending = absl::InfiniteFuture();
+  absl::MutexLock lock(&s.mu);
+  while (true) {
+    const bool has_disk = s.disk->file_count() > 0;
+    const uint64_t disk_live = s.disk->used_bytes() - s.quarantined_bytes;
+    const bool host_pressure =
+        static_cast<double>(s.host_used) > options_.host_watermarks.high * host_capacity ||
+        s.room_waiters > 0 || s.demote_all;
+    const bool disk_pressure =
+        has_disk && static_cast<double>(disk_live) > options_.disk_watermarks.high * disk_capacity;
+    const bool pending = !s.pending.empty();
+    if (pending && oldest_pending == absl::InfiniteFuture()) oldest_pending = absl::Now();
+    const bool commit_due =
+        pending && (policy != index::SyncPolicy::kBatch || s.commit_waiters > 0 || s.stop ||
+                    absl::Now() - oldest_pending >=
+                        absl::Milliseconds(options_.group_commit_interval_ms));
+
+    if (commit_due) {
+      CommitPending(s, policy);
+      oldest_pending = absl::InfiniteFuture();
+      continue;
+    }
+    const bool work = (host_pressure && !s.host_lru.empty()) || disk_pressure ||
+                      (!s.write_through.empty() && has_disk);
+    if (!work || s.stop) {
+      if (s.stop && !pending) break;
+      s.demote_all = false;
+      if (!pending) {
+        s.idle = true;
+        s.changed_cv.SignalAll();
+      }
+      s.work_cv.WaitWithTimeout(
+          &s.mu, pending ? absl::Milliseconds(options_.group_commit_interval_ms)
+                         : absl::Milliseconds(100));
+      continue;
+    }
+
+    // (4) first, so that demotions below find room: disk above its high watermark.
+    if (disk_pressure) {
+      EvictDisk(s, static_cast<uint64_t>(options_.disk_watermarks.low * disk_capacity),
+                persistent_host);
+    }
+
+    // (2) and (3): choose the blocks to write.
+    std::vector<Move> moves;
+    bool disk_full = false;
+    auto allocate = [&](Entry* e) -> std::optional<DiskSlot> {
+      std::optional<DiskSlot> slot = s.disk->Allocate(e->rec.size);
+      if (!slot.has_value() && !disk_full) {
+        // Make room for this and the next blocks; the slots come back after the next commit.
+        EvictDisk(s,
+                  std::min<uint64_t>(
+                      static_cast<uint64_t>(options_.disk_watermarks.low * disk_capacity),
+                      s.disk->used_bytes() - s.quarantined_bytes -
+                          std::min<uint64_t>(s.disk->used_bytes() - s.quarantined_bytes,
+                                             uint64_t{options_.demotion_batch} * e->slot_size)),
+                  persistent_host);
+        disk_full = true;
+      }
+      return slot;
+    };
+    while (has_disk && !s.write_through.empty() && moves.size() < options_.demotion_batch) {
+      Entry* e = s.write_through.front();
+      if (e->removed || e->migrating || e->disk.has_value() || !e->host.has_value()) {
+        s.write_through.pop_front();
+        e->queued_write_through = false;
+        if (!e->durable_result.has_value()) e->durable_result = absl::OkStatus();
+        s.changed_cv.SignalAll();
+        continue;
+      }
+      std::optional<DiskSlot> slot = allocate(e);
+      if (!slot.has_value()) break;  // retry after the commit that frees quarantined slots
+      s.write_through.pop_front();
+      e->queued_write_through = false;
+      e->migrating = true;
+      ++s.migrating;
+      moves.push_back(Move{e, *slot, false, true, absl::OkStatus()});
+    }
+    if (host_pressure && !disk_full) {
+      const uint64_t low = static_cast<uint64_t>(options_.host_watermarks.low * host_capacity);
+      uint64_t target = s.demote_all ? 0 : low;
+      if (s.room_waiters > 0 && s.host_used <= target) {
+        target = s.host_used > options_.max_block_bytes ? s.host_used - options_.max_block_bytes
+                                                        : 0;
+      }
+      uint64_t leaving = 0;
+      bool moved_any = false;
+      Entry* e = s.host_lru.back();
+      while (e != nullptr && s.host_used - leaving > target &&
+             moves.size() < options_.demotion_batch) {
+        Entry* prev = HostLru::Prev(e);
+        if (e->pins == 0 && !e->migrating) {
+          const bool admitted =
+              options_.admission == DiskAdmission::kAll ||
+              (e->rec.flags & (index::kBlockFlagReused | index::kBlockFlagDurable)) != 0;
+          if (e->disk.has_value()) {
+            internal::FreeHostCopy(s, e);
+            ++s.counters.host_copy_freed;
+            moved_any = true;
+          } else if (has_disk && admitted) {
+            std::optional<DiskSlot> slot = allocate(e);
+            if (!slot.has_value()) break;
+            e->migrating = true;
+            ++s.migrating;
+            leaving += e->slot_size;
+            moves.push_back(Move{e, *slot, true, false, absl::OkStatus()});
+            moved_any = true;
+          } else if (!s.demote_all) {
+            internal::Detach(s, e);
+            ++s.counters.host_dropped;
+            moved_any = true;
+          }
+        }
+        e = prev;
+      }
+      if (s.demote_all && !moved_any && moves.empty()) s.demote_all = false;
+    }
+    if (moves.empty()) {
+      if (disk_full || !s.pending.empty()) {
+        CommitPending(s, policy);
+        oldest_pending = absl::InfiniteFuture();
+      } else {
+        // Everything movable is pinned or in motion: report no progress and wait for a change
+        // rather than spin.
+        s.idle = true;
+        s.changed_cv.SignalAll();
+        s.work_cv.WaitWithTimeout(&s.mu, absl::Milliseconds(10));
+      }
+      continue;
+    }
+
+    // Write the blocks from their host slots, outside the lock.
+    s.mu.Unlock();
+    {
+      absl::BlockingCounter outstanding(static_cast<int>(moves.size()));
+      for (Move& m : moves) {
+        io::IoRequest request;
+        request.kind = io::IoKind::kWrite;
+        request.offset = m.slot.offset;
+        request.buffer = s.arena->data() + *m.entry->host;
+        request.length = static_cast<uint32_t>(s.disk->SlotSize(m.entry->rec.size));
+        s.disk->file(m.slot.file).Submit(request, [&m, &outstanding](absl::Status st) {
+          m.result = std::move(st);
+          outstanding.DecrementCount();
+        });
+      }
+      outstanding.Wait();
+    }
+    // Data before index: the block must be on stable storage before an entry points at it.
+    bool any_ok = false;
+    for (const Move& m : moves) any_ok |= m.result.ok();
+    if (any_ok && policy != index::SyncPolicy::kNone) {
+      absl::Status synced = s.disk->SyncAll();
+      if (!synced.ok()) {
+        for (Move& m : moves) {
+          if (m.result.ok()) m.result = synced;
+        }
+      }
+    }
+    s.mu.Lock();
+    for (Move& m : moves) {
+      Entry* e = m.entry;
+      if (!m.result.ok()) {
+        ++s.counters.io_errors;
+        KVTIER_LOG(kWarning, "store: disk write of a ", e->rec.size, "-byte block to file ",
+                   m.slot.file, " at offset ", m.slot.offset, " failed: ", m.result.message());
+        absl::Status freed = s.disk->Free(m.slot, e->rec.size);
+        if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
+        e->migrating = false;
+        --s.migrating;
+        if (m.write_through) {
+          e->durable_result = m.result;
+        } else if (!e->removed && e->pins == 0) {
+          internal::Detach(s, e);  // the host needs the room; a cache may drop a block
+          ++s.counters.host_dropped;
+        }
+        internal::MaybeRelease(s, e);
+        continue;
+      }
+      if (e->removed) {
+        absl::Status freed = s.disk->Free(m.slot, e->rec.size);
+        if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
+        e->migrating = false;
+        --s.migrating;
+        m.entry = nullptr;
+        internal::MaybeRelease(s, e);
+        continue;
+      }
+      e->disk = m.slot;
+      internal::QueuePut(s, *e);
+      e->indexed = true;
+    }
+    CommitPending(s, policy);
+    oldest_pending = absl::InfiniteFuture();
+    const absl::Status committed = s.last_commit_error;
+    for (Move& m : moves) {
+      Entry* e = m.entry;
+      if (e == nullptr || !m.result.ok()) continue;
+      e->migrating = false;
+      --s.migrating;
+      if (m.write_through) e->durable_result = committed;
+      if (e->removed) {
+        internal::MaybeRelease(s, e);
+        continue;
+      }
+      s.disk_lru.PushFront(e);
+      s.counters.bytes_in[static_cast<int>(Tier::kDisk)] += e->rec.size;
+      if (m.victim) {
+        ++s.counters.host_to_disk;
+        if (e->pins == 0) {
+          internal::FreeHostCopy(s, e);
+        } else {
+          e->free_host_when_unpinned = true;
+        }
+      }
+    }
+    s.changed_cv.SignalAll();
+  }
+  s.idle = true;
+  s.changed_cv.SignalAll();
+}
+
+}  // namespace kvtier::store

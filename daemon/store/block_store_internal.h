@@ -1,0 +1,153 @@
+// Internal to the store: the in-memory entry of a block and the shared state of BlockStore's
+// implementation files (block_store.cc, block_store_background.cc, block_store_recovery.cc).
+// Everything here is guarded by State::mu unless a comment says otherwise.
+#ifndef KVTIER_DAEMON_STORE_BLOCK_STORE_INTERNAL_H_
+#define KVTIER_DAEMON_STORE_BLOCK_STORE_INTERNAL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/histogram.h"
+#include "daemon/index/block_index.h"
+#include "daemon/store/block_store.h"
+#include "daemon/store/intrusive_list.h"
+#include "daemon/store/slot_allocator.h"
+
+namespace kvtier::store {
+
+// One block. Its life: Reserve() creates it `writing`; Commit() makes it visible with a host copy;
+// the background thread may give it a disk copy (`migrating` while the write is in flight, a
+// transition the background thread alone owns) and later free the host copy; Remove() or an
+// eviction takes it out of the map (`removed`), and it is released (its slots freed) once no
+// reader pins it and no write is in flight.
+struct BlockStore::Entry {
+  BlockKey key;
+  index::BlockRecord rec;   // parent, flags, codec, checksum, size, last access
+  uint64_t slot_size = 0;   // size rounded up to the slot alignment
+  std::optional<uint64_t> host;   // host copy: offset in the arena
+  std::optional<DiskSlot> disk;   // disk copy whose index entry is written
+  bool writing = true;
+  bool migrating = false;
+  bool removed = false;
+  bool indexed = false;            // an index record exists or is queued for it
+  uint64_t delete_seq = 0;         // sequence of the queued deletion of its index record
+  bool verify_on_read = false;     // recovered host copy: checked on its first read
+  bool free_host_when_unpinned = false;
+  bool queued_write_through = false;
+  std::optional<absl::Status> durable_result;  // outcome of a write-through (durable puts)
+  uint32_t pins = 0;
+  ListHook<Entry> host_lru;
+  ListHook<Entry> disk_lru;
+  ListHook<Entry> ns_lru;
+};
+
+using HostLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::host_lru>;
+using DiskLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::disk_lru>;
+using NsLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::ns_lru>;
+
+struct NamespaceState {
+  std::string record;
+  uint64_t quota = 0;  // 0: none
+  bool registered = false;
+  uint64_t used = 0;   // slot bytes of its blocks
+  NsLru lru;
+};
+
+struct Counters {
+  std::atomic<uint64_t> hits[3] = {};
+  std::atomic<uint64_t> bytes_in[3] = {};
+  std::atomic<uint64_t> bytes_out[3] = {};
+  std::atomic<uint64_t> misses{0}, puts{0}, duplicate_puts{0}, put_rejected{0};
+  std::atomic<uint64_t> host_to_disk{0}, host_dropped{0}, host_copy_freed{0}, disk_dropped{0};
+  std::atomic<uint64_t> quota_evictions{0}, removed{0}, checksum_failures{0}, io_errors{0};
+};
+
+struct BlockStore::State {
+  std::unique_ptr<index::BlockIndex> index;
+  std::unique_ptr<HostArena> arena;
+  std::optional<SlotAllocator> host_alloc;
+  std::unique_ptr<DiskTier> disk;
+
+  mutable absl::Mutex mu;
+  absl::CondVar work_cv;     // wakes the background thread
+  absl::CondVar changed_cv;  // room freed, pins dropped, commits done, background idle
+
+  absl::flat_hash_map<BlockKey, std::unique_ptr<Entry>> map ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<Entry*, std::unique_ptr<Entry>> retired ABSL_GUARDED_BY(mu);
+  HostLru host_lru ABSL_GUARDED_BY(mu);
+  DiskLru disk_lru ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<NamespaceId, NamespaceState> namespaces ABSL_GUARDED_BY(mu);
+  std::deque<Entry*> write_through ABSL_GUARDED_BY(mu);
+
+  // Index writes, in the order the in-memory state changed; applied by the background thread
+  // alone. Sequence numbers count queued operations.
+  // nullopt: a deletion. CommitPending keeps the last change of each key.
+  std::vector<std::pair<BlockKey, std::optional<index::BlockRecord>>> pending ABSL_GUARDED_BY(mu);
+  uint64_t queued_seq ABSL_GUARDED_BY(mu) = 0;
+  uint64_t committed_seq ABSL_GUARDED_BY(mu) = 0;
+  absl::Status last_commit_error ABSL_GUARDED_BY(mu);
+  // Freed disk slots, reusable once the index deletion queued with `seq` is committed.
+  struct Quarantined {
+    DiskSlot slot;
+    uint64_t size;
+    uint64_t seq;
+  };
+  std::deque<Quarantined> quarantine ABSL_GUARDED_BY(mu);
+
+  uint64_t quarantined_bytes ABSL_GUARDED_BY(mu) = 0;
+  uint64_t host_used ABSL_GUARDED_BY(mu) = 0;   // mirrors host_alloc->used_bytes()
+  uint32_t room_waiters ABSL_GUARDED_BY(mu) = 0;
+  uint32_t commit_waiters ABSL_GUARDED_BY(mu) = 0;  // Flush() callers: commit without delay
+  uint32_t migrating ABSL_GUARDED_BY(mu) = 0;
+  uint64_t pinned ABSL_GUARDED_BY(mu) = 0;
+  bool demote_all ABSL_GUARDED_BY(mu) = false;
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  bool idle ABSL_GUARDED_BY(mu) = false;   // the background thread found nothing to do
+
+  Counters counters;
+  LatencyHistogram read_latency;
+  LatencyHistogram put_latency;
+  std::thread background;
+};
+
+namespace internal {
+
+using Entry = BlockStore::Entry;
+using State = BlockStore::State;
+
+// Queues an index change; returns its sequence number. REQUIRES: s.mu held.
+uint64_t QueuePut(State& s, const Entry& e);
+uint64_t QueueDelete(State& s, const BlockKey& key);
+// The record an entry's index entry should hold: its disk copy, else (persistent host) its host
+// copy. REQUIRES: e.disk or e.host.
+index::BlockRecord RecordFor(const State& s, const Entry& e);
+// Takes `e` out of the map and the LRU lists, queues the deletion of its index entry, and
+// releases it when nothing holds it. REQUIRES: s.mu held, e in the map.
+void Detach(State& s, Entry* e);
+// Frees the slots of a detached entry once no reader pins it and no write is in flight.
+void MaybeRelease(State& s, Entry* e);
+// Frees the host copy of an entry that keeps its disk copy (or is detached).
+void FreeHostCopy(State& s, Entry* e);
+// Moves reusable quarantined disk slots back to the allocator.
+void ReleaseQuarantine(State& s);
+uint64_t NowMs(const BlockStoreOptions& options);
+
+}  // namespace internal
+
+// Namespace records in the index: 8-byte little-endian quota, then the caller's record.
+std::string EncodeNamespaceRecord(absl::string_view record, uint64_t quota);
+bool DecodeNamespaceRecord(absl::string_view bytes, std::string* record, uint64_t* quota);
+
+}  // namespace kvtier::store
+
+#endif  // KVTIER_DAEMON_STORE_BLOCK_STORE_INTERNAL_H_

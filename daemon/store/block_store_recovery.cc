@@ -1,0 +1,125 @@
+// Recovery: rebuilds the store's memory from the index at Open(). Disk entries are kept when they
+// lie inside the disk files and do not overlap; host entries are kept only when the host arena is
+// persistent and was reopened with the incarnation the index last recorded (else its memory is
+// new and they are deleted). Recovered host blocks are verified on their first read; disk blocks
+// are verified on every read. LRU order is rebuilt from the recorded last-access times.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "daemon/store/block_store_internal.h"
+
+namespace kvtier::store {
+namespace {
+
+constexpr char kStoreFormatKey[] = "kvtier.store.format";
+constexpr char kStoreFormat[] = "1";
+constexpr char kHostIncarnationKey[] = "kvtier.store.host_incarnation";
+
+}  // namespace
+
+absl::Status BlockStore::Recover() {
+  State& s = *state_;
+  KVTIER_ASSIGN_OR_RETURN(std::optional<std::string> format, s.index->GetMeta(kStoreFormatKey));
+  if (format.has_value() && *format != kStoreFormat) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("index at ", options_.index_path, " holds store format ", *format,
+                     "; this kvtierd reads format ", kStoreFormat));
+  }
+  if (!format.has_value()) KVTIER_RETURN_IF_ERROR(s.index->PutMeta(kStoreFormatKey, kStoreFormat));
+
+  bool keep_host = false;
+  if (s.arena->persistent() && s.arena->reopened()) {
+    KVTIER_ASSIGN_OR_RETURN(std::optional<std::string> recorded,
+                            s.index->GetMeta(kHostIncarnationKey));
+    uint64_t incarnation = 0;
+    keep_host = recorded.has_value() && absl::SimpleAtoi(*recorded, &incarnation) &&
+                incarnation == s.arena->incarnation();
+  }
+
+  KVTIER_RETURN_IF_ERROR(s.index->ForEachNamespace([&](NamespaceId id, absl::string_view bytes) {
+    NamespaceState ns;
+    if (!DecodeNamespaceRecord(bytes, &ns.record, &ns.quota)) {
+      KVTIER_LOG(kWarning, "store: namespace ", id, " has a malformed record; ignored");
+      return;
+    }
+    ns.registered = true;
+    absl::MutexLock lock(&s.mu);
+    s.namespaces[id] = std::move(ns);
+  }));
+
+  std::vector<Entry*> recovered;
+  index::IndexBatch drop;
+  absl::MutexLock lock(&s.mu);
+  KVTIER_RETURN_IF_ERROR(s.index->ForEachBlock([&](const BlockKey& key,
+                                                   const index::BlockRecord& rec) {
+    auto e = std::make_unique<Entry>();
+    e->key = key;
+    e->rec = rec;
+    e->slot_size = s.host_alloc->SlotSize(rec.size);
+    e->writing = false;
+    e->indexed = true;
+    bool ok = rec.size > 0 && rec.size <= options_.max_block_bytes;
+    if (rec.tier == Tier::kDisk) {
+      const DiskSlot slot{rec.device, rec.offset};
+      ok = ok && s.disk->MarkAllocated(slot, rec.size).ok();
+      if (ok) {
+        e->disk = slot;
+        ++recovery_.disk_blocks;
+        recovery_.disk_bytes += rec.size;
+      } else {
+        ++recovery_.dropped_invalid;
+      }
+    } else if (rec.tier == Tier::kHost && keep_host) {
+      ok = ok && s.host_alloc->MarkAllocated(rec.offset, rec.size).ok();
+      if (ok) {
+        e->host = rec.offset;
+        e->verify_on_read = true;
+        ++recovery_.host_blocks;
+        recovery_.host_bytes += rec.size;
+      } else {
+        ++recovery_.dropped_invalid;
+      }
+    } else {
+      ok = false;
+      if (rec.tier == Tier::kHost) {
+        ++recovery_.dropped_volatile;
+      } else {
+        ++recovery_.dropped_invalid;
+      }
+    }
+    if (!ok) {
+      drop.deletes.push_back(key);
+      return true;
+    }
+    recovered.push_back(e.get());
+    s.map.emplace(key, std::move(e));
+    return true;
+  }));
+  s.host_used = s.host_alloc->used_bytes();
+  // Least recently used first, so that pushing to the front leaves the most recent in front.
+  std::sort(recovered.begin(), recovered.end(), [](const Entry* a, const Entry* b) {
+    return a->rec.last_access_ms < b->rec.last_access_ms;
+  });
+  for (Entry* e : recovered) {
+    if (e->host.has_value()) s.host_lru.PushFront(e);
+    if (e->disk.has_value()) s.disk_lru.PushFront(e);
+    NamespaceState& ns = s.namespaces[e->key.ns];
+    ns.lru.PushFront(e);
+    ns.used += e->slot_size;
+  }
+  if (!drop.empty()) KVTIER_RETURN_IF_ERROR(s.index->Write(drop));
+  if (s.arena->persistent()) {
+    KVTIER_RETURN_IF_ERROR(
+        s.index->PutMeta(kHostIncarnationKey, absl::StrCat(s.arena->incarnation())));
+  }
+  KVTIER_RETURN_IF_ERROR(s.index->Sync());
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::store

@@ -1,0 +1,275 @@
+// BlockStore on real files, a real RocksDB and real shared memory: the request paths, demotion
+// down the tiers, quotas, durability, recovery across restarts, and concurrent use.
+#include "daemon/store/block_store.h"
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "codec/cold_block.h"
+#include "gtest/gtest.h"
+#include "tests/unit/daemon/store/store_fixture.h"
+
+namespace kvtier::store {
+namespace {
+
+using BlockStoreTest = StoreFixture;
+
+TEST_F(BlockStoreTest, PutLookupAcquireRead) {
+  auto store = Open().value();
+  for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+  std::vector<BlockHash> chain;
+  for (uint64_t id = 0; id < 12; ++id) chain.push_back(kvtier::testing::TestHash(id));
+  std::vector<Tier> tiers;
+  EXPECT_EQ(store->LookupChain(1, chain, &tiers), 10u);
+  EXPECT_EQ(tiers, std::vector<Tier>(10, Tier::kHost));
+  EXPECT_EQ(store->LookupChain(2, chain), 0u) << "namespaces isolate blocks";
+  chain[3] = kvtier::testing::TestHash(1000);
+  EXPECT_EQ(store->LookupChain(1, chain), 3u) << "the chain stops at the first miss";
+  EXPECT_EQ(ExpectBlock(*store, 7), Tier::kHost);
+  std::vector<uint8_t> out(Block(7).size());
+  absl::StatusOr<std::optional<uint64_t>> n = store->Read(Key(7), absl::MakeSpan(out));
+  ASSERT_TRUE(n.ok() && n->has_value());
+  EXPECT_EQ(out, Block(7));
+  std::vector<uint8_t> small(100);
+  EXPECT_EQ(store->Read(Key(7), absl::MakeSpan(small)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(store->Acquire(Key(99)).value().has_value());
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.puts, 10u);
+  EXPECT_EQ(stats.tiers[1].hits, 3u);
+  EXPECT_EQ(stats.misses, 1u);
+  EXPECT_EQ(stats.tiers[1].blocks, 10u);
+}
+
+TEST_F(BlockStoreTest, RejectsWhatIsNotAColdBlock) {
+  auto store = Open().value();
+  std::vector<uint8_t> block = Block(1);
+  block[block.size() - 1] ^= 1;  // payload checksum now wrong
+  absl::Status st = store->Put(Key(1), block);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("checksum"), std::string::npos) << st;
+  EXPECT_EQ(store->LookupChain(1, {kvtier::testing::TestHash(1)}), 0u);
+  EXPECT_EQ(store->Put(Key(2), {}).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<uint8_t> huge(2u << 20);
+  EXPECT_EQ(store->Put(Key(3), huge).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Stats().tiers[1].used_bytes, 0u) << "rejected puts must not leak slots";
+}
+
+TEST_F(BlockStoreTest, DuplicatePutKeepsTheFirst) {
+  auto store = Open().value();
+  ASSERT_TRUE(store->Put(Key(1), Block(1)).ok());
+  ASSERT_TRUE(store->Put(Key(1), Block(1)).ok());
+  EXPECT_EQ(store->Stats().duplicate_puts, 1u);
+  EXPECT_EQ(store->Stats().tiers[1].blocks, 1u);
+  absl::StatusOr<HostReservation> r = store->Reserve(Key(1), 4096);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(BlockStoreTest, ReservationIsInvisibleUntilCommitAndFreedOnAbort) {
+  auto store = Open().value();
+  const std::vector<uint8_t> block = Block(5);
+  {
+    HostReservation r = store->Reserve(Key(5), block.size()).value();
+    EXPECT_EQ(store->LookupChain(1, {kvtier::testing::TestHash(5)}), 0u);
+    EXPECT_FALSE(store->Acquire(Key(5)).value().has_value());
+  }  // aborted
+  EXPECT_EQ(store->Stats().tiers[1].used_bytes, 0u);
+  HostReservation r = store->Reserve(Key(5), block.size()).value();
+  std::copy(block.begin(), block.end(), r.bytes().begin());
+  ASSERT_TRUE(store->Commit(std::move(r)).ok());
+  EXPECT_EQ(ExpectBlock(*store, 5), Tier::kHost);
+}
+
+TEST_F(BlockStoreTest, HostPressureDemotesToDiskAndReadsVerify) {
+  auto store = Open().value();
+  // 16 MiB host tier, 40 KiB blocks: 1,000 blocks overflow it several times over.
+  for (uint64_t id = 0; id < 1000; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok()) << id;
+  ASSERT_TRUE(store->Flush().ok());
+  const StoreStats stats = store->Stats();
+  EXPECT_GT(stats.evictions_host_to_disk, 0u);
+  EXPECT_LE(stats.tiers[1].used_bytes, stats.tiers[1].capacity_bytes);
+  EXPECT_GT(stats.tiers[2].blocks, 0u);
+  int from_disk = 0;
+  for (uint64_t id = 0; id < 1000; ++id) {
+    std::optional<Tier> t = ExpectBlock(*store, id);
+    ASSERT_TRUE(t.has_value()) << "block " << id << " lost (disk is big enough for all)";
+    from_disk += *t == Tier::kDisk;
+  }
+  EXPECT_GT(from_disk, 0);
+  EXPECT_EQ(store->Stats().checksum_failures, 0u);
+}
+
+TEST_F(BlockStoreTest, DiskPressureDropsLeastRecentlyUsed) {
+  options_.disk.capacity_bytes = 8ull << 20;  // two 4 MiB files
+  auto store = Open().value();
+  for (uint64_t id = 0; id < 1200; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok()) << id;
+  ASSERT_TRUE(store->Flush().ok());
+  const StoreStats stats = store->Stats();
+  EXPECT_GT(stats.evictions_disk_dropped, 0u);
+  EXPECT_LE(stats.tiers[2].used_bytes, stats.tiers[2].capacity_bytes);
+  // The newest blocks survive; the oldest went first.
+  EXPECT_TRUE(ExpectBlock(*store, 1199).has_value());
+  EXPECT_FALSE(store->Acquire(Key(0)).value().has_value());
+  // Whatever is found has the right bytes.
+  for (uint64_t id = 0; id < 1200; id += 7) ExpectBlock(*store, id);
+}
+
+TEST_F(BlockStoreTest, AdmissionReusedOrDurableDropsColdBlocks) {
+  options_.admission = DiskAdmission::kReusedOrDurable;
+  auto store = Open().value();
+  ASSERT_TRUE(store->Put(Key(0), Block(0)).ok());
+  ASSERT_TRUE(ExpectBlock(*store, 0).has_value());  // reused
+  for (uint64_t id = 1; id < 800; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+  ASSERT_TRUE(store->Flush().ok());
+  const StoreStats stats = store->Stats();
+  EXPECT_GT(stats.evictions_host_dropped, 0u);
+  EXPECT_EQ(ExpectBlock(*store, 0), Tier::kDisk) << "the reused block was admitted to disk";
+  EXPECT_EQ(stats.tiers[2].blocks, 1u);
+}
+
+TEST_F(BlockStoreTest, PinnedBlocksStayPut) {
+  auto store = Open().value();
+  ASSERT_TRUE(store->Put(Key(0), Block(0)).ok());
+  std::optional<PinnedBlock> pinned = store->Acquire(Key(0)).value();
+  ASSERT_TRUE(pinned.has_value());
+  const std::vector<uint8_t> expected = Block(0);
+  ASSERT_TRUE(store->Remove(Key(0)).value());
+  for (uint64_t id = 1; id < 800; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+  ASSERT_TRUE(store->Flush().ok());
+  // Removed and under pressure, but its bytes are intact while pinned.
+  EXPECT_TRUE(std::equal(pinned->bytes().begin(), pinned->bytes().end(), expected.begin()));
+  EXPECT_EQ(store->Stats().pinned_blocks, 1u);
+  pinned.reset();
+  EXPECT_EQ(store->Stats().pinned_blocks, 0u);
+  EXPECT_FALSE(store->Acquire(Key(0)).value().has_value());
+}
+
+TEST_F(BlockStoreTest, NamespaceQuotaEvictsInsideTheNamespace) {
+  auto store = Open().value();
+  ASSERT_TRUE(store->PutNamespace(7, "tenant-a", 400ull << 10).ok());  // ~9 blocks of 44 KiB
+  for (uint64_t id = 0; id < 5; ++id) ASSERT_TRUE(store->Put(Key(id, 8), Block(id)).ok());
+  for (uint64_t id = 0; id < 30; ++id) ASSERT_TRUE(store->Put(Key(id, 7), Block(id)).ok());
+  const StoreStats stats = store->Stats();
+  EXPECT_GT(stats.evictions_quota, 0u);
+  for (uint64_t id = 0; id < 5; ++id) {
+    EXPECT_TRUE(ExpectBlock(*store, id, 40000, 8).has_value()) << "other namespace untouched";
+  }
+  EXPECT_TRUE(ExpectBlock(*store, 29, 40000, 7).has_value());
+  EXPECT_FALSE(store->Acquire(Key(0, 7)).value().has_value());
+  ASSERT_TRUE(store->PutNamespace(9, "tiny", 4096).ok());
+  EXPECT_EQ(store->Put(Key(1, 9), Block(1)).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store->ClearNamespace(8).value(), 5u);
+  EXPECT_FALSE(store->Acquire(Key(1, 8)).value().has_value());
+}
+
+TEST_F(BlockStoreTest, DurablePutIsOnDiskWhenAcknowledged) {
+  auto store = Open().value();
+  PutOptions durable;
+  durable.durable = true;
+  durable.wait_durable = true;
+  durable.parent = kvtier::testing::TestHash(99);
+  ASSERT_TRUE(store->Put(Key(1), Block(1), durable).ok());
+  std::vector<Tier> tiers;
+  EXPECT_EQ(store->LookupChain(1, {kvtier::testing::TestHash(1)}, &tiers), 1u);
+  EXPECT_EQ(store->Stats().tiers[2].blocks, 1u) << "write-through gave it a disk copy";
+  store.reset();
+  store = Open().value();  // volatile host tier: only the disk copy survives
+  EXPECT_EQ(store->recovery().disk_blocks, 1u);
+  EXPECT_EQ(ExpectBlock(*store, 1), Tier::kDisk);
+}
+
+TEST_F(BlockStoreTest, RestartKeepsDiskDropsVolatileHost) {
+  {
+    auto store = Open().value();
+    for (uint64_t id = 0; id < 600; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+    ASSERT_TRUE(store->Flush().ok());
+  }
+  auto store = Open().value();
+  const RecoveryReport& r = store->recovery();
+  EXPECT_GT(r.disk_blocks, 0u) << r.ToString();
+  EXPECT_EQ(r.host_blocks, 0u);
+  EXPECT_EQ(r.dropped_invalid, 0u);
+  uint64_t found = 0;
+  for (uint64_t id = 0; id < 600; ++id) found += ExpectBlock(*store, id).has_value();
+  EXPECT_EQ(found, r.disk_blocks);
+  EXPECT_EQ(store->Stats().checksum_failures, 0u);
+}
+
+TEST_F(BlockStoreTest, PersistentHostTierSurvivesRestart) {
+  UsePersistentHost();
+  {
+    auto store = Open().value();
+    for (uint64_t id = 0; id < 50; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+    ASSERT_TRUE(store->Flush().ok());
+  }
+  auto store = Open().value();
+  EXPECT_EQ(store->recovery().host_blocks, 50u) << store->recovery().ToString();
+  for (uint64_t id = 0; id < 50; ++id) EXPECT_EQ(ExpectBlock(*store, id), Tier::kHost);
+  store.reset();
+  // A new arena (another capacity) means new memory: its entries must go.
+  options_.host.capacity_bytes = 8ull << 20;
+  store = Open().value();
+  EXPECT_EQ(store->recovery().host_blocks, 0u);
+  EXPECT_EQ(store->recovery().dropped_volatile, 50u);
+  EXPECT_FALSE(store->Acquire(Key(3)).value().has_value());
+}
+
+TEST_F(BlockStoreTest, DemoteAllMovesEverythingToDisk) {
+  auto store = Open().value();
+  for (uint64_t id = 0; id < 20; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+  ASSERT_TRUE(store->DemoteAll().ok());
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.tiers[1].blocks, 0u);
+  EXPECT_EQ(stats.tiers[2].blocks, 20u);
+  for (uint64_t id = 0; id < 20; ++id) EXPECT_EQ(ExpectBlock(*store, id), Tier::kDisk);
+}
+
+TEST_F(BlockStoreTest, ManyThreadsNeverSeeWrongBytes) {
+  auto store = Open().value();
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      for (int i = 0; i < 400 && !failed; ++i) {
+        const uint64_t id = rng() % 600;
+        const int op = static_cast<int>(rng() % 10);
+        if (op < 5) {
+          if (!store->Put(Key(id), Block(id)).ok()) failed = true;
+        } else if (op < 9) {
+          absl::StatusOr<std::optional<PinnedBlock>> p = store->Acquire(Key(id));
+          if (!p.ok()) {
+            failed = true;
+          } else if (p->has_value()) {
+            const std::vector<uint8_t> expected = Block(id);
+            if (!std::equal((*p)->bytes().begin(), (*p)->bytes().end(), expected.begin(),
+                            expected.end())) {
+              failed = true;
+            }
+          }
+        } else {
+          if (!store->Remove(Key(id)).ok()) failed = true;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_FALSE(failed);
+  ASSERT_TRUE(store->Flush().ok());
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.checksum_failures, 0u);
+  EXPECT_EQ(stats.pinned_blocks, 0u);
+}
+
+TEST_F(BlockStoreTest, OptionsAreChecked) {
+  options_.host_watermarks.high = 0.5;
+  options_.host_watermarks.low = 0.9;
+  EXPECT_EQ(Open().status().code(), absl::StatusCode::kInvalidArgument);
+  options_.host_watermarks = Watermarks();
+  options_.index_path.clear();
+  EXPECT_EQ(Open().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::store
