@@ -5,9 +5,11 @@
 #define KVTIER_DAEMON_INDEX_BLOCK_RECORD_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -35,7 +37,7 @@ struct BlockKey {
 
 enum class Tier : uint8_t { kGpu = 0, kHost = 1, kDisk = 2 };
 inline constexpr int kTierCount = 3;
-absl::string_view TierName(Tier tier);  // "gpu", "host", "disk"
+absl::string_view TierName(Tier tier);  // "gpu", "host", "disk"; "invalid" outside the enum
 
 // Flags of a block (bit set).
 inline constexpr uint8_t kBlockFlagDurable = 1;  // the client asked for it to reach disk
@@ -45,13 +47,13 @@ inline constexpr uint8_t kBlockFlagHasParent = 4;
 struct BlockRecord {
   Tier tier = Tier::kHost;
   uint8_t flags = 0;
-  uint8_t codec = 0;           // codec::CodecId of the cold block
-  uint16_t device = 0;         // disk file index within the disk tier, or GPU ordinal
-  uint64_t offset = 0;         // byte offset of the slot in that file / arena
-  uint32_t size = 0;           // block_bytes
-  uint32_t checksum = 0;       // the block's header CRC32C (bytes 60..63): its identity
-  BlockHash parent{};          // previous block of the chain (valid with kBlockFlagHasParent)
-  uint64_t last_access_ms = 0; // wall clock, milliseconds since the Unix epoch
+  uint8_t codec = 0;            // codec::CodecId of the cold block
+  uint16_t device = 0;          // disk file index within the disk tier, or GPU ordinal
+  uint64_t offset = 0;          // byte offset of the slot in that file / arena
+  uint32_t size = 0;            // block_bytes
+  uint32_t checksum = 0;        // the block's header CRC32C (bytes 60..63): its identity
+  BlockHash parent{};           // previous block of the chain (valid with kBlockFlagHasParent)
+  uint64_t last_access_ms = 0;  // wall clock, milliseconds since the Unix epoch
 
   friend bool operator==(const BlockRecord&, const BlockRecord&) = default;
 };
@@ -59,15 +61,20 @@ struct BlockRecord {
 // Key encoding: 4 bytes namespace id, big-endian (so one namespace is one key range), then the
 // 32 hash bytes. 36 bytes.
 inline constexpr size_t kBlockKeyBytes = 36;
+// DecodeBlockKey: DataLoss unless `bytes` is exactly 36 bytes.
 std::string EncodeBlockKey(const BlockKey& key);
 absl::StatusOr<BlockKey> DecodeBlockKey(absl::string_view bytes);
 
 // Value encoding: version byte (1), then the fields of BlockRecord little-endian in declaration
-// order. DataLoss for a wrong version, length or enum value.
+// order, 62 bytes. Flag bits are stored verbatim. DataLoss for a wrong version, length or enum
+// value; never crashes, whatever the input.
+inline constexpr uint8_t kBlockRecordVersion = 1;
+inline constexpr size_t kBlockRecordBytes = 62;
 std::string EncodeBlockRecord(const BlockRecord& record);
 absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes);
 
-// Namespace id encoding for the namespaces column family: 4 bytes big-endian.
+// Namespace id encoding for the namespaces column family: 4 bytes big-endian. DecodeNamespaceId:
+// DataLoss unless `bytes` is exactly 4 bytes.
 std::string EncodeNamespaceId(NamespaceId id);
 absl::StatusOr<NamespaceId> DecodeNamespaceId(absl::string_view bytes);
 

@@ -474,6 +474,43 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
 }
 
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& key) {
+  return AcquireImpl(key, /*touch=*/true, /*verify_host=*/false);
+}
+
+absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<BlockKey> keys;
+  {
+    absl::MutexLock lock(&state_->mu);
+    keys.reserve(state_->map.size());
+    for (const auto& [key, e] : state_->map) {
+      if (!e->writing) keys.push_back(key);
+    }
+  }
+  VerifyReport report;
+  for (const BlockKey& key : keys) {
+    bool present;
+    {
+      absl::MutexLock lock(&state_->mu);
+      present = state_->map.contains(key);
+    }
+    if (!present) continue;  // removed meanwhile
+    KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned,
+                            AcquireImpl(key, /*touch=*/false, /*verify_host=*/true));
+    ++report.blocks;
+    if (pinned.has_value()) {
+      report.bytes += pinned->bytes().size();
+    } else {
+      ++report.failed;
+    }
+  }
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKey& key, bool touch,
+                                                                   bool verify_host) {
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   auto record_latency = [&] {
@@ -489,15 +526,17 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& k
     return std::nullopt;
   }
   Entry* e = it->second.get();
-  e->rec.flags |= index::kBlockFlagReused;
-  e->rec.last_access_ms = internal::NowMs(options_);
-  s.namespaces[key.ns].lru.MoveToFront(e);
+  if (touch) {
+    e->rec.flags |= index::kBlockFlagReused;
+    e->rec.last_access_ms = internal::NowMs(options_);
+    s.namespaces[key.ns].lru.MoveToFront(e);
+  }
   if (e->host.has_value()) {
     const absl::Span<const uint8_t> bytes(s.arena->data() + *e->host, e->rec.size);
-    if (e->verify_on_read) {
+    if (e->verify_on_read || verify_host) {
       absl::StatusOr<uint32_t> crc = codec::VerifyColdBlock(bytes);
       if (!crc.ok() || *crc != e->rec.checksum) {
-        KVTIER_LOG(kWarning, "store: recovered host block failed verification, dropped: ",
+        KVTIER_LOG(kWarning, "store: host block failed verification, dropped: ",
                    crc.ok() ? "checksum differs from the index" : crc.status().message());
         ++s.counters.checksum_failures;
         ++s.counters.misses;
@@ -508,9 +547,11 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& k
     }
     ++e->pins;
     ++s.pinned;
-    s.host_lru.MoveToFront(e);
-    ++s.counters.hits[static_cast<int>(Tier::kHost)];
-    s.counters.bytes_out[static_cast<int>(Tier::kHost)] += e->rec.size;
+    if (touch) {
+      s.host_lru.MoveToFront(e);
+      ++s.counters.hits[static_cast<int>(Tier::kHost)];
+      s.counters.bytes_out[static_cast<int>(Tier::kHost)] += e->rec.size;
+    }
     PinnedBlock pinned;
     pinned.store_ = this;
     pinned.entry_ = e;
@@ -520,7 +561,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& k
     return std::optional<PinnedBlock>(std::move(pinned));
   }
   // Disk only: stage the block in a host slot, read and verify it outside the lock.
-  s.disk_lru.MoveToFront(e);
+  if (touch) s.disk_lru.MoveToFront(e);
   std::optional<uint64_t> staging = s.host_alloc->Allocate(e->rec.size);
   if (!staging.has_value()) {
     const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.put_wait_ms);
@@ -580,8 +621,10 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& k
     return std::nullopt;
   }
   internal::MaybeRelease(s, e);
-  ++s.counters.hits[static_cast<int>(Tier::kDisk)];
-  s.counters.bytes_out[static_cast<int>(Tier::kDisk)] += size;
+  if (touch) {
+    ++s.counters.hits[static_cast<int>(Tier::kDisk)];
+    s.counters.bytes_out[static_cast<int>(Tier::kDisk)] += size;
+  }
   PinnedBlock pinned;
   pinned.store_ = this;
   pinned.staging_offset_ = *staging;

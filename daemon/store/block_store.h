@@ -194,6 +194,17 @@ class BlockStore {
   // Moves every host block that the disk admits down to disk now (kvtierctl drain); then Flush.
   absl::Status DemoteAll();
 
+  // Reads back and verifies every stored block (kvtierctl verify): host copies in place, disk
+  // copies through the disk tier. Blocks that fail are removed and counted, as a read would.
+  // Does not change LRU order or reuse flags. Blocks for the whole scan.
+  struct VerifyReport {
+    uint64_t blocks = 0;    // blocks checked
+    uint64_t bytes = 0;
+    uint64_t failed = 0;    // removed: checksum mismatch or I/O error
+    double seconds = 0;
+  };
+  absl::StatusOr<VerifyReport> Verify();
+
   StoreStats Stats() const;
 
   // Implementation types (block_store_internal.h); not part of the API.
@@ -209,6 +220,8 @@ class BlockStore {
   void Unpin(void* entry, std::optional<uint64_t> staging_offset, uint64_t staging_size);
   void AbortReservation(void* entry);
   void BackgroundLoop();
+  absl::StatusOr<std::optional<PinnedBlock>> AcquireImpl(const BlockKey& key, bool touch,
+                                                         bool verify_host);
 
   BlockStoreOptions options_;
   RecoveryReport recovery_;

@@ -267,12 +267,15 @@ void BlockStore::BackgroundLoop() {
       }
     }
     s.mu.Lock();
+    size_t failed = 0;
     for (Move& m : moves) {
       Entry* e = m.entry;
       if (!m.result.ok()) {
         ++s.counters.io_errors;
-        KVTIER_LOG(kWarning, "store: disk write of a ", e->rec.size, "-byte block to file ",
-                   m.slot.file, " at offset ", m.slot.offset, " failed: ", m.result.message());
+        if (failed++ == 0) {  // one line per round: a failing disk must not flood the log
+          KVTIER_LOG(kWarning, "store: disk write of a ", e->rec.size, "-byte block to file ",
+                     m.slot.file, " at offset ", m.slot.offset, " failed: ", m.result.message());
+        }
         absl::Status freed = s.disk->Free(m.slot, e->rec.size);
         if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
         e->migrating = false;
@@ -298,6 +301,10 @@ void BlockStore::BackgroundLoop() {
       e->disk = m.slot;
       internal::QueuePut(s, *e);
       e->indexed = true;
+    }
+    if (failed > 1) {
+      KVTIER_LOG(kWarning, "store: ", failed, " of ", moves.size(),
+                 " disk writes failed this round");
     }
     CommitPending(s, policy);
     oldest_pending = absl::InfiniteFuture();

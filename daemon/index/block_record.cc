@@ -1,0 +1,170 @@
+// Encodings of the index's keys and values (see block_record.h), by hand, byte by byte: no memcpy
+// of structs, so the format does not depend on the host's endianness or padding. Decoders check
+// every length and enum before reading and return DataLoss; pure functions, thread-safe.
+//
+// Block record, version 1 (kBlockRecordBytes = 62), integers little-endian:
+//   offset  0  u8   version (1)        offset 14  u32  size
+//   offset  1  u8   tier (0..2)        offset 18  u32  checksum
+//   offset  2  u8   flags              offset 22  u8[32] parent
+//   offset  3  u8   codec              offset 54  u64  last_access_ms
+//   offset  4  u16  device             (end   62)
+//   offset  6  u64  offset
+#include "daemon/index/block_record.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+
+namespace kvtier::index {
+namespace {
+
+constexpr size_t kNamespaceIdBytes = 4;
+static_assert(1 + 1 + 1 + 1 + 2 + 8 + 4 + 4 + 32 + 8 == kBlockRecordBytes,
+              "the table above and kBlockRecordBytes disagree");
+static_assert(4 + sizeof(BlockHash) == kBlockKeyBytes);
+
+void AppendLittleEndian(uint64_t value, size_t bytes, std::string* out) {
+  for (size_t i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+// REQUIRES: `at + bytes <= data.size()`.
+uint64_t ReadLittleEndian(absl::string_view data, size_t at, size_t bytes) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < bytes; ++i) {
+    value |= static_cast<uint64_t>(static_cast<uint8_t>(data[at + i])) << (8 * i);
+  }
+  return value;
+}
+
+void AppendBigEndian32(uint32_t value, std::string* out) {
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    out->push_back(static_cast<char>((value >> shift) & 0xff));
+  }
+}
+
+// REQUIRES: `at + 4 <= data.size()`.
+uint32_t ReadBigEndian32(absl::string_view data, size_t at) {
+  uint32_t value = 0;
+  for (size_t i = 0; i < 4; ++i) value = (value << 8) | static_cast<uint8_t>(data[at + i]);
+  return value;
+}
+
+void AppendHash(const BlockHash& hash, std::string* out) {
+  out->append(reinterpret_cast<const char*>(hash.data()), hash.size());
+}
+
+// REQUIRES: `at + 32 <= data.size()`.
+BlockHash ReadHash(absl::string_view data, size_t at) {
+  BlockHash hash;
+  for (size_t i = 0; i < hash.size(); ++i) hash[i] = static_cast<uint8_t>(data[at + i]);
+  return hash;
+}
+
+}  // namespace
+
+absl::string_view TierName(Tier tier) {
+  switch (tier) {
+    case Tier::kGpu:
+      return "gpu";
+    case Tier::kHost:
+      return "host";
+    case Tier::kDisk:
+      return "disk";
+  }
+  return "invalid";
+}
+
+std::string EncodeBlockKey(const BlockKey& key) {
+  std::string out;
+  out.reserve(kBlockKeyBytes);
+  AppendBigEndian32(key.ns, &out);
+  AppendHash(key.hash, &out);
+  return out;
+}
+
+absl::StatusOr<BlockKey> DecodeBlockKey(absl::string_view bytes) {
+  if (bytes.size() != kBlockKeyBytes) {
+    return absl::DataLossError(
+        absl::StrFormat("block key is %d bytes, expected %d", bytes.size(), kBlockKeyBytes));
+  }
+  BlockKey key;
+  key.ns = ReadBigEndian32(bytes, 0);
+  key.hash = ReadHash(bytes, kNamespaceIdBytes);
+  return key;
+}
+
+std::string EncodeBlockRecord(const BlockRecord& record) {
+  std::string out;
+  out.reserve(kBlockRecordBytes);
+  out.push_back(static_cast<char>(kBlockRecordVersion));
+  out.push_back(static_cast<char>(record.tier));
+  out.push_back(static_cast<char>(record.flags));
+  out.push_back(static_cast<char>(record.codec));
+  AppendLittleEndian(record.device, 2, &out);
+  AppendLittleEndian(record.offset, 8, &out);
+  AppendLittleEndian(record.size, 4, &out);
+  AppendLittleEndian(record.checksum, 4, &out);
+  AppendHash(record.parent, &out);
+  AppendLittleEndian(record.last_access_ms, 8, &out);
+  return out;
+}
+
+absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes) {
+  // The version comes first: a record of another version may well have another length, and the
+  // version is then the precise complaint.
+  if (bytes.empty()) {
+    return absl::DataLossError(
+        absl::StrFormat("block record is empty, expected %d bytes of version %d", kBlockRecordBytes,
+                        kBlockRecordVersion));
+  }
+  const uint8_t version = static_cast<uint8_t>(bytes[0]);
+  if (version != kBlockRecordVersion) {
+    return absl::DataLossError(
+        absl::StrFormat("block record has format version %d, this build reads version %d "
+                        "(record of %d bytes)",
+                        version, kBlockRecordVersion, bytes.size()));
+  }
+  if (bytes.size() != kBlockRecordBytes) {
+    return absl::DataLossError(
+        absl::StrFormat("block record of version %d is %d bytes, expected %d", version,
+                        bytes.size(), kBlockRecordBytes));
+  }
+  const uint8_t tier = static_cast<uint8_t>(bytes[1]);
+  if (tier >= kTierCount) {
+    return absl::DataLossError(
+        absl::StrFormat("block record tier value %d out of range [0, %d)", tier, kTierCount));
+  }
+  BlockRecord record;
+  record.tier = static_cast<Tier>(tier);
+  record.flags = static_cast<uint8_t>(bytes[2]);
+  record.codec = static_cast<uint8_t>(bytes[3]);
+  record.device = static_cast<uint16_t>(ReadLittleEndian(bytes, 4, 2));
+  record.offset = ReadLittleEndian(bytes, 6, 8);
+  record.size = static_cast<uint32_t>(ReadLittleEndian(bytes, 14, 4));
+  record.checksum = static_cast<uint32_t>(ReadLittleEndian(bytes, 18, 4));
+  record.parent = ReadHash(bytes, 22);
+  record.last_access_ms = ReadLittleEndian(bytes, 54, 8);
+  return record;
+}
+
+std::string EncodeNamespaceId(NamespaceId id) {
+  std::string out;
+  out.reserve(kNamespaceIdBytes);
+  AppendBigEndian32(id, &out);
+  return out;
+}
+
+absl::StatusOr<NamespaceId> DecodeNamespaceId(absl::string_view bytes) {
+  if (bytes.size() != kNamespaceIdBytes) {
+    return absl::DataLossError(
+        absl::StrFormat("namespace id is %d bytes, expected %d", bytes.size(), kNamespaceIdBytes));
+  }
+  return ReadBigEndian32(bytes, 0);
+}
+
+}  // namespace kvtier::index
