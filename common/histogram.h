@@ -21,7 +21,9 @@ class LatencyHistogram {
     uint64_t count = 0;
     uint64_t sum_us = 0;
     // Upper bound in microseconds of bucket i (the last is infinite: returns UINT64_MAX).
-    static uint64_t UpperBoundUs(size_t i) { return i + 1 < kBuckets ? uint64_t{1} << i : UINT64_MAX; }
+    static uint64_t UpperBoundUs(size_t i) {
+      return i + 1 < kBuckets ? uint64_t{1} << i : UINT64_MAX;
+    }
     // The smallest bucket bound with at least `q` of the samples at or below it (0 when empty).
     uint64_t QuantileUpperBoundUs(double q) const;
   };

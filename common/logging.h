@@ -30,13 +30,13 @@ void EmitLog(LogSeverity severity, const char* file, int line, absl::string_view
 
 }  // namespace kvtier
 
-#define KVTIER_LOG(severity, ...)                                                    \
+#define KVTIER_LOG(severity, ...)                                        \
   ::kvtier::EmitLog(::kvtier::LogSeverity::severity, __FILE__, __LINE__, \
                     ::absl::StrCat(__VA_ARGS__))
 
-#define KVTIER_LOG_FIRST(severity, ...)                                  \
-  do {                                                                   \
-    static ::std::atomic<bool> kvtier_logged_once_{false};               \
+#define KVTIER_LOG_FIRST(severity, ...)                                         \
+  do {                                                                          \
+    static ::std::atomic<bool> kvtier_logged_once_{false};                      \
     if (!kvtier_logged_once_.exchange(true)) KVTIER_LOG(severity, __VA_ARGS__); \
   } while (0)
 

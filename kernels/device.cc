@@ -3,6 +3,7 @@
 #include "kernels/device.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 #if KVTIER_WITH_CUDA
 #include "kernels/device_query.h"
@@ -38,9 +39,9 @@ absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
 absl::Status PinHostMemory(void* ptr, uint64_t bytes) {
 #if KVTIER_WITH_CUDA
   if (int err = internal::RegisterHost(ptr, bytes); err != 0) {
-    return absl::UnavailableError(absl::StrCat("cudaHostRegister of ", bytes, " bytes at ", ptr,
-                                               " failed: ", internal::ErrorString(err),
-                                               " (error ", err, ")"));
+    return absl::UnavailableError(
+        absl::StrFormat("cudaHostRegister of %d bytes at %p failed: %s (error %d)", bytes, ptr,
+                        internal::ErrorString(err), err));
   }
   return absl::OkStatus();
 #else
@@ -53,8 +54,8 @@ absl::Status PinHostMemory(void* ptr, uint64_t bytes) {
 absl::Status UnpinHostMemory(void* ptr) {
 #if KVTIER_WITH_CUDA
   if (int err = internal::UnregisterHost(ptr); err != 0) {
-    return absl::InternalError(absl::StrCat("cudaHostUnregister at ", ptr, " failed: ",
-                                            internal::ErrorString(err), " (error ", err, ")"));
+    return absl::InternalError(absl::StrFormat("cudaHostUnregister at %p failed: %s (error %d)",
+                                               ptr, internal::ErrorString(err), err));
   }
   return absl::OkStatus();
 #else

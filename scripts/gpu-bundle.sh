@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds kvtier with CUDA (Release) on the development machine and packs the GPU tests and the
-# benchmarks, with the shared libraries they need, into .device/ for the GPU machine (whose image
+# Builds kvtier with CUDA (Release) on the development machine and packs the GPU tests, the
+# storage-engine tests (label storage: real NVMe and the GPU machine's kernel), the benchmarks and
+# fio (the disk benchmark's baseline), with the shared libraries they need, into .device/ for the GPU machine (whose image
 # has CUDA but none of the Debian -dev libraries). The CUDA runtime is linked statically.
 # Usage: scripts/gpu-bundle.sh [OUT_DIR]      (default .device; keep it out of git)
 # Then, through the device tool, with OUT_DIR carried:  scripts/gpu-run.sh OUT_DIR "$OUT"
@@ -13,18 +14,19 @@ build=build-gpu
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_CUDA=ON >/dev/null
 cmake --build "$build"
 
-# The GPU tests (ctest label gpu), as ctest knows them: one line per test, "name<TAB>executable<TAB>args...".
+# The GPU and storage tests (ctest labels gpu and storage), as ctest knows them: one line per test, "name<TAB>executable<TAB>args...".
 manifest="$(mktemp)"
 trap 'rm -f "$manifest"' EXIT
-ctest --test-dir "$build" -L gpu --show-only=json-v1 | python3 -c '
+ctest --test-dir "$build" -L 'gpu|storage' --show-only=json-v1 | python3 -c '
 import json, os, sys
 for t in json.load(sys.stdin)["tests"]:
     cmd = t["command"]
     print("\t".join([t["name"], os.path.basename(cmd[0])] + cmd[1:]))
 ' >"$manifest"
 mapfile -t exes < <(cut -f2 "$manifest" | sort -u | sed "s|^|$build/bin/|")
-for b in kvtier-kernels-bench kvtier-codec-bench kvtier-codec; do
+for b in kvtier-kernels-bench kvtier-codec-bench kvtier-codec kvtier-bench kvtier-store-crash-harness; do
   [ -x "$build/bin/$b" ] && exes+=("$build/bin/$b")
 done
+command -v fio >/dev/null && exes+=("$(command -v fio)")
 cp "$manifest" "$build/tests.tsv"
 ../shared/tools/device-bundle.sh -o "$out" "${exes[@]}" -- "$build/tests.tsv"

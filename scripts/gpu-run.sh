@@ -50,5 +50,15 @@ if [ -x "$bundle/bin/kvtier-codec-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1 ]
     --benchmark_out="$results/codec_bench.json" --benchmark_out_format=json \
     >"$results/codec_bench.txt" 2>&1 || echo "codec benchmark failed"
 fi
+# Storage benchmarks on the GPU machine's NVMe (KVTIER_STORAGE_BENCH=1): the disk benchmark against
+# fio on the same file, then the index at one million blocks. fio comes from the bundle.
+if [ "${KVTIER_STORAGE_BENCH:-0}" = 1 ] && [ -x "$bundle/bin/kvtier-bench" ]; then
+  dir="${KVTIER_BENCH_DIR:-/var/tmp}"
+  PATH="$bundle/bin:$PATH" LD_LIBRARY_PATH="$bundle/lib" "$bundle/bin/kvtier-bench" disk \
+    --dir="$dir" ${KVTIER_DISK_BENCH_FLAGS:-} --json >"$results/disk_bench.json" \
+    2>"$results/disk_bench.log" || echo "disk benchmark failed (see disk_bench.log)"
+  "$bundle/run" kvtier-bench index --dir="$dir" ${KVTIER_INDEX_BENCH_FLAGS:-} \
+    >"$results/index_bench.txt" 2>&1 || echo "index benchmark failed (see index_bench.txt)"
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -9,6 +9,7 @@
 #include "daemon/store/block_store.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -90,6 +91,13 @@ void Detach(State& s, Entry* e) {
 
 void MaybeRelease(State& s, Entry* e) {
   if (!e->removed || e->pins > 0 || e->migrating) return;
+  if (e->host.has_value() && e->delete_seq != 0 && s.arena->persistent()) {
+    // A persistent host slot named by a record: reusable once the deletion is committed, or a
+    // restart could find the record pointing at another block's bytes.
+    s.host_quarantine.push_back({*e->host, e->slot_size, e->delete_seq});
+    s.host_lru.Remove(e);
+    e->host.reset();
+  }
   FreeHostCopy(s, e);
   if (e->disk.has_value()) {
     if (e->delete_seq != 0) {
@@ -120,6 +128,16 @@ void ReleaseQuarantine(State& s) {
     s.quarantined_bytes -= s.disk->SlotSize(it->size);
     it = s.quarantine.erase(it);
   }
+  for (auto it = s.host_quarantine.begin(); it != s.host_quarantine.end();) {
+    if (it->seq > s.committed_seq) {
+      ++it;
+      continue;
+    }
+    absl::Status st = s.host_alloc->Free(it->offset, it->size);
+    if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
+    it = s.host_quarantine.erase(it);
+  }
+  s.host_used = s.host_alloc->used_bytes();
 }
 
 }  // namespace internal
@@ -145,10 +163,10 @@ bool DecodeNamespaceRecord(absl::string_view bytes, std::string* record, uint64_
 
 std::string RecoveryReport::ToString() const {
   return absl::StrFormat(
-      "recovered %d disk blocks (%d bytes) and %d host blocks (%d bytes) in %.3f s; dropped %d "
-      "volatile and %d invalid entries",
-      disk_blocks, disk_bytes, host_blocks, host_bytes, seconds, dropped_volatile,
-      dropped_invalid);
+      "recovered %d disk blocks (%d bytes) and %d host blocks (%d bytes) in %.3f s (index %.3f, "
+      "tiers %.3f, scan %.3f); dropped %d volatile and %d invalid entries",
+      disk_blocks, disk_bytes, host_blocks, host_bytes, seconds, index_open_seconds,
+      tiers_open_seconds, scan_seconds, dropped_volatile, dropped_invalid);
 }
 
 // ---- PinnedBlock / HostReservation ----
@@ -209,14 +227,14 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
     }
   }
   if (options.max_block_bytes == 0 || options.max_block_bytes > options.host_chunk_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max block size %d must be positive and at most the host chunk size %d",
-        options.max_block_bytes, options.host_chunk_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max block size %d must be positive and at most the host chunk size %d",
+                        options.max_block_bytes, options.host_chunk_bytes));
   }
   if (!options.disk.dirs.empty() && options.max_block_bytes > options.disk.chunk_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("max block size %d exceeds the disk chunk size %d",
-                        options.max_block_bytes, options.disk.chunk_bytes));
+        absl::StrFormat("max block size %d exceeds the disk chunk size %d", options.max_block_bytes,
+                        options.disk.chunk_bytes));
   }
   if (options.index_path.empty()) {
     return absl::InvalidArgumentError("the store needs an index directory (index_path)");
@@ -230,12 +248,19 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   index_options.path = options.index_path;
   index_options.sync_policy = options.sync;
   KVTIER_ASSIGN_OR_RETURN(s.index, index::OpenRocksDbBlockIndex(index_options));
+  const auto index_opened = std::chrono::steady_clock::now();
+  store->recovery_.index_open_seconds = std::chrono::duration<double>(index_opened - start).count();
   KVTIER_ASSIGN_OR_RETURN(s.arena, HostArena::Create(options.host));
   KVTIER_ASSIGN_OR_RETURN(SlotAllocator host_alloc,
                           SlotAllocator::Create(s.arena->size(), options.host_chunk_bytes, 4096));
   s.host_alloc.emplace(std::move(host_alloc));
   KVTIER_ASSIGN_OR_RETURN(s.disk, DiskTier::Create(options.disk, {s.arena->span()}));
+  const auto tiers_opened = std::chrono::steady_clock::now();
+  store->recovery_.tiers_open_seconds =
+      std::chrono::duration<double>(tiers_opened - index_opened).count();
   KVTIER_RETURN_IF_ERROR(store->Recover());
+  store->recovery_.scan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - tiers_opened).count();
   store->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KVTIER_LOG(kInfo, "store: ", store->recovery_.ToString(), "; host tier ", s.arena->size(),
@@ -298,8 +323,8 @@ absl::StatusOr<uint64_t> BlockStore::ClearNamespace(NamespaceId id) {
 absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_t size) {
   State& s = *state_;
   if (size == 0 || size > options_.max_block_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "block size %d is outside 1..%d bytes", size, options_.max_block_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block size %d is outside 1..%d bytes", size, options_.max_block_bytes));
   }
   const uint64_t slot_size = s.host_alloc->SlotSize(size);
   absl::MutexLock lock(&s.mu);
@@ -462,15 +487,38 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
   BlockKey key;
   key.ns = ns;
   absl::ReaderMutexLock lock(&s.mu);
-  size_t hits = 0;
-  for (const BlockHash& h : chain) {
-    key.hash = h;
-    auto it = s.map.find(key);
-    if (it == s.map.end() || it->second->writing) break;
-    if (tiers != nullptr) tiers->push_back(it->second->host ? Tier::kHost : Tier::kDisk);
-    ++hits;
+  // Long chains are bound by memory latency: prefetch the table slots kSlotAhead keys ahead and
+  // the entries kEntryAhead keys ahead, so that several misses are in flight at once.
+  constexpr size_t kSlotAhead = 16;
+  constexpr size_t kEntryAhead = 8;
+  std::array<const Entry*, kEntryAhead> found{};
+  BlockKey ahead;
+  ahead.ns = ns;
+  for (size_t i = 0; i < std::min(kSlotAhead, chain.size()); ++i) {
+    ahead.hash = chain[i];
+    s.map.prefetch(ahead);
   }
-  return hits;
+  const size_t n = chain.size();
+  for (size_t i = 0; i < n + kEntryAhead; ++i) {
+    if (i + kSlotAhead < n) {
+      ahead.hash = chain[i + kSlotAhead];
+      s.map.prefetch(ahead);
+    }
+    if (i >= kEntryAhead) {  // consume key j before its ring slot is reused for key i
+      const size_t j = i - kEntryAhead;
+      const Entry* e = found[j % kEntryAhead];
+      if (e == nullptr || e->writing) return j;
+      if (tiers != nullptr) tiers->push_back(e->host ? Tier::kHost : Tier::kDisk);
+    }
+    if (i < n) {
+      key.hash = chain[i];
+      auto it = s.map.find(key);
+      const Entry* e = it == s.map.end() ? nullptr : it->second.get();
+      if (e != nullptr) __builtin_prefetch(e);
+      found[i % kEntryAhead] = e;
+    }
+  }
+  return n;
 }
 
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& key) {
@@ -504,8 +552,7 @@ absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() {
       ++report.failed;
     }
   }
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 
@@ -514,10 +561,10 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   auto record_latency = [&] {
-    s.read_latency.Record(static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                              start)
-            .count()));
+    s.read_latency.Record(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count()));
   };
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
@@ -596,8 +643,8 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   s.mu.Unlock();
   absl::Status read =
       s.disk->file(slot.file).Read(slot.offset, absl::Span<uint8_t>(dst, io_length));
-  absl::StatusOr<uint32_t> crc = read.ok() ? codec::VerifyColdBlock({dst, size})
-                                           : absl::StatusOr<uint32_t>(read);
+  absl::StatusOr<uint32_t> crc =
+      read.ok() ? codec::VerifyColdBlock({dst, size}) : absl::StatusOr<uint32_t>(read);
   s.mu.Lock();
   --e->pins;
   --s.pinned;
@@ -607,11 +654,10 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     } else {
       ++s.counters.io_errors;
     }
-    KVTIER_LOG(kWarning, "store: disk block in file ", slot.file, " at offset ", slot.offset,
-               " dropped: ",
-               crc.ok() ? absl::StrFormat("header checksum %08x, index expects %08x", *crc,
-                                          expected)
-                        : std::string(crc.status().message()));
+    KVTIER_LOG(
+        kWarning, "store: disk block in file ", slot.file, " at offset ", slot.offset, " dropped: ",
+        crc.ok() ? absl::StrFormat("header checksum %08x, index expects %08x", *crc, expected)
+                 : std::string(crc.status().message()));
     (void)s.host_alloc->Free(*staging, size);
     s.host_used = s.host_alloc->used_bytes();
     ++s.counters.misses;
@@ -683,9 +729,7 @@ absl::Status BlockStore::Flush() {
   const uint64_t target = s.queued_seq;
   s.idle = false;
   s.work_cv.Signal();
-  auto done = [&] {
-    return s.stop || (s.idle && s.committed_seq >= target && s.pending.empty());
-  };
+  auto done = [&] { return s.stop || (s.idle && s.committed_seq >= target && s.pending.empty()); };
   ++s.commit_waiters;
   while (!done()) s.changed_cv.Wait(&s.mu);
   --s.commit_waiters;
@@ -707,6 +751,10 @@ StoreStats BlockStore::Stats() const {
   StoreStats out;
   {
     absl::MutexLock lock(&s.mu);
+    out.index_memory_bytes =
+        s.map.capacity() * (sizeof(std::pair<const BlockKey, std::unique_ptr<Entry>>) + 1) +
+        (s.map.size() + s.retired.size()) * sizeof(Entry);
+    out.indexed_blocks = s.map.size();
     TierStats& host = out.tiers[static_cast<int>(Tier::kHost)];
     host.capacity_bytes = s.host_alloc->capacity_bytes();
     host.used_bytes = s.host_alloc->used_bytes();
@@ -740,7 +788,8 @@ StoreStats BlockStore::Stats() const {
   out.io_errors = c.io_errors;
   out.read_latency = s.read_latency.Read();
   out.put_latency = s.put_latency.Read();
-  for (size_t i = 0; i < s.disk->file_count(); ++i) out.disk_files.push_back(s.disk->file(i).stats());
+  for (size_t i = 0; i < s.disk->file_count(); ++i)
+    out.disk_files.push_back(s.disk->file(i).stats());
   out.index = s.index->stats();
   return out;
 }

@@ -61,19 +61,22 @@ struct BlockStoreOptions {
 
 struct PutOptions {
   std::optional<BlockHash> parent;  // the previous block of the chain, kept in the index
-  bool durable = false;       // write through to disk now, whatever the admission rule says
-  bool wait_durable = false;  // return once the block and its index entry are durable
+  bool durable = false;             // write through to disk now, whatever the admission rule says
+  bool wait_durable = false;        // return once the block and its index entry are durable
 };
 
 // What Open() recovered from the index.
 struct RecoveryReport {
   uint64_t disk_blocks = 0;
   uint64_t disk_bytes = 0;
-  uint64_t host_blocks = 0;   // persistent host tier only
+  uint64_t host_blocks = 0;  // persistent host tier only
   uint64_t host_bytes = 0;
   uint64_t dropped_volatile = 0;  // host entries whose memory did not survive
   uint64_t dropped_invalid = 0;   // entries that pointed outside the tiers or overlapped
-  double seconds = 0;
+  double seconds = 0;             // all of Open()
+  double index_open_seconds = 0;  // RocksDB open (WAL replay)
+  double tiers_open_seconds = 0;  // host arena (pinning) and disk files
+  double scan_seconds = 0;        // reading the records and rebuilding memory
   std::string ToString() const;
 };
 
@@ -198,9 +201,9 @@ class BlockStore {
   // copies through the disk tier. Blocks that fail are removed and counted, as a read would.
   // Does not change LRU order or reuse flags. Blocks for the whole scan.
   struct VerifyReport {
-    uint64_t blocks = 0;    // blocks checked
+    uint64_t blocks = 0;  // blocks checked
     uint64_t bytes = 0;
-    uint64_t failed = 0;    // removed: checksum mismatch or I/O error
+    uint64_t failed = 0;  // removed: checksum mismatch or I/O error
     double seconds = 0;
   };
   absl::StatusOr<VerifyReport> Verify();

@@ -25,8 +25,8 @@ using internal::State;
 struct Move {
   Entry* entry = nullptr;
   DiskSlot slot;
-  bool victim = false;          // leaves the host tier once on disk
-  bool write_through = false;   // a durable put waits for it
+  bool victim = false;         // leaves the host tier once on disk
+  bool write_through = false;  // a durable put waits for it
   absl::Status result;
 };
 
@@ -120,9 +120,9 @@ void BlockStore::BackgroundLoop() {
     const bool pending = !s.pending.empty();
     if (pending && oldest_pending == absl::InfiniteFuture()) oldest_pending = absl::Now();
     const bool commit_due =
-        pending && (policy != index::SyncPolicy::kBatch || s.commit_waiters > 0 || s.stop ||
-                    absl::Now() - oldest_pending >=
-                        absl::Milliseconds(options_.group_commit_interval_ms));
+        pending &&
+        (policy != index::SyncPolicy::kBatch || s.commit_waiters > 0 || s.stop ||
+         absl::Now() - oldest_pending >= absl::Milliseconds(options_.group_commit_interval_ms));
 
     if (commit_due) {
       CommitPending(s, policy);
@@ -138,9 +138,9 @@ void BlockStore::BackgroundLoop() {
         s.idle = true;
         s.changed_cv.SignalAll();
       }
-      s.work_cv.WaitWithTimeout(
-          &s.mu, pending ? absl::Milliseconds(options_.group_commit_interval_ms)
-                         : absl::Milliseconds(100));
+      s.work_cv.WaitWithTimeout(&s.mu, pending
+                                           ? absl::Milliseconds(options_.group_commit_interval_ms)
+                                           : absl::Milliseconds(100));
       continue;
     }
 
@@ -189,8 +189,8 @@ void BlockStore::BackgroundLoop() {
       const uint64_t low = static_cast<uint64_t>(options_.host_watermarks.low * host_capacity);
       uint64_t target = s.demote_all ? 0 : low;
       if (s.room_waiters > 0 && s.host_used <= target) {
-        target = s.host_used > options_.max_block_bytes ? s.host_used - options_.max_block_bytes
-                                                        : 0;
+        target =
+            s.host_used > options_.max_block_bytes ? s.host_used - options_.max_block_bytes : 0;
       }
       uint64_t leaving = 0;
       bool moved_any = false;

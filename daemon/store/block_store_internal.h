@@ -32,16 +32,16 @@ namespace kvtier::store {
 // reader pins it and no write is in flight.
 struct BlockStore::Entry {
   BlockKey key;
-  index::BlockRecord rec;   // parent, flags, codec, checksum, size, last access
-  uint64_t slot_size = 0;   // size rounded up to the slot alignment
-  std::optional<uint64_t> host;   // host copy: offset in the arena
-  std::optional<DiskSlot> disk;   // disk copy whose index entry is written
+  index::BlockRecord rec;        // parent, flags, codec, checksum, size, last access
+  uint64_t slot_size = 0;        // size rounded up to the slot alignment
+  std::optional<uint64_t> host;  // host copy: offset in the arena
+  std::optional<DiskSlot> disk;  // disk copy whose index entry is written
   bool writing = true;
   bool migrating = false;
   bool removed = false;
-  bool indexed = false;            // an index record exists or is queued for it
-  uint64_t delete_seq = 0;         // sequence of the queued deletion of its index record
-  bool verify_on_read = false;     // recovered host copy: checked on its first read
+  bool indexed = false;         // an index record exists or is queued for it
+  uint64_t delete_seq = 0;      // sequence of the queued deletion of its index record
+  bool verify_on_read = false;  // recovered host copy: checked on its first read
   bool free_host_when_unpinned = false;
   bool queued_write_through = false;
   std::optional<absl::Status> durable_result;  // outcome of a write-through (durable puts)
@@ -59,7 +59,7 @@ struct NamespaceState {
   std::string record;
   uint64_t quota = 0;  // 0: none
   bool registered = false;
-  uint64_t used = 0;   // slot bytes of its blocks
+  uint64_t used = 0;  // slot bytes of its blocks
   NsLru lru;
 };
 
@@ -103,16 +103,23 @@ struct BlockStore::State {
     uint64_t seq;
   };
   std::deque<Quarantined> quarantine ABSL_GUARDED_BY(mu);
+  // The same for host slots of a persistent host tier.
+  struct QuarantinedHost {
+    uint64_t offset;
+    uint64_t size;
+    uint64_t seq;
+  };
+  std::deque<QuarantinedHost> host_quarantine ABSL_GUARDED_BY(mu);
 
   uint64_t quarantined_bytes ABSL_GUARDED_BY(mu) = 0;
-  uint64_t host_used ABSL_GUARDED_BY(mu) = 0;   // mirrors host_alloc->used_bytes()
+  uint64_t host_used ABSL_GUARDED_BY(mu) = 0;  // mirrors host_alloc->used_bytes()
   uint32_t room_waiters ABSL_GUARDED_BY(mu) = 0;
   uint32_t commit_waiters ABSL_GUARDED_BY(mu) = 0;  // Flush() callers: commit without delay
   uint32_t migrating ABSL_GUARDED_BY(mu) = 0;
   uint64_t pinned ABSL_GUARDED_BY(mu) = 0;
   bool demote_all ABSL_GUARDED_BY(mu) = false;
   bool stop ABSL_GUARDED_BY(mu) = false;
-  bool idle ABSL_GUARDED_BY(mu) = false;   // the background thread found nothing to do
+  bool idle ABSL_GUARDED_BY(mu) = false;  // the background thread found nothing to do
 
   Counters counters;
   LatencyHistogram read_latency;
@@ -138,7 +145,7 @@ void Detach(State& s, Entry* e);
 void MaybeRelease(State& s, Entry* e);
 // Frees the host copy of an entry that keeps its disk copy (or is detached).
 void FreeHostCopy(State& s, Entry* e);
-// Moves reusable quarantined disk slots back to the allocator.
+// Moves reusable quarantined disk and host slots back to their allocators.
 void ReleaseQuarantine(State& s);
 uint64_t NowMs(const BlockStoreOptions& options);
 

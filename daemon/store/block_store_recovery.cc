@@ -56,51 +56,51 @@ absl::Status BlockStore::Recover() {
   std::vector<Entry*> recovered;
   index::IndexBatch drop;
   absl::MutexLock lock(&s.mu);
-  KVTIER_RETURN_IF_ERROR(s.index->ForEachBlock([&](const BlockKey& key,
-                                                   const index::BlockRecord& rec) {
-    auto e = std::make_unique<Entry>();
-    e->key = key;
-    e->rec = rec;
-    e->slot_size = s.host_alloc->SlotSize(rec.size);
-    e->writing = false;
-    e->indexed = true;
-    bool ok = rec.size > 0 && rec.size <= options_.max_block_bytes;
-    if (rec.tier == Tier::kDisk) {
-      const DiskSlot slot{rec.device, rec.offset};
-      ok = ok && s.disk->MarkAllocated(slot, rec.size).ok();
-      if (ok) {
-        e->disk = slot;
-        ++recovery_.disk_blocks;
-        recovery_.disk_bytes += rec.size;
-      } else {
-        ++recovery_.dropped_invalid;
-      }
-    } else if (rec.tier == Tier::kHost && keep_host) {
-      ok = ok && s.host_alloc->MarkAllocated(rec.offset, rec.size).ok();
-      if (ok) {
-        e->host = rec.offset;
-        e->verify_on_read = true;
-        ++recovery_.host_blocks;
-        recovery_.host_bytes += rec.size;
-      } else {
-        ++recovery_.dropped_invalid;
-      }
-    } else {
-      ok = false;
-      if (rec.tier == Tier::kHost) {
-        ++recovery_.dropped_volatile;
-      } else {
-        ++recovery_.dropped_invalid;
-      }
-    }
-    if (!ok) {
-      drop.deletes.push_back(key);
-      return true;
-    }
-    recovered.push_back(e.get());
-    s.map.emplace(key, std::move(e));
-    return true;
-  }));
+  KVTIER_RETURN_IF_ERROR(
+      s.index->ForEachBlock([&](const BlockKey& key, const index::BlockRecord& rec) {
+        auto e = std::make_unique<Entry>();
+        e->key = key;
+        e->rec = rec;
+        e->slot_size = s.host_alloc->SlotSize(rec.size);
+        e->writing = false;
+        e->indexed = true;
+        bool ok = rec.size > 0 && rec.size <= options_.max_block_bytes;
+        if (rec.tier == Tier::kDisk) {
+          const DiskSlot slot{rec.device, rec.offset};
+          ok = ok && s.disk->MarkAllocated(slot, rec.size).ok();
+          if (ok) {
+            e->disk = slot;
+            ++recovery_.disk_blocks;
+            recovery_.disk_bytes += rec.size;
+          } else {
+            ++recovery_.dropped_invalid;
+          }
+        } else if (rec.tier == Tier::kHost && keep_host) {
+          ok = ok && s.host_alloc->MarkAllocated(rec.offset, rec.size).ok();
+          if (ok) {
+            e->host = rec.offset;
+            e->verify_on_read = true;
+            ++recovery_.host_blocks;
+            recovery_.host_bytes += rec.size;
+          } else {
+            ++recovery_.dropped_invalid;
+          }
+        } else {
+          ok = false;
+          if (rec.tier == Tier::kHost) {
+            ++recovery_.dropped_volatile;
+          } else {
+            ++recovery_.dropped_invalid;
+          }
+        }
+        if (!ok) {
+          drop.deletes.push_back(key);
+          return true;
+        }
+        recovered.push_back(e.get());
+        s.map.emplace(key, std::move(e));
+        return true;
+      }));
   s.host_used = s.host_alloc->used_bytes();
   // Least recently used first, so that pushing to the front leaves the most recent in front.
   std::sort(recovered.begin(), recovered.end(), [](const Entry* a, const Entry* b) {

@@ -20,9 +20,9 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Create(
   const uint64_t per_file =
       options.capacity_bytes / options.dirs.size() / options.chunk_bytes * options.chunk_bytes;
   if (per_file == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "disk capacity ", options.capacity_bytes, " bytes over ", options.dirs.size(),
-        " directories is below one ", options.chunk_bytes, "-byte chunk per file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("disk capacity ", options.capacity_bytes, " bytes over ", options.dirs.size(),
+                     " directories is below one ", options.chunk_bytes, "-byte chunk per file"));
   }
   for (const std::string& dir : options.dirs) {
     io::BlockFileOptions file_options;
@@ -36,9 +36,9 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Create(
     absl::StatusOr<std::unique_ptr<io::BlockFile>> file =
         options.open_file ? options.open_file(file_options) : io::OpenBlockFile(file_options);
     if (!file.ok()) return file.status();
-    KVTIER_ASSIGN_OR_RETURN(SlotAllocator allocator,
-                            SlotAllocator::Create(per_file, options.chunk_bytes,
-                                                  (*file)->alignment()));
+    KVTIER_ASSIGN_OR_RETURN(
+        SlotAllocator allocator,
+        SlotAllocator::Create(per_file, options.chunk_bytes, (*file)->alignment()));
     tier->files_.push_back(std::move(*file));
     tier->allocators_.push_back(std::move(allocator));
   }
@@ -65,17 +65,16 @@ std::optional<DiskSlot> DiskTier::Allocate(uint64_t size) {
 
 absl::Status DiskTier::Free(const DiskSlot& slot, uint64_t size) {
   if (slot.file >= allocators_.size()) {
-    return absl::InternalError(absl::StrCat("free of a slot in disk file ", slot.file, " of ",
-                                            allocators_.size()));
+    return absl::InternalError(
+        absl::StrCat("free of a slot in disk file ", slot.file, " of ", allocators_.size()));
   }
   return allocators_[slot.file].Free(slot.offset, size);
 }
 
 absl::Status DiskTier::MarkAllocated(const DiskSlot& slot, uint64_t size) {
   if (slot.file >= allocators_.size()) {
-    return absl::FailedPreconditionError(absl::StrCat("disk file ", slot.file,
-                                                      " does not exist (the tier has ",
-                                                      allocators_.size(), " files)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "disk file ", slot.file, " does not exist (the tier has ", allocators_.size(), " files)"));
   }
   return allocators_[slot.file].MarkAllocated(slot.offset, size);
 }

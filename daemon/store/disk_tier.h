@@ -19,11 +19,11 @@
 namespace kvtier::store {
 
 struct DiskTierOptions {
-  std::vector<std::string> dirs;   // one file per directory; empty: no disk tier
-  uint64_t capacity_bytes = 0;     // total, split evenly across the directories
+  std::vector<std::string> dirs;  // one file per directory; empty: no disk tier
+  uint64_t capacity_bytes = 0;    // total, split evenly across the directories
   io::IoEngine engine = io::IoEngine::kAuto;
   uint32_t queue_depth = 64;
-  uint32_t threads = 4;            // thread-pool engine workers per file
+  uint32_t threads = 4;  // thread-pool engine workers per file
   uint64_t chunk_bytes = 256ull << 20;
   std::string file_name = "kvtier-blocks.dat";
   bool direct_io = true;

@@ -10,14 +10,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <atomic>
-#include <algorithm>
-#include <cstddef>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -150,9 +150,8 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
                                                    " bytes must be a positive multiple of 4096"));
   }
   const MemoryLimit limit = ReadMemoryLimit();
-  if (limit.bytes > 0 &&
-      static_cast<double>(options.capacity_bytes) >
-          options.max_memory_fraction * static_cast<double>(limit.bytes)) {
+  if (limit.bytes > 0 && static_cast<double>(options.capacity_bytes) >
+                             options.max_memory_fraction * static_cast<double>(limit.bytes)) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "host tier of %s exceeds %.0f%% of the memory limit, %s from the %s; lower the host "
         "capacity or raise the limit",
@@ -195,10 +194,11 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
     if (int err = posix_fallocate(fd, 0, static_cast<off_t>(total)); err != 0) {
       close(fd);
       if (err == ENOSPC) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "no room for the persistent host tier: ", path, " needs ", SizeAndHow(total),
-            " and its file system (", options.shm_dir, ", tmpfs) is full; enlarge it or lower the "
-            "host capacity"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("no room for the persistent host tier: ", path, " needs ",
+                         SizeAndHow(total), " and its file system (", options.shm_dir,
+                         ", tmpfs) is full; enlarge it or lower the "
+                         "host capacity"));
       }
       return absl::InternalError(absl::StrCat("fallocate ", path, ": ", ErrnoText(err)));
     }
@@ -233,12 +233,12 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
     if (p == MAP_FAILED) {
       const int err = errno;
       if (err == ENOMEM && options.huge_pages) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "no huge pages for a host tier of ", SizeAndHow(options.capacity_bytes),
-            ": reserve them (vm.nr_hugepages) or turn huge pages off"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("no huge pages for a host tier of ", SizeAndHow(options.capacity_bytes),
+                         ": reserve them (vm.nr_hugepages) or turn huge pages off"));
       }
-      return absl::InternalError(absl::StrCat("mmap of ", SizeAndHow(options.capacity_bytes),
-                                              ": ", ErrnoText(err)));
+      return absl::InternalError(
+          absl::StrCat("mmap of ", SizeAndHow(options.capacity_bytes), ": ", ErrnoText(err)));
     }
     arena->mapping_ = static_cast<uint8_t*>(p);
     arena->mapping_bytes_ = options.capacity_bytes;
@@ -266,8 +266,7 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
     }
   }
   if (mode == HostPinMode::kCuda) {
-    KVTIER_RETURN_IF_ERROR(
-        PinWithCuda(arena->data_, arena->size_, options, &arena->cuda_pinned_));
+    KVTIER_RETURN_IF_ERROR(PinWithCuda(arena->data_, arena->size_, options, &arena->cuda_pinned_));
     arena->pin_mechanism_ = "cuda";
   } else if (mode == HostPinMode::kMlock) {
     if (!mlock_fits) {

@@ -29,8 +29,8 @@ struct HostArenaOptions {
   // Non-empty: back the arena by `<shm_dir>/<shm_name>` and keep it across restarts.
   std::string shm_name;
   std::string shm_dir = "/dev/shm";
-  bool huge_pages = false;          // MAP_HUGETLB (anonymous arenas only)
-  uint32_t pin_threads = 8;         // threads registering chunks in parallel
+  bool huge_pages = false;   // MAP_HUGETLB (anonymous arenas only)
+  uint32_t pin_threads = 8;  // threads registering chunks in parallel
   uint64_t pin_chunk_bytes = 1ull << 30;
   // The arena may use at most this fraction of the smaller of the cgroup memory limit and the
   // machine's memory.

@@ -40,8 +40,14 @@ class IntrusiveList {
   void Remove(T* item) {
     ListHook<T>& h = item->*Hook;
     if (!h.linked) return;
-    if (h.prev != nullptr) (h.prev->*Hook).next = h.next; else head_ = h.next;
-    if (h.next != nullptr) (h.next->*Hook).prev = h.prev; else tail_ = h.prev;
+    if (h.prev != nullptr)
+      (h.prev->*Hook).next = h.next;
+    else
+      head_ = h.next;
+    if (h.next != nullptr)
+      (h.next->*Hook).prev = h.prev;
+    else
+      tail_ = h.prev;
     h = ListHook<T>{};
     --size_;
   }

@@ -29,9 +29,8 @@ absl::StatusOr<SlotAllocator> SlotAllocator::Create(uint64_t capacity_bytes, uin
         "capacity %d bytes is smaller than one chunk (%d bytes)", capacity_bytes, chunk_bytes));
   }
   if (capacity_bytes / chunk_bytes > UINT32_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("capacity %d bytes is too many chunks of %d bytes", capacity_bytes,
-                        chunk_bytes));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "capacity %d bytes is too many chunks of %d bytes", capacity_bytes, chunk_bytes));
   }
   return SlotAllocator(capacity_bytes / chunk_bytes, chunk_bytes, alignment);
 }
@@ -111,8 +110,8 @@ absl::Status SlotAllocator::LocateSlot(uint64_t offset, uint64_t slot_size, uint
                                        uint32_t* slot) const {
   const uint64_t index = offset / chunk_bytes_;
   if (index >= chunk_count_) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "slot offset %d is beyond the capacity %d", offset, chunk_count_ * chunk_bytes_));
+    return absl::FailedPreconditionError(absl::StrFormat("slot offset %d is beyond the capacity %d",
+                                                         offset, chunk_count_ * chunk_bytes_));
   }
   const uint64_t within = offset % chunk_bytes_;
   const Chunk& c = chunks_[index];
@@ -122,8 +121,8 @@ absl::Status SlotAllocator::LocateSlot(uint64_t offset, uint64_t slot_size, uint
                         offset, slot_size, c.slot_size));
   }
   if (within % slot_size != 0 || within / slot_size >= chunk_bytes_ / slot_size) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "offset %d is not a slot boundary for %d-byte slots", offset, slot_size));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("offset %d is not a slot boundary for %d-byte slots", offset, slot_size));
   }
   *chunk = static_cast<uint32_t>(index);
   *slot = static_cast<uint32_t>(within / slot_size);
@@ -138,9 +137,8 @@ absl::Status SlotAllocator::Free(uint64_t offset, uint64_t size) {
   Chunk& c = chunks_[index];
   const uint64_t bit = uint64_t{1} << (slot % 64);
   if (c.slot_size == 0 || (c.used_bits[slot / 64] & bit) == 0) {
-    return absl::InternalError(
-        absl::StrFormat("free of slot at offset %d (%d bytes), which is not allocated", offset,
-                        slot_size));
+    return absl::InternalError(absl::StrFormat(
+        "free of slot at offset %d (%d bytes), which is not allocated", offset, slot_size));
   }
   c.used_bits[slot / 64] &= ~bit;
   if (slot / 64 < c.search_hint) c.search_hint = slot / 64;

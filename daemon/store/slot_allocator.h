@@ -40,19 +40,21 @@ class SlotAllocator {
 
   uint64_t capacity_bytes() const { return chunk_count_ * chunk_bytes_; }
   uint64_t chunk_bytes() const { return chunk_bytes_; }
-  uint64_t used_bytes() const { return used_bytes_; }     // sum of allocated slot sizes
+  uint64_t used_bytes() const { return used_bytes_; }  // sum of allocated slot sizes
   uint64_t used_slots() const { return used_slots_; }
   uint64_t free_chunks() const { return free_chunks_.size(); }
-  uint64_t SlotSize(uint64_t size) const { return (size + alignment_ - 1) / alignment_ * alignment_; }
+  uint64_t SlotSize(uint64_t size) const {
+    return (size + alignment_ - 1) / alignment_ * alignment_;
+  }
 
  private:
   struct Chunk {
     uint64_t slot_size = 0;  // 0: free chunk
     uint32_t slots = 0;
     uint32_t used = 0;
-    uint32_t search_hint = 0;            // first word that may hold a free bit
-    int64_t partial_pos = -1;            // index in its class's partial list, -1 when not there
-    std::vector<uint64_t> used_bits;     // bit i: slot i allocated
+    uint32_t search_hint = 0;         // first word that may hold a free bit
+    int64_t partial_pos = -1;         // index in its class's partial list, -1 when not there
+    std::vector<uint64_t> used_bits;  // bit i: slot i allocated
   };
   struct SizeClass {
     std::vector<uint32_t> partial;  // chunks of this slot size with at least one free slot

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/histogram.h"
-#include "daemon/io/block_file.h"
 #include "daemon/index/block_index.h"
+#include "daemon/io/block_file.h"
 
 namespace kvtier::store {
 
@@ -18,31 +18,33 @@ struct TierStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;  // bytes of allocated slots
   uint64_t blocks = 0;
-  uint64_t hits = 0;        // reads served by this tier
-  uint64_t bytes_in = 0;    // block bytes written into this tier
-  uint64_t bytes_out = 0;   // block bytes read from this tier
+  uint64_t hits = 0;       // reads served by this tier
+  uint64_t bytes_in = 0;   // block bytes written into this tier
+  uint64_t bytes_out = 0;  // block bytes read from this tier
 };
 
 struct StoreStats {
-  std::array<TierStats, 3> tiers;  // indexed by index::Tier: gpu, host, disk
+  std::array<TierStats, 3> tiers;   // indexed by index::Tier: gpu, host, disk
+  uint64_t indexed_blocks = 0;      // entries in the in-memory index
+  uint64_t index_memory_bytes = 0;  // its estimated size (table plus entries)
   uint64_t misses = 0;
   uint64_t puts = 0;
   uint64_t duplicate_puts = 0;
-  uint64_t put_rejected = 0;        // no room or over quota
+  uint64_t put_rejected = 0;  // no room or over quota
   uint64_t evictions_host_to_disk = 0;
-  uint64_t evictions_host_dropped = 0;   // left host without going to disk (not admitted/full)
+  uint64_t evictions_host_dropped = 0;     // left host without going to disk (not admitted/full)
   uint64_t evictions_host_copy_freed = 0;  // host copy freed, disk copy kept
   uint64_t evictions_disk_dropped = 0;
-  uint64_t evictions_quota = 0;     // removed to bring a namespace under its quota
-  uint64_t removed = 0;             // Remove() and ClearNamespace()
-  uint64_t checksum_failures = 0;   // blocks that failed verification when read back
-  uint64_t io_errors = 0;           // disk reads or writes that failed
-  uint64_t pinned_blocks = 0;       // gauge
-  uint64_t migrating_blocks = 0;    // gauge: disk writes in flight
-  uint64_t unsynced_index_writes = 0;  // gauge
-  uint64_t quarantined_disk_slots = 0;  // gauge: freed, reusable after the next index sync
-  LatencyHistogram::Snapshot read_latency;   // Acquire, microseconds
-  LatencyHistogram::Snapshot put_latency;    // Put/Commit, microseconds
+  uint64_t evictions_quota = 0;             // removed to bring a namespace under its quota
+  uint64_t removed = 0;                     // Remove() and ClearNamespace()
+  uint64_t checksum_failures = 0;           // blocks that failed verification when read back
+  uint64_t io_errors = 0;                   // disk reads or writes that failed
+  uint64_t pinned_blocks = 0;               // gauge
+  uint64_t migrating_blocks = 0;            // gauge: disk writes in flight
+  uint64_t unsynced_index_writes = 0;       // gauge
+  uint64_t quarantined_disk_slots = 0;      // gauge: freed, reusable after the next index sync
+  LatencyHistogram::Snapshot read_latency;  // Acquire, microseconds
+  LatencyHistogram::Snapshot put_latency;   // Put/Commit, microseconds
   std::vector<io::BlockFileStats> disk_files;
   index::IndexStats index;
 };

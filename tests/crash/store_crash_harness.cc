@@ -105,7 +105,7 @@ int RunChild(const Flags& f) {
       o.wait_durable = o.durable;
       absl::Status st =
           (*store)->Put(KeyFor(id), kvtier::testing::MakeTestBlock(id, PayloadFor(id)), o);
-      if (st.ok() && o.durable) WriteLine(f.ack_fd, absl::StrCat("A ", id));
+      if (st.ok()) WriteLine(f.ack_fd, absl::StrCat(o.durable ? "A " : "N ", id));
       issued.push_back(id);
     } else if (op < 95) {
       const uint64_t target = issued[rng() % issued.size()];
@@ -125,6 +125,7 @@ int RunChild(const Flags& f) {
 struct Ledger {
   std::set<uint64_t> durable;  // acknowledged, not removed since
   std::set<uint64_t> removed;  // may or may not be present
+  uint64_t max_issued = 0;     // highest id whose put returned
   bool wrong_bytes = false;
   std::string partial;
   void Consume(const char* data, size_t n) {
@@ -135,6 +136,7 @@ struct Ledger {
       partial.erase(0, nl + 1);
       uint64_t id = 0;
       if (line.size() < 3 || !absl::SimpleAtoi(line.substr(2), &id)) continue;
+      if (line[0] == 'A' || line[0] == 'N') max_issued = std::max(max_issued, id);
       if (line[0] == 'A') {
         durable.insert(id);
         removed.erase(id);
@@ -155,10 +157,11 @@ int RunParent(Flags f, const char* self) {
     f.dir = temp->path();
   }
   for (const char* sub : {"/disk0", "/disk1"}) mkdir((f.dir + sub).c_str(), 0700);
-  SetMinLogSeverity(LogSeverity::kError);
+  SetMinLogSeverity(LogSeverity::kWarning);  // a block that fails verification says why
   std::mt19937_64 rng(f.seed);
   Ledger ledger;
   uint64_t total_checked = 0, total_verified = 0;
+  std::vector<uint64_t> cycle_max;  // per cycle: highest id stored
   double max_recovery = 0;
   for (int cycle = 0; cycle < f.cycles; ++cycle) {
     int fds[2];
@@ -171,8 +174,8 @@ int RunParent(Flags f, const char* self) {
       const std::string start = absl::StrCat("--start-id=", start_id);
       const std::string seed = absl::StrCat("--seed=", f.seed);
       const std::string dir = absl::StrCat("--dir=", f.dir);
-      std::vector<const char*> argv = {self, "--child", ack.c_str(), start.c_str(), seed.c_str(),
-                                       dir.c_str()};
+      std::vector<const char*> argv = {self,          "--child",    ack.c_str(),
+                                       start.c_str(), seed.c_str(), dir.c_str()};
       if (f.persistent_host) argv.push_back("--persistent-host");
       argv.push_back(nullptr);
       execv(self, const_cast<char* const*>(argv.data()));
@@ -222,10 +225,9 @@ int RunParent(Flags f, const char* self) {
     max_recovery = std::max(max_recovery, (*store)->recovery().seconds);
     absl::StatusOr<BlockStore::VerifyReport> verify = (*store)->Verify();
     if (!verify.ok() || verify->failed != 0) {
-      std::fprintf(stderr, "cycle %d: %s index entries do not resolve to a verified block\n",
-                   cycle,
-                   verify.ok() ? absl::StrCat(verify->failed).c_str()
-                               : verify.status().ToString().c_str());
+      std::fprintf(
+          stderr, "cycle %d: %s index entries do not resolve to a verified block\n", cycle,
+          verify.ok() ? absl::StrCat(verify->failed).c_str() : verify.status().ToString().c_str());
       return 1;
     }
     total_verified += verify->blocks;
@@ -250,6 +252,19 @@ int RunParent(Flags f, const char* self) {
                      static_cast<unsigned long long>(id));
         return 1;
       }
+    }
+    // Keep the store bounded: blocks of cycles older than the last three are removed for good
+    // (otherwise disk eviction would, legitimately, drop acknowledged blocks).
+    cycle_max.push_back(ledger.max_issued);
+    ledger.max_issued = 0;
+    if (cycle >= 3) {
+      const uint64_t old_start = static_cast<uint64_t>(cycle - 3) * kIdsPerCycle;
+      for (uint64_t id = old_start; id <= cycle_max[cycle - 3] && cycle_max[cycle - 3] != 0; ++id) {
+        if (!(*store)->Remove(KeyFor(id)).ok()) return 1;
+        ledger.durable.erase(id);
+        ledger.removed.erase(id);
+      }
+      if (!(*store)->Flush().ok()) return 1;
     }
     std::printf(
         "cycle %3d: killed after %3d ms; %s; %llu blocks verified; %zu durable blocks present\n",
@@ -276,7 +291,9 @@ int main(int argc, char** argv) {
       const size_t n = std::strlen(name);
       return arg.compare(0, n, name) == 0 ? argv[i] + n : nullptr;
     };
-    if (arg == "--child") {
+    if (arg.rfind("--gtest_", 0) == 0) {
+      continue;  // runners that pass gtest flags to every test binary
+    } else if (arg == "--child") {
       f.child = true;
     } else if (arg == "--persistent-host") {
       f.persistent_host = true;

@@ -17,8 +17,8 @@ class BlockStoreFaultTest : public StoreFixture {
  protected:
   void SetUp() override {
     StoreFixture::SetUp();
-    options_.disk.open_file = [this](const io::BlockFileOptions& o)
-        -> absl::StatusOr<std::unique_ptr<io::BlockFile>> {
+    options_.disk.open_file =
+        [this](const io::BlockFileOptions& o) -> absl::StatusOr<std::unique_ptr<io::BlockFile>> {
       absl::StatusOr<std::unique_ptr<io::BlockFile>> base = io::OpenBlockFile(o);
       if (!base.ok()) return base.status();
       auto wrapped = std::make_unique<FaultInjectingBlockFile>(std::move(*base));

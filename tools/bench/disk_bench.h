@@ -1,0 +1,16 @@
+// `kvtier-bench disk`: throughput of the disk tier's block I/O (BlockFile) at fixed queue depths,
+// next to fio on the same file with the same block size, depth and direct I/O as the baseline.
+// Single entry point; not thread-safe (runs once per process).
+#ifndef KVTIER_TOOLS_BENCH_DISK_BENCH_H_
+#define KVTIER_TOOLS_BENCH_DISK_BENCH_H_
+
+namespace kvtier::bench {
+
+// Runs the disk benchmark. `argv[0]` is the subcommand name ("disk"); flags follow (--help lists
+// them). Prints a table, or JSON with --json, on stdout and progress on stderr. Returns 0 on
+// success, 1 on an I/O error (kvtier or fio), 2 on a usage error. Blocks for the whole run.
+int RunDiskBench(int argc, char** argv);
+
+}  // namespace kvtier::bench
+
+#endif  // KVTIER_TOOLS_BENCH_DISK_BENCH_H_
