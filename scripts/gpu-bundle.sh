@@ -4,7 +4,10 @@
 # fio (the disk benchmark's baseline), with the shared libraries they need, into .device/ for the GPU machine (whose image
 # has CUDA but none of the Debian -dev libraries). The CUDA runtime is linked statically.
 # Usage: scripts/gpu-bundle.sh [OUT_DIR]      (default .device; keep it out of git)
-# Then, through the device tool, with OUT_DIR carried:  scripts/gpu-run.sh OUT_DIR "$OUT"
+# The bundle (with RocksDB linked in and fio's libraries) exceeds the device tool's 64 MiB carry
+# limit, so it is also stripped and packed into OUT_DIR-pack/bundle.tar.xz (about 35 MB).
+# Then, through the device tool, carrying OUT_DIR-pack:
+#   tar -xJf .device-pack/bundle.tar.xz && scripts/gpu-run.sh .device "$OUT"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-.device}"
@@ -30,3 +33,7 @@ done
 command -v fio >/dev/null && exes+=("$(command -v fio)")
 cp "$manifest" "$build/tests.tsv"
 ../shared/tools/device-bundle.sh -o "$out" "${exes[@]}" -- "$build/tests.tsv"
+strip --strip-unneeded "$out"/bin/* "$out"/lib/* 2>/dev/null || true
+mkdir -p "$out-pack"
+tar -cf - "$out" | xz -T0 -6 >"$out-pack/bundle.tar.xz"
+echo "packed $(du -h "$out-pack/bundle.tar.xz" | cut -f1) into $out-pack/bundle.tar.xz"
