@@ -243,6 +243,11 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
     arena->mapping_ = static_cast<uint8_t*>(p);
     arena->mapping_bytes_ = options.capacity_bytes;
     arena->data_ = arena->mapping_;
+    if (options.transparent_huge_pages && !options.huge_pages &&
+        madvise(p, options.capacity_bytes, MADV_HUGEPAGE) != 0) {
+      KVTIER_LOG_FIRST(kWarning, "host tier: madvise(MADV_HUGEPAGE) refused: ", ErrnoText(errno),
+                       "; using 4 KiB pages");
+    }
     arena->incarnation_ = NewIncarnation();
   }
 

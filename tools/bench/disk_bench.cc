@@ -4,12 +4,14 @@
 // block-aligned slot), then fio runs as a subprocess on the same file with the same block size,
 // iodepth, O_DIRECT, random block-aligned offsets and one job. The figure of merit is the ratio
 // kvtier/fio of bytes per second. The two alternate which runs first (--rounds=N repeats both and
-// keeps the median run), so that neither always inherits the other's device state. When reads are
-// measured the file is first written end to end, since reading never-written (unwritten-extent)
-// blocks costs the device nothing. The table also shows how many physically contiguous runs each
-// kvtier request buffer has: on a virtio disk every run is one descriptor, and freshly faulted
-// 4 KiB pages come out contiguous in some processes and scattered in others (fio's too), which
-// moves large-block throughput more than either engine does.
+// keeps the median run), so that neither always inherits the other's device state. The file is
+// first written end to end (as a cache file is in steady state): reading never-written
+// (unwritten-extent) blocks costs the device nothing, and the first write to an unwritten extent
+// costs a conversion (and, from io_uring, a punt to a kernel worker) that later writes do not,
+// which would penalize whichever tool writes a block first. The table also shows how many
+// physically contiguous runs each kvtier request buffer has: on a virtio disk every run is one
+// descriptor, and freshly faulted 4 KiB pages come out contiguous in some processes and scattered
+// in others (fio's too), which moves large-block throughput more than either engine does.
 //
 // Run: build/bin/kvtier-bench disk --file-bytes=1GiB --seconds=1 --depths=1,8,64
 #include "tools/bench/disk_bench.h"
@@ -101,8 +103,8 @@ Flags:
   --keep-file             keep the test file afterwards
   --no-registered-buffers do not register the request buffers with io_uring
   --huge-pages            back the request buffers with transparent huge pages
-  --no-fill               skip writing the whole file before reads (a file kept from an earlier
-                          run with --keep-file is already written)
+  --no-fill               skip writing the whole file before measuring (a file kept from an
+                          earlier run with --keep-file is already written)
 )";
 
 absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumentError(message); }
@@ -783,18 +785,18 @@ int RunDiskBench(int argc, char** argv) {
                  static_cast<double>(flags.file_bytes) / (1 << 30), file.mechanism().c_str());
   }
 
+  if (flags.fill) {
+    if (absl::Status filled = FillFile(file, fill_block, kFillDepth, pool, flags.json);
+        !filled.ok()) {
+      std::fprintf(stderr, "kvtier-bench disk: filling the file: %s\n", filled.ToString().c_str());
+      opened->reset();
+      if (!flags.keep_file) unlink(path.c_str());
+      return 1;
+    }
+  }
   int exit_code = 0;
   std::vector<Point> points;
   for (io::IoKind kind : flags.ops) {
-    if (kind == io::IoKind::kRead && flags.fill) {
-      if (absl::Status filled = FillFile(file, fill_block, kFillDepth, pool, flags.json);
-          !filled.ok()) {
-        std::fprintf(stderr, "kvtier-bench disk: filling the file: %s\n",
-                     filled.ToString().c_str());
-        exit_code = 1;
-        break;
-      }
-    }
     for (uint32_t block : flags.block_sizes) {
       for (uint32_t depth : flags.depths) {
         Point point{kind, block, depth, {}, std::nullopt};
