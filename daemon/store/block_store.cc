@@ -91,7 +91,7 @@ void Detach(State& s, Entry* e) {
 
 void MaybeRelease(State& s, Entry* e) {
   if (!e->removed || e->pins > 0 || e->migrating) return;
-  if (e->host.has_value() && e->delete_seq != 0 && s.arena->persistent()) {
+  if (e->host.has_value() && e->delete_seq > s.committed_seq && s.arena->persistent()) {
     // A persistent host slot named by a record: reusable once the deletion is committed, or a
     // restart could find the record pointing at another block's bytes.
     s.host_quarantine.push_back({*e->host, e->slot_size, e->delete_seq});
@@ -100,7 +100,7 @@ void MaybeRelease(State& s, Entry* e) {
   }
   FreeHostCopy(s, e);
   if (e->disk.has_value()) {
-    if (e->delete_seq != 0) {
+    if (e->delete_seq > s.committed_seq) {
       // The slot may be reused only once the index no longer points at it durably.
       s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
       s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
@@ -315,7 +315,8 @@ absl::StatusOr<uint64_t> BlockStore::ClearNamespace(NamespaceId id) {
     internal::Detach(s, e);
     ++removed;
   }
-  // Blocks being written are not in the namespace list yet; they go when they commit.
+  // Blocks still being written (reserved, not committed) are not in the namespace's list: they
+  // survive the clear and become visible when committed.
   s.counters.removed += removed;
   return removed;
 }
@@ -430,6 +431,7 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
     return absl::UnavailableError("the store is shutting down");
   }
   e->writing = false;
+  s.changed_cv.SignalAll();  // MakeDurable callers may wait for this commit
   e->rec.checksum = *checksum;
   e->rec.codec = codec_id;
   e->rec.last_access_ms = internal::NowMs(options_);
@@ -470,14 +472,66 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
 
 absl::Status BlockStore::Put(const BlockKey& key, absl::Span<const uint8_t> block,
                              const PutOptions& options) {
-  absl::StatusOr<HostReservation> r = Reserve(key, block.size());
-  if (absl::IsAlreadyExists(r.status())) {
-    ++state_->counters.duplicate_puts;
-    return absl::OkStatus();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    absl::StatusOr<HostReservation> r = Reserve(key, block.size());
+    if (absl::IsAlreadyExists(r.status())) {
+      ++state_->counters.duplicate_puts;
+      if (!options.durable) return absl::OkStatus();
+      // Already stored: a durable put must still make that block durable.
+      absl::StatusOr<bool> present = MakeDurable(key, options.wait_durable);
+      if (!present.ok() || *present) return present.status();
+      continue;  // it went away meanwhile (aborted or removed): store it again
+    }
+    if (!r.ok()) return r.status();
+    std::memcpy(r->bytes().data(), block.data(), block.size());
+    return Commit(std::move(*r), options);
   }
-  if (!r.ok()) return r.status();
-  std::memcpy(r->bytes().data(), block.data(), block.size());
-  return Commit(std::move(*r), options);
+  return absl::UnavailableError("the block was removed three times while being stored");
+}
+
+absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  Entry* e = nullptr;
+  while (true) {
+    auto it = s.map.find(key);
+    if (it == s.map.end()) return false;
+    e = it->second.get();
+    if (!e->writing || s.stop) break;
+    s.changed_cv.Wait(&s.mu);  // another caller is storing it: wait for its commit or abort
+  }
+  if (s.stop) return absl::UnavailableError("the store is shutting down");
+  if (s.disk->file_count() == 0) {
+    return absl::FailedPreconditionError("durable block, but there is no disk tier");
+  }
+  e->rec.flags |= index::kBlockFlagDurable;
+  auto durable = [&] {
+    return e->disk.has_value() && !e->migrating && e->put_seq <= s.committed_seq;
+  };
+  if (durable()) return true;
+  if (!e->migrating && !e->queued_write_through) {
+    e->durable_result.reset();
+    e->queued_write_through = true;
+    s.write_through.push_back(e);
+    s.work_cv.Signal();
+  }
+  if (!wait) return true;
+  ++e->pins;
+  ++s.pinned;
+  while (!e->durable_result.has_value() && !durable() && !e->removed && !s.stop) {
+    s.changed_cv.Wait(&s.mu);
+  }
+  absl::Status result = absl::OkStatus();
+  if (e->durable_result.has_value() && !durable()) {
+    result = *e->durable_result;
+  } else if (!durable() && !e->removed) {
+    result = absl::UnavailableError("the store shut down before the block was durable");
+  }
+  --e->pins;
+  --s.pinned;
+  internal::MaybeRelease(s, e);
+  if (!result.ok()) return result;
+  return true;
 }
 
 size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain,
@@ -522,7 +576,7 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
 }
 
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& key) {
-  return AcquireImpl(key, /*touch=*/true, /*verify_host=*/false);
+  return AcquireImpl(key, /*touch=*/true, /*verify_host=*/false, /*force_disk=*/false);
 }
 
 absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() {
@@ -537,19 +591,25 @@ absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() {
   }
   VerifyReport report;
   for (const BlockKey& key : keys) {
-    bool present;
+    bool present, both;
     {
       absl::MutexLock lock(&state_->mu);
-      present = state_->map.contains(key);
+      auto it = state_->map.find(key);
+      present = it != state_->map.end();
+      both = present && it->second->host.has_value() && it->second->disk.has_value();
     }
     if (!present) continue;  // removed meanwhile
-    KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned,
-                            AcquireImpl(key, /*touch=*/false, /*verify_host=*/true));
     ++report.blocks;
-    if (pinned.has_value()) {
-      report.bytes += pinned->bytes().size();
-    } else {
-      ++report.failed;
+    // Both copies of a block are checked: the host copy in place, the disk copy by a read.
+    for (bool force_disk : {false, true}) {
+      if (force_disk && !both) break;
+      KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned,
+                              AcquireImpl(key, /*touch=*/false, /*verify_host=*/true, force_disk));
+      if (!pinned.has_value()) {
+        ++report.failed;
+        break;
+      }
+      if (!force_disk) report.bytes += pinned->bytes().size();
     }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -557,7 +617,8 @@ absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() {
 }
 
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKey& key, bool touch,
-                                                                   bool verify_host) {
+                                                                   bool verify_host,
+                                                                   bool force_disk) {
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   auto record_latency = [&] {
@@ -569,7 +630,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
   if (it == s.map.end() || it->second->writing) {
-    ++s.counters.misses;
+    if (touch) ++s.counters.misses;
     return std::nullopt;
   }
   Entry* e = it->second.get();
@@ -578,22 +639,43 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     e->rec.last_access_ms = internal::NowMs(options_);
     s.namespaces[key.ns].lru.MoveToFront(e);
   }
-  if (e->host.has_value()) {
+  // Every path below holds a pin while the lock is released, so the entry and its copies stay.
+  ++e->pins;
+  ++s.pinned;
+  auto unpin = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    --e->pins;
+    --s.pinned;
+    internal::MaybeRelease(s, e);
+    s.changed_cv.SignalAll();
+  };
+  // Drops a block that failed verification (a miss plus a counter, never its bytes).
+  auto drop = [&](bool io_error, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    KVTIER_LOG(kWarning, "store: block dropped: ", why);
+    ++(io_error ? s.counters.io_errors : s.counters.checksum_failures);
+    if (touch) ++s.counters.misses;
+    --e->pins;
+    --s.pinned;
+    if (!e->removed) {
+      internal::Detach(s, e);  // releases the entry when nothing else holds it
+    } else {
+      internal::MaybeRelease(s, e);
+    }
+    s.changed_cv.SignalAll();
+  };
+  if (e->host.has_value() && !(force_disk && e->disk.has_value())) {
     const absl::Span<const uint8_t> bytes(s.arena->data() + *e->host, e->rec.size);
     if (e->verify_on_read || verify_host) {
+      const uint32_t expected = e->rec.checksum;
+      s.mu.Unlock();
       absl::StatusOr<uint32_t> crc = codec::VerifyColdBlock(bytes);
-      if (!crc.ok() || *crc != e->rec.checksum) {
-        KVTIER_LOG(kWarning, "store: host block failed verification, dropped: ",
-                   crc.ok() ? "checksum differs from the index" : crc.status().message());
-        ++s.counters.checksum_failures;
-        ++s.counters.misses;
-        internal::Detach(s, e);
+      s.mu.Lock();
+      if (!crc.ok() || *crc != expected) {
+        drop(false, absl::StrCat("host copy: ", crc.ok() ? "checksum differs from the index"
+                                                         : std::string(crc.status().message())));
         return std::nullopt;
       }
       e->verify_on_read = false;
     }
-    ++e->pins;
-    ++s.pinned;
     if (touch) {
       s.host_lru.MoveToFront(e);
       ++s.counters.hits[static_cast<int>(Tier::kHost)];
@@ -607,36 +689,41 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     record_latency();
     return std::optional<PinnedBlock>(std::move(pinned));
   }
-  // Disk only: stage the block in a host slot, read and verify it outside the lock.
+  if (!e->disk.has_value()) {  // neither copy (cannot happen for a committed entry)
+    unpin();
+    return std::nullopt;
+  }
+  // From disk: stage the block in a host slot, read and verify it outside the lock.
   if (touch) s.disk_lru.MoveToFront(e);
-  std::optional<uint64_t> staging = s.host_alloc->Allocate(e->rec.size);
+  const uint32_t size = e->rec.size;
+  std::optional<uint64_t> staging = s.host_alloc->Allocate(size);
   if (!staging.has_value()) {
     const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.put_wait_ms);
     ++s.room_waiters;
     s.work_cv.Signal();
     while (!staging.has_value() && !s.stop && !e->removed) {
       const bool timed_out = s.changed_cv.WaitWithDeadline(&s.mu, deadline);
-      staging = s.host_alloc->Allocate(e->rec.size);
+      staging = s.host_alloc->Allocate(size);
       if (timed_out) break;
     }
     --s.room_waiters;
-    if (!staging.has_value()) {
-      return absl::UnavailableError(absl::StrFormat(
-          "no host memory to stage a %d-byte disk read (%d of %d bytes used, %d blocks pinned)",
-          e->rec.size, s.host_alloc->used_bytes(), s.arena->size(), s.pinned));
-    }
-    if (e->removed || !e->disk.has_value()) {
-      (void)s.host_alloc->Free(*staging, e->rec.size);
-      s.host_used = s.host_alloc->used_bytes();
-      ++s.counters.misses;
+  }
+  if (!staging.has_value() || e->removed) {
+    if (staging.has_value()) (void)s.host_alloc->Free(*staging, size);
+    s.host_used = s.host_alloc->used_bytes();
+    const bool removed = e->removed;
+    unpin();
+    if (removed) {
+      if (touch) ++s.counters.misses;
       return std::nullopt;
     }
+    return absl::UnavailableError(absl::StrFormat(
+        "no host memory to stage a %d-byte disk read within %d ms (%d of %d bytes used, %d "
+        "blocks pinned)",
+        size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned));
   }
   s.host_used = s.host_alloc->used_bytes();
-  ++e->pins;
-  ++s.pinned;
   const DiskSlot slot = *e->disk;
-  const uint32_t size = e->rec.size;
   const uint32_t expected = e->rec.checksum;
   const uint64_t io_length = s.disk->SlotSize(size);
   uint8_t* dst = s.arena->data() + *staging;
@@ -646,27 +733,17 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   absl::StatusOr<uint32_t> crc =
       read.ok() ? codec::VerifyColdBlock({dst, size}) : absl::StatusOr<uint32_t>(read);
   s.mu.Lock();
-  --e->pins;
-  --s.pinned;
   if (!crc.ok() || *crc != expected) {
-    if (read.ok()) {
-      ++s.counters.checksum_failures;
-    } else {
-      ++s.counters.io_errors;
-    }
-    KVTIER_LOG(
-        kWarning, "store: disk block in file ", slot.file, " at offset ", slot.offset, " dropped: ",
-        crc.ok() ? absl::StrFormat("header checksum %08x, index expects %08x", *crc, expected)
-                 : std::string(crc.status().message()));
     (void)s.host_alloc->Free(*staging, size);
     s.host_used = s.host_alloc->used_bytes();
-    ++s.counters.misses;
-    if (!e->removed) internal::Detach(s, e);
-    internal::MaybeRelease(s, e);
-    s.changed_cv.SignalAll();
+    drop(!read.ok(),
+         absl::StrCat(
+             "disk copy in file ", slot.file, " at offset ", slot.offset, ": ",
+             crc.ok() ? absl::StrFormat("header checksum %08x, index expects %08x", *crc, expected)
+                      : std::string(crc.status().message())));
     return std::nullopt;
   }
-  internal::MaybeRelease(s, e);
+  unpin();
   if (touch) {
     ++s.counters.hits[static_cast<int>(Tier::kDisk)];
     s.counters.bytes_out[static_cast<int>(Tier::kDisk)] += size;
@@ -730,11 +807,13 @@ absl::Status BlockStore::Flush() {
   s.idle = false;
   s.work_cv.Signal();
   auto done = [&] { return s.stop || (s.idle && s.committed_seq >= target && s.pending.empty()); };
+  const uint64_t failures = s.commit_failures;
   ++s.commit_waiters;
-  while (!done()) s.changed_cv.Wait(&s.mu);
+  while (!done() && s.commit_failures == failures) s.changed_cv.Wait(&s.mu);
   --s.commit_waiters;
   if (s.stop) return absl::UnavailableError("the store is shutting down");
-  return s.last_commit_error;
+  if (s.commit_failures != failures) return s.last_commit_error;
+  return absl::OkStatus();
 }
 
 absl::Status BlockStore::DemoteAll() {
@@ -766,7 +845,8 @@ StoreStats BlockStore::Stats() const {
     out.pinned_blocks = s.pinned;
     out.migrating_blocks = s.migrating;
     out.unsynced_index_writes = s.queued_seq - s.committed_seq;
-    out.quarantined_disk_slots = s.quarantine.size();
+    out.quarantined_slots = s.quarantine.size() + s.host_quarantine.size();
+    out.index_commit_failures = s.commit_failures;
   }
   const Counters& c = s.counters;
   for (int t = 0; t < 3; ++t) {

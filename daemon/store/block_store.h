@@ -140,8 +140,9 @@ class BlockStore {
   // InvalidArgument for inconsistent options (watermarks, sizes). Blocks for the recovery.
   static absl::StatusOr<std::unique_ptr<BlockStore>> Open(const BlockStoreOptions& options);
 
-  // Stops the background thread after its current round, waits for pinned readers to be gone
-  // (REQUIRES: no PinnedBlock or HostReservation outlives the store) and syncs the index.
+  // Stops the background thread after its current round (committing queued index changes) and
+  // syncs the index. REQUIRES: no other thread is inside a method of the store, and no
+  // PinnedBlock or HostReservation outlives it.
   ~BlockStore();
 
   const RecoveryReport& recovery() const { return recovery_; }
@@ -155,7 +156,8 @@ class BlockStore {
   std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> Namespaces() const;
 
   // Stores a copy of `block` (a complete cold block; it is verified) under `key`. A key that is
-  // already stored is left as it is (the call succeeds: block hashes name contents). Returns
+  // already stored keeps its bytes (block hashes name contents); a durable put of it makes that
+  // block durable. Returns
   //   InvalidArgument    empty or oversized block, or one that fails verification (the message
   //                      says why: a cold block's header and checksums are checked);
   //   ResourceExhausted  the namespace's quota or the host tier cannot make room within
@@ -223,8 +225,10 @@ class BlockStore {
   void Unpin(void* entry, std::optional<uint64_t> staging_offset, uint64_t staging_size);
   void AbortReservation(void* entry);
   void BackgroundLoop();
+  // Makes an already stored block durable (write-through); false when it is not stored.
+  absl::StatusOr<bool> MakeDurable(const BlockKey& key, bool wait);
   absl::StatusOr<std::optional<PinnedBlock>> AcquireImpl(const BlockKey& key, bool touch,
-                                                         bool verify_host);
+                                                         bool verify_host, bool force_disk);
 
   BlockStoreOptions options_;
   RecoveryReport recovery_;

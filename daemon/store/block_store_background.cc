@@ -53,11 +53,22 @@ void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQU
   absl::Status st = s.index->Write(batch);
   if (st.ok() && policy == index::SyncPolicy::kBatch) st = s.index->Sync();
   s.mu.Lock();
-  if (!st.ok()) {
-    KVTIER_LOG(kError, "store: index commit of ", batch.puts.size(), " puts and ",
-               batch.deletes.size(), " deletes failed: ", st.message());
-  }
   s.last_commit_error = st;
+  if (!st.ok()) {
+    // Nothing counts as committed: the changes go back in front of what was queued meanwhile,
+    // quarantined slots stay quarantined, and host copies stay until a retry succeeds.
+    KVTIER_LOG(kError, "store: index commit of ", batch.puts.size(), " puts and ",
+               batch.deletes.size(), " deletes failed (will retry): ", st.message());
+    ++s.commit_failures;
+    std::vector<std::pair<BlockKey, std::optional<index::BlockRecord>>> again;
+    again.reserve(batch.puts.size() + batch.deletes.size() + s.pending.size());
+    for (const BlockKey& key : batch.deletes) again.emplace_back(key, std::nullopt);
+    for (auto& [key, record] : batch.puts) again.emplace_back(key, record);
+    for (auto& op : s.pending) again.push_back(std::move(op));
+    s.pending = std::move(again);
+    s.changed_cv.SignalAll();
+    return;
+  }
   s.committed_seq = seq;
   internal::ReleaseQuarantine(s);
   s.changed_cv.SignalAll();
@@ -125,8 +136,13 @@ void BlockStore::BackgroundLoop() {
          absl::Now() - oldest_pending >= absl::Milliseconds(options_.group_commit_interval_ms));
 
     if (commit_due) {
+      const uint64_t failures = s.commit_failures;
       CommitPending(s, policy);
       oldest_pending = absl::InfiniteFuture();
+      if (s.commit_failures != failures && !s.stop) {
+        s.work_cv.WaitWithTimeout(&s.mu, absl::Milliseconds(100));  // back off, then retry
+      }
+      if (s.commit_failures != failures && s.stop) break;  // give up at shutdown
       continue;
     }
     const bool work = (host_pressure && !s.host_lru.empty()) || disk_pressure ||
@@ -153,17 +169,19 @@ void BlockStore::BackgroundLoop() {
     // (2) and (3): choose the blocks to write.
     std::vector<Move> moves;
     bool disk_full = false;
+    uint64_t evicted = 0;
     auto allocate = [&](Entry* e) -> std::optional<DiskSlot> {
       std::optional<DiskSlot> slot = s.disk->Allocate(e->rec.size);
       if (!slot.has_value() && !disk_full) {
         // Make room for this and the next blocks; the slots come back after the next commit.
-        EvictDisk(s,
-                  std::min<uint64_t>(
-                      static_cast<uint64_t>(options_.disk_watermarks.low * disk_capacity),
-                      s.disk->used_bytes() - s.quarantined_bytes -
-                          std::min<uint64_t>(s.disk->used_bytes() - s.quarantined_bytes,
-                                             uint64_t{options_.demotion_batch} * e->slot_size)),
-                  persistent_host);
+        evicted =
+            EvictDisk(s,
+                      std::min<uint64_t>(
+                          static_cast<uint64_t>(options_.disk_watermarks.low * disk_capacity),
+                          s.disk->used_bytes() - s.quarantined_bytes -
+                              std::min<uint64_t>(s.disk->used_bytes() - s.quarantined_bytes,
+                                                 uint64_t{options_.demotion_batch} * e->slot_size)),
+                      persistent_host);
         disk_full = true;
       }
       return slot;
@@ -178,7 +196,19 @@ void BlockStore::BackgroundLoop() {
         continue;
       }
       std::optional<DiskSlot> slot = allocate(e);
-      if (!slot.has_value()) break;  // retry after the commit that frees quarantined slots
+      if (!slot.has_value()) {
+        if (evicted == 0 && s.quarantine.empty()) {
+          // Nothing can make room (every disk block pinned or in motion): fail the durable put.
+          s.write_through.pop_front();
+          e->queued_write_through = false;
+          e->durable_result = absl::ResourceExhaustedError(absl::StrFormat(
+              "disk tier full: no room for a %d-byte durable block (%d of %d bytes used)",
+              e->rec.size, s.disk->used_bytes(), s.disk->capacity_bytes()));
+          s.changed_cv.SignalAll();
+          continue;
+        }
+        break;  // retry after the commit that frees quarantined slots
+      }
       s.write_through.pop_front();
       e->queued_write_through = false;
       e->migrating = true;
@@ -203,9 +233,11 @@ void BlockStore::BackgroundLoop() {
               options_.admission == DiskAdmission::kAll ||
               (e->rec.flags & (index::kBlockFlagReused | index::kBlockFlagDurable)) != 0;
           if (e->disk.has_value()) {
-            internal::FreeHostCopy(s, e);
-            ++s.counters.host_copy_freed;
-            moved_any = true;
+            if (e->put_seq <= s.committed_seq) {  // its disk record is committed
+              internal::FreeHostCopy(s, e);
+              ++s.counters.host_copy_freed;
+              moved_any = true;
+            }
           } else if (has_disk && admitted) {
             std::optional<DiskSlot> slot = allocate(e);
             if (!slot.has_value()) break;
@@ -222,10 +254,13 @@ void BlockStore::BackgroundLoop() {
         }
         e = prev;
       }
-      if (s.demote_all && !moved_any && moves.empty()) s.demote_all = false;
+      if (s.demote_all && !moved_any && moves.empty() && !disk_full) s.demote_all = false;
+    }
+    if (disk_full && evicted == 0 && s.quarantine.empty()) {
+      s.demote_all = false;  // nothing can make room: DemoteAll moves what fits
     }
     if (moves.empty()) {
-      if (disk_full || !s.pending.empty()) {
+      if (!s.pending.empty()) {
         CommitPending(s, policy);
         oldest_pending = absl::InfiniteFuture();
       } else {
@@ -280,13 +315,13 @@ void BlockStore::BackgroundLoop() {
         if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
         e->migrating = false;
         --s.migrating;
-        if (m.write_through) {
-          e->durable_result = m.result;
-        } else if (!e->removed && e->pins == 0) {
+        if (m.write_through) e->durable_result = m.result;
+        if (!m.write_through && !e->removed && e->pins == 0) {
           internal::Detach(s, e);  // the host needs the room; a cache may drop a block
           ++s.counters.host_dropped;
+        } else {
+          internal::MaybeRelease(s, e);
         }
-        internal::MaybeRelease(s, e);
         continue;
       }
       if (e->removed) {
@@ -294,12 +329,13 @@ void BlockStore::BackgroundLoop() {
         if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
         e->migrating = false;
         --s.migrating;
+        if (m.write_through) e->durable_result = absl::OkStatus();  // written; removed since
         m.entry = nullptr;
         internal::MaybeRelease(s, e);
         continue;
       }
       e->disk = m.slot;
-      internal::QueuePut(s, *e);
+      e->put_seq = internal::QueuePut(s, *e);
       e->indexed = true;
     }
     if (failed > 1) {
@@ -321,7 +357,7 @@ void BlockStore::BackgroundLoop() {
       }
       s.disk_lru.PushFront(e);
       s.counters.bytes_in[static_cast<int>(Tier::kDisk)] += e->rec.size;
-      if (m.victim) {
+      if (m.victim && committed.ok()) {
         ++s.counters.host_to_disk;
         if (e->pins == 0) {
           internal::FreeHostCopy(s, e);

@@ -41,6 +41,7 @@ struct BlockStore::Entry {
   bool removed = false;
   bool indexed = false;         // an index record exists or is queued for it
   uint64_t delete_seq = 0;      // sequence of the queued deletion of its index record
+  uint64_t put_seq = 0;         // sequence of the put that recorded its disk copy
   bool verify_on_read = false;  // recovered host copy: checked on its first read
   bool free_host_when_unpinned = false;
   bool queued_write_through = false;
@@ -96,6 +97,7 @@ struct BlockStore::State {
   uint64_t queued_seq ABSL_GUARDED_BY(mu) = 0;
   uint64_t committed_seq ABSL_GUARDED_BY(mu) = 0;
   absl::Status last_commit_error ABSL_GUARDED_BY(mu);
+  uint64_t commit_failures ABSL_GUARDED_BY(mu) = 0;
   // Freed disk slots, reusable once the index deletion queued with `seq` is committed.
   struct Quarantined {
     DiskSlot slot;

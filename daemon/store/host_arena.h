@@ -29,7 +29,10 @@ struct HostArenaOptions {
   // Non-empty: back the arena by `<shm_dir>/<shm_name>` and keep it across restarts.
   std::string shm_name;
   std::string shm_dir = "/dev/shm";
-  bool huge_pages = false;   // MAP_HUGETLB (anonymous arenas only)
+  bool huge_pages = false;  // MAP_HUGETLB (anonymous arenas only)
+  // madvise(MADV_HUGEPAGE) on an anonymous arena: fewer, longer DMA segments per block (about 3x
+  // for 1.3 MB blocks on a virtio disk), but pinning may then wait on memory compaction.
+  bool transparent_huge_pages = false;
   uint32_t pin_threads = 8;  // threads registering chunks in parallel
   uint64_t pin_chunk_bytes = 1ull << 30;
   // The arena may use at most this fraction of the smaller of the cgroup memory limit and the

@@ -179,6 +179,20 @@ TEST_F(BlockStoreTest, DurablePutIsOnDiskWhenAcknowledged) {
   EXPECT_EQ(ExpectBlock(*store, 1), Tier::kDisk);
 }
 
+TEST_F(BlockStoreTest, DurablePutOfAStoredBlockMakesItDurable) {
+  auto store = Open().value();
+  ASSERT_TRUE(store->Put(Key(1), Block(1)).ok());  // host only
+  PutOptions durable;
+  durable.durable = true;
+  durable.wait_durable = true;
+  ASSERT_TRUE(store->Put(Key(1), Block(1), durable).ok());
+  EXPECT_EQ(store->Stats().duplicate_puts, 1u);
+  EXPECT_EQ(store->Stats().tiers[2].blocks, 1u) << "the duplicate durable put wrote it through";
+  store.reset();
+  store = Open().value();
+  EXPECT_EQ(ExpectBlock(*store, 1), Tier::kDisk);
+}
+
 TEST_F(BlockStoreTest, RestartKeepsDiskDropsVolatileHost) {
   {
     auto store = Open().value();
