@@ -365,8 +365,9 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
         offset = s.host_alloc->Allocate(size);
         break;
       }
+      // No signal here: the background thread keeps working while room_waiters > 0, and waking
+      // it on every change would make the two threads ping-pong over the mutex.
       offset = s.host_alloc->Allocate(size);
-      s.work_cv.Signal();
     }
     --s.room_waiters;
     if (!offset.has_value()) {

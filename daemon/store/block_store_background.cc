@@ -264,10 +264,12 @@ void BlockStore::BackgroundLoop() {
         CommitPending(s, policy);
         oldest_pending = absl::InfiniteFuture();
       } else {
-        // Everything movable is pinned or in motion: report no progress and wait for a change
-        // rather than spin.
-        s.idle = true;
-        s.changed_cv.SignalAll();
+        // Everything movable is pinned or in motion: report no progress (once) and wait for a
+        // change rather than spin.
+        if (!s.idle) {
+          s.idle = true;
+          s.changed_cv.SignalAll();
+        }
         s.work_cv.WaitWithTimeout(&s.mu, absl::Milliseconds(10));
       }
       continue;
