@@ -29,10 +29,13 @@
 #include "codec/crc32c.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/io/posix_file.h"
 #include "kernels/device.h"
 
 namespace kvtier::store {
 namespace {
+
+using io::ErrnoText;
 
 constexpr uint64_t kPageBytes = 4096;
 constexpr char kArenaMagic[8] = {'K', 'V', 'T', 'H', 'O', 'S', 'T', 'A'};
@@ -52,8 +55,6 @@ uint32_t HeaderCrc(const ArenaHeader& h) { return codec::Crc32c(&h, offsetof(Are
 std::string GiB(uint64_t bytes) {
   return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
 }
-
-std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
 
 uint64_t NewIncarnation() {
   std::random_device rd;
