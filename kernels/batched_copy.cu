@@ -81,10 +81,4 @@ int LaunchBatchedCopy(const CopySpan* spans, int count, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-int SetDevice(int device) { return static_cast<int>(cudaSetDevice(device)); }
-
-int SynchronizeStream(void* stream) {
-  return static_cast<int>(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-}
-
 }  // namespace kvtier::kernels::internal

@@ -11,9 +11,6 @@ namespace kvtier::kernels::internal {
 // Launches one kernel copying spans[0, count) (count <= BatchedCopier::kSpansPerLaunch) on
 // `stream` for the current device. Returns a cudaError_t value (0 on success).
 int LaunchBatchedCopy(const CopySpan* spans, int count, void* stream);
-// cudaSetDevice / cudaStreamSynchronize as cudaError_t values.
-int SetDevice(int device);
-int SynchronizeStream(void* stream);
 
 }  // namespace kvtier::kernels::internal
 

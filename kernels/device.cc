@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 
 #if KVTIER_WITH_CUDA
 #include "kernels/device_query.h"
@@ -63,5 +64,111 @@ absl::Status UnpinHostMemory(void* ptr) {
   return absl::UnimplementedError("kvtier was built without CUDA (KVTIER_CUDA=OFF or no nvcc)");
 #endif
 }
+
+#if KVTIER_WITH_CUDA
+namespace {
+std::string CudaText(int err) {
+  return absl::StrFormat("%s (error %d)", internal::ErrorString(err), err);
+}
+constexpr int kCudaErrorInvalidDevice = 101;   // cudaErrorInvalidDevice
+constexpr int kCudaErrorMemoryAllocation = 2;  // cudaErrorMemoryAllocation
+}  // namespace
+#define KVTIER_NO_CUDA_RETURN(...)
+#else
+#define KVTIER_NO_CUDA_RETURN(...) \
+  return absl::UnimplementedError("kvtier was built without CUDA (KVTIER_CUDA=OFF or no nvcc)")
+#endif
+
+absl::Status UseDevice(int device) {
+#if KVTIER_WITH_CUDA
+  if (int err = internal::SetDevice(device); err != 0) {
+    const std::string text = absl::StrFormat("CUDA device %d: %s", device, CudaText(err));
+    return err == kCudaErrorInvalidDevice ? absl::InvalidArgumentError(text)
+                                          : absl::UnavailableError(text);
+  }
+  return absl::OkStatus();
+#else
+  (void)device;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+absl::StatusOr<void*> AllocateDeviceMemory(int device, uint64_t bytes) {
+#if KVTIER_WITH_CUDA
+  absl::Status st = UseDevice(device);
+  if (!st.ok()) return st;
+  void* ptr = nullptr;
+  if (int err = internal::MallocDevice(&ptr, bytes); err != 0) {
+    const std::string text =
+        absl::StrFormat("cudaMalloc of %d bytes on device %d: %s", bytes, device, CudaText(err));
+    return err == kCudaErrorMemoryAllocation ? absl::ResourceExhaustedError(text)
+                                             : absl::UnavailableError(text);
+  }
+  return ptr;
+#else
+  (void)device;
+  (void)bytes;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+void FreeDeviceMemory(void* ptr) {
+#if KVTIER_WITH_CUDA
+  if (ptr == nullptr) return;
+  if (int err = internal::FreeDevice(ptr); err != 0) {
+    KVTIER_LOG(kError, "cudaFree(", absl::StrFormat("%p", ptr), "): ", CudaText(err));
+  }
+#else
+  (void)ptr;
+#endif
+}
+
+void* PerThreadStream() {
+#if KVTIER_WITH_CUDA
+  return internal::PerThreadStream();
+#else
+  return nullptr;
+#endif
+}
+
+absl::Status CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream) {
+#if KVTIER_WITH_CUDA
+  if (int err = internal::CopyAsync(dst, src, bytes, stream); err != 0) {
+    return absl::InternalError(absl::StrFormat("cudaMemcpyAsync of %d bytes from %p to %p: %s",
+                                               bytes, src, dst, CudaText(err)));
+  }
+  return absl::OkStatus();
+#else
+  (void)dst, (void)src, (void)bytes, (void)stream;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+absl::Status SynchronizeStream(void* stream) {
+#if KVTIER_WITH_CUDA
+  if (int err = internal::SynchronizeStream(stream); err != 0) {
+    return absl::InternalError(absl::StrCat("CUDA stream: ", CudaText(err)));
+  }
+  return absl::OkStatus();
+#else
+  (void)stream;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+absl::StatusOr<bool> HostPointersUsableOnDevice(int device) {
+#if KVTIER_WITH_CUDA
+  int value = 0;
+  if (int err = internal::HostPointerUsable(device, &value); err != 0) {
+    return absl::UnavailableError(absl::StrFormat("CUDA device %d: %s", device, CudaText(err)));
+  }
+  return value != 0;
+#else
+  (void)device;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+#undef KVTIER_NO_CUDA_RETURN
 
 }  // namespace kvtier::kernels

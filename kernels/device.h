@@ -38,6 +38,36 @@ absl::Status PinHostMemory(void* ptr, uint64_t bytes);
 // Undoes PinHostMemory for the range that starts at `ptr`. Unimplemented without CUDA.
 absl::Status UnpinHostMemory(void* ptr);
 
+// ---- Device memory and streams (the daemon's GPU tier, tests, tools) ----
+// Every function is Unimplemented without CUDA. Streams are cudaStream_t values passed as void*.
+
+// Makes `device` the calling thread's current CUDA device (cudaSetDevice). InvalidArgument for
+// an ordinal that does not exist; Unavailable with the runtime's message otherwise.
+absl::Status UseDevice(int device);
+
+// `bytes` of memory on `device` (which becomes the calling thread's current device).
+// ResourceExhausted when the device is out of memory, Unavailable for other CUDA errors.
+absl::StatusOr<void*> AllocateDeviceMemory(int device, uint64_t bytes);
+
+// Frees memory from AllocateDeviceMemory; logs (does not fail) on a CUDA error. nullptr is fine.
+void FreeDeviceMemory(void* ptr);
+
+// The calling thread's own default stream (cudaStreamPerThread) on its current device: work on
+// it is ordered only with the same thread's work.
+void* PerThreadStream();
+
+// Enqueues a copy of `bytes` between any two addresses the runtime knows (device memory, pinned
+// or pageable host memory) on `stream`. Internal with the CUDA error.
+absl::Status CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream);
+
+// Waits for all work enqueued on `stream`. Internal with the CUDA error of any failed work.
+absl::Status SynchronizeStream(void* stream);
+
+// Whether kernels on `device` may use the host address of memory registered with
+// PinHostMemory as is (true on x86-64 Linux with unified addressing). The daemon's GPU tier
+// needs it to encode straight into its host tier.
+absl::StatusOr<bool> HostPointersUsableOnDevice(int device);
+
 }  // namespace kvtier::kernels
 
 #endif  // KVTIER_KERNELS_DEVICE_H_

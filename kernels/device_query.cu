@@ -32,6 +32,29 @@ int RegisterHost(void* ptr, uint64_t bytes) {
 
 int UnregisterHost(void* ptr) { return static_cast<int>(cudaHostUnregister(ptr)); }
 
+int SetDevice(int ordinal) { return static_cast<int>(cudaSetDevice(ordinal)); }
+
+int MallocDevice(void** ptr, uint64_t bytes) { return static_cast<int>(cudaMalloc(ptr, bytes)); }
+
+int FreeDevice(void* ptr) { return static_cast<int>(cudaFree(ptr)); }
+
+int CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream) {
+  return static_cast<int>(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+}
+
+int SynchronizeStream(void* stream) {
+  return static_cast<int>(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
+void* PerThreadStream() { return static_cast<void*>(cudaStreamPerThread); }
+
+int HostPointerUsable(int ordinal, int* value) {
+  *value = 0;
+  return static_cast<int>(
+      cudaDeviceGetAttribute(value, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal));
+}
+
 const char* ErrorString(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
 
 }  // namespace kvtier::kernels::internal

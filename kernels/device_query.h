@@ -22,6 +22,20 @@ int QueryDevice(int ordinal, RawDeviceInfo* info);
 int RegisterHost(void* ptr, uint64_t bytes);
 // cudaHostUnregister(ptr); returns a cudaError_t value.
 int UnregisterHost(void* ptr);
+// cudaSetDevice for the calling thread.
+int SetDevice(int ordinal);
+// cudaMalloc on the current device.
+int MallocDevice(void** ptr, uint64_t bytes);
+// cudaFree.
+int FreeDevice(void* ptr);
+// cudaMemcpyAsync(cudaMemcpyDefault) on `stream` (a cudaStream_t).
+int CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream);
+// cudaStreamSynchronize.
+int SynchronizeStream(void* stream);
+// cudaStreamPerThread as a void*.
+void* PerThreadStream();
+// cudaDevAttrCanUseHostPointerForRegisteredMem of device `ordinal` into *value.
+int HostPointerUsable(int ordinal, int* value);
 // The CUDA runtime's description of an error code.
 const char* ErrorString(int error);
 

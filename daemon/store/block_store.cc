@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/store/block_store_internal.h"
+#include "kernels/device.h"
 
 namespace kvtier::store {
 namespace internal {
@@ -70,12 +71,57 @@ void FreeHostCopy(State& s, Entry* e) {
   s.changed_cv.SignalAll();
 }
 
+void DropPin(State& s, Entry* e) {
+  --e->pins;
+  --s.pinned;
+  if (e->pins == 0 && !e->removed) {
+    if (e->free_host_when_unpinned) FreeHostCopy(s, e);
+    if (e->gpu.has_value() && e->host.has_value()) FreeGpuCopy(s, e);  // demoted while read
+  }
+  MaybeRelease(s, e);
+  s.changed_cv.SignalAll();
+}
+
+void FreeGpuCopy(State& s, Entry* e) {
+  if (!e->gpu.has_value()) return;
+  absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes);
+  if (!st.ok()) KVTIER_LOG(kError, "GPU tier: ", st.message());
+  s.gpu_used = s.gpu->slots().used_bytes();
+  e->gpu.reset();
+  s.gpu_lru.Remove(e);
+  s.changed_cv.SignalAll();
+}
+
+std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t size,
+                                        uint32_t wait_ms, uint32_t& waiters, const Entry* e) {
+  std::optional<uint64_t> offset = slots.Allocate(size);
+  if (offset.has_value()) return offset;
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(wait_ms);
+  ++waiters;
+  s.work_cv.Signal();
+  auto gone = [&] { return s.stop || (e != nullptr && e->removed); };
+  while (!offset.has_value() && !gone()) {
+    // No signal here: the background thread keeps working while there are waiters, and waking
+    // it on every change would make the two threads ping-pong over the mutex.
+    const bool timed_out = s.changed_cv.WaitWithDeadline(&s.mu, deadline);
+    offset = slots.Allocate(size);
+    if (timed_out) break;
+  }
+  --waiters;
+  if (offset.has_value() && gone()) {
+    (void)slots.Free(*offset, size);
+    return std::nullopt;
+  }
+  return offset;
+}
+
 void Detach(State& s, Entry* e) {
   auto it = s.map.find(e->key);
   s.retired.emplace(e, std::move(it->second));
   s.map.erase(it);
   e->removed = true;
   s.host_lru.Remove(e);
+  s.gpu_lru.Remove(e);
   s.disk_lru.Remove(e);
   auto ns = s.namespaces.find(e->key.ns);
   if (ns != s.namespaces.end()) {
@@ -99,6 +145,7 @@ void MaybeRelease(State& s, Entry* e) {
     e->host.reset();
   }
   FreeHostCopy(s, e);
+  FreeGpuCopy(s, e);
   if (e->disk.has_value()) {
     if (e->delete_seq > s.committed_seq) {
       // The slot may be reused only once the index no longer points at it durably.
@@ -220,7 +267,8 @@ BlockStore::BlockStore(const BlockStoreOptions& options)
 
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  for (const Watermarks* w : {&options.host_watermarks, &options.disk_watermarks}) {
+  for (const Watermarks* w :
+       {&options.gpu.watermarks, &options.host_watermarks, &options.disk_watermarks}) {
     if (!(w->low > 0 && w->low < w->high && w->high <= 1.0)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "watermarks must satisfy 0 < low < high <= 1 (got low %g, high %g)", w->low, w->high));
@@ -255,6 +303,16 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
                           SlotAllocator::Create(s.arena->size(), options.host_chunk_bytes, 4096));
   s.host_alloc.emplace(std::move(host_alloc));
   KVTIER_ASSIGN_OR_RETURN(s.disk, DiskTier::Create(options.disk, {s.arena->span()}));
+  if (options.gpu.capacity_bytes > 0) {
+    KVTIER_ASSIGN_OR_RETURN(s.gpu, GpuTier::Create(options.gpu.device, options.gpu.capacity_bytes,
+                                                   options.gpu.chunk_bytes));
+    if (s.arena->pin_mechanism() != "cuda") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the GPU tier encodes pages straight into the host tier, which must then be pinned with "
+          "CUDA (host pin mode auto or cuda); it is pinned with: ",
+          s.arena->pin_mechanism()));
+    }
+  }
   const auto tiers_opened = std::chrono::steady_clock::now();
   store->recovery_.tiers_open_seconds =
       std::chrono::duration<double>(tiers_opened - index_opened).count();
@@ -263,7 +321,8 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
       std::chrono::duration<double>(std::chrono::steady_clock::now() - tiers_opened).count();
   store->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  KVTIER_LOG(kInfo, "store: ", store->recovery_.ToString(), "; host tier ", s.arena->size(),
+  KVTIER_LOG(kInfo, "store: ", store->recovery_.ToString(), "; GPU tier ",
+             s.gpu ? s.gpu->slots().capacity_bytes() : 0, " bytes, host tier ", s.arena->size(),
              " bytes (pinned: ", s.arena->pin_mechanism(), "), disk tier ",
              s.disk->capacity_bytes(), " bytes in ", s.disk->file_count(), " files");
   s.background = std::thread([raw = store.get()] { raw->BackgroundLoop(); });
@@ -331,58 +390,21 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
   absl::MutexLock lock(&s.mu);
   if (s.stop) return absl::UnavailableError("the store is shutting down");
   if (s.map.contains(key)) return absl::AlreadyExistsError("block is already stored");
-  NamespaceState& ns = s.namespaces[key.ns];
-  if (ns.quota > 0) {
-    if (slot_size > ns.quota) {
-      ++s.counters.put_rejected;
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "block of %d bytes exceeds namespace %d's quota of %d bytes", size, key.ns, ns.quota));
-    }
-    // Evict inside the namespace, least recently used first, skipping blocks in use.
-    Entry* e = ns.lru.back();
-    while (ns.used + slot_size > ns.quota && e != nullptr) {
-      Entry* prev = NsLru::Prev(e);
-      if (e->pins == 0 && !e->migrating) {
-        internal::Detach(s, e);
-        ++s.counters.quota_evictions;
-      }
-      e = prev;
-    }
-    if (ns.used + slot_size > ns.quota) {
-      ++s.counters.put_rejected;
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "namespace %d is over its quota of %d bytes (%d used by blocks being read or written)",
-          key.ns, ns.quota, ns.used));
-    }
-  }
-  std::optional<uint64_t> offset = s.host_alloc->Allocate(size);
+  KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, size, slot_size));
+  std::optional<uint64_t> offset = internal::AllocateWaiting(
+      s, *s.host_alloc, size, options_.put_wait_ms, s.room_waiters, nullptr);
   if (!offset.has_value()) {
-    const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.put_wait_ms);
-    ++s.room_waiters;
-    s.work_cv.Signal();
-    while (!offset.has_value() && !s.stop) {
-      if (s.changed_cv.WaitWithDeadline(&s.mu, deadline)) {
-        offset = s.host_alloc->Allocate(size);
-        break;
-      }
-      // No signal here: the background thread keeps working while room_waiters > 0, and waking
-      // it on every change would make the two threads ping-pong over the mutex.
-      offset = s.host_alloc->Allocate(size);
-    }
-    --s.room_waiters;
-    if (!offset.has_value()) {
-      ++s.counters.put_rejected;
-      if (s.stop) return absl::UnavailableError("the store is shutting down");
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "host tier full: no room for a %d-byte block within %d ms (%d of %d bytes used, %d "
-          "blocks pinned, %d being written to disk)",
-          size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned,
-          s.migrating));
-    }
-    if (s.map.contains(key)) {
-      (void)s.host_alloc->Free(*offset, size);
-      return absl::AlreadyExistsError("block is already stored");
-    }
+    ++s.counters.put_rejected;
+    if (s.stop) return absl::UnavailableError("the store is shutting down");
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "host tier full: no room for a %d-byte block within %d ms (%d of %d bytes used, %d "
+        "blocks pinned, %d being written to disk)",
+        size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned,
+        s.migrating));
+  }
+  if (s.map.contains(key)) {  // stored by another caller while this one waited
+    (void)s.host_alloc->Free(*offset, size);
+    return absl::AlreadyExistsError("block is already stored");
   }
   s.host_used = s.host_alloc->used_bytes();
   auto entry = std::make_unique<Entry>();
@@ -403,6 +425,35 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
   r.key_ = key;
   r.bytes_ = absl::Span<uint8_t>(s.arena->data() + *offset, size);
   return r;
+}
+
+absl::Status BlockStore::MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64_t slot_size) {
+  State& s = *state_;
+  NamespaceState& ns = s.namespaces[id];
+  if (ns.quota > 0) {
+    if (slot_size > ns.quota) {
+      ++s.counters.put_rejected;
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "block of %d bytes exceeds namespace %d's quota of %d bytes", size, id, ns.quota));
+    }
+    // Evict inside the namespace, least recently used first, skipping blocks in use.
+    Entry* e = ns.lru.back();
+    while (ns.used + slot_size > ns.quota && e != nullptr) {
+      Entry* prev = NsLru::Prev(e);
+      if (e->pins == 0 && !e->migrating) {
+        internal::Detach(s, e);
+        ++s.counters.quota_evictions;
+      }
+      e = prev;
+    }
+    if (ns.used + slot_size > ns.quota) {
+      ++s.counters.put_rejected;
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "namespace %d is over its quota of %d bytes (%d used by blocks being read or written)",
+          id, ns.quota, ns.used));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void BlockStore::AbortReservation(void* raw) {
@@ -490,6 +541,187 @@ absl::Status BlockStore::Put(const BlockKey& key, absl::Span<const uint8_t> bloc
   return absl::UnavailableError("the block was removed three times while being stored");
 }
 
+absl::Status BlockStore::SetHotLayout(NamespaceId ns, const codec::PageLayout& layout,
+                                      const codec::CodecSpec& spec) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HotCodec> hot, HotCodec::Create(layout, spec));
+  if (hot->plan.block_bytes > options_.max_block_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("namespace %d: a block of this layout has %d bytes, more than the "
+                        "store's max_block_bytes (%d)",
+                        ns, hot->plan.block_bytes, options_.max_block_bytes));
+  }
+  State& s = *state_;
+  if (s.gpu && hot->page_bytes > s.gpu->slots().chunk_bytes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "namespace %d: a hot page of this layout needs a %d-byte GPU slot, more than the GPU "
+        "tier's chunk size (%d)",
+        ns, hot->page_bytes, s.gpu->slots().chunk_bytes()));
+  }
+  absl::MutexLock lock(&s.mu);
+  s.hot[ns] = hot.get();
+  s.hot_codecs.push_back(std::move(hot));
+  return absl::OkStatus();
+}
+
+absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
+                                const PutOptions& options) {
+  State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  if (!s.gpu) {
+    return absl::FailedPreconditionError("the store has no GPU tier (gpu.capacity_bytes is 0)");
+  }
+  if (options.durable || options.wait_durable) {
+    return absl::InvalidArgumentError(
+        "a hot page is volatile and cannot be stored as durable; Put its cold block instead");
+  }
+  if (device_page == nullptr) return absl::InvalidArgumentError("null device page");
+  Entry* e = nullptr;
+  {
+    absl::MutexLock lock(&s.mu);
+    auto hot = s.hot.find(key.ns);
+    if (hot == s.hot.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", key.ns));
+    }
+    const HotCodec* codec = hot->second;
+    if (s.stop) return absl::UnavailableError("the store is shutting down");
+    if (s.map.contains(key)) {
+      ++s.counters.duplicate_puts;
+      return absl::OkStatus();
+    }
+    const uint64_t block_bytes = codec->plan.block_bytes;
+    const uint64_t slot_size = s.host_alloc->SlotSize(block_bytes);
+    KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, block_bytes, slot_size));
+    std::optional<uint64_t> offset = internal::AllocateWaiting(
+        s, s.gpu->slots(), codec->page_bytes, options_.put_wait_ms, s.gpu_room_waiters, nullptr);
+    if (!offset.has_value()) {
+      ++s.counters.put_rejected;
+      if (s.stop) return absl::UnavailableError("the store is shutting down");
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "GPU tier full: no room for a %d-byte page within %d ms (%d of %d bytes used, %d "
+          "pages pinned or being demoted)",
+          codec->page_bytes, options_.put_wait_ms, s.gpu->slots().used_bytes(),
+          s.gpu->slots().capacity_bytes(), s.pinned + s.migrating));
+    }
+    if (s.map.contains(key)) {
+      (void)s.gpu->slots().Free(*offset, codec->page_bytes);
+      ++s.counters.duplicate_puts;
+      return absl::OkStatus();
+    }
+    s.gpu_used = s.gpu->slots().used_bytes();
+    auto entry = std::make_unique<Entry>();
+    e = entry.get();
+    e->key = key;
+    e->rec.size = static_cast<uint32_t>(block_bytes);
+    e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan).codec);
+    e->slot_size = slot_size;
+    e->gpu = *offset;
+    e->hot = codec;
+    e->writing = true;
+    s.map.emplace(key, std::move(entry));
+    s.namespaces[key.ns].used += slot_size;
+  }
+  // The copy runs outside the lock; the entry is invisible while `writing`.
+  uint8_t* slot = s.gpu->data() + *e->gpu;
+  absl::Status copied = kernels::UseDevice(s.gpu->device());
+  void* stream = kernels::PerThreadStream();
+  if (copied.ok()) copied = kernels::CopyAsync(slot, device_page, e->hot->page_bytes, stream);
+  if (copied.ok()) copied = kernels::SynchronizeStream(stream);
+  absl::MutexLock lock(&s.mu);
+  if (!copied.ok() || s.stop) {
+    internal::Detach(s, e);
+    if (!copied.ok()) return copied;
+    return absl::UnavailableError("the store is shutting down");
+  }
+  e->writing = false;
+  s.changed_cv.SignalAll();
+  e->rec.last_access_ms = internal::NowMs(options_);
+  if (options.parent.has_value()) {
+    e->rec.parent = *options.parent;
+    e->rec.flags |= index::kBlockFlagHasParent;
+  }
+  s.gpu_lru.PushFront(e);
+  s.namespaces[key.ns].lru.PushFront(e);
+  ++s.counters.puts;
+  s.counters.bytes_in[static_cast<int>(Tier::kGpu)] += e->hot->page_bytes;
+  if (s.gpu_used >
+      options_.gpu.watermarks.high * static_cast<double>(s.gpu->slots().capacity_bytes())) {
+    s.work_cv.Signal();
+  }
+  s.put_latency.Record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::steady_clock::now() - start)
+                                                 .count()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, void* device_dst,
+                                                        void* stream) {
+  State& s = *state_;
+  if (device_dst == nullptr) return absl::InvalidArgumentError("null device destination");
+  const HotCodec* codec = nullptr;
+  Entry* e = nullptr;
+  {
+    absl::MutexLock lock(&s.mu);
+    auto hot = s.hot.find(key.ns);
+    if (hot == s.hot.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", key.ns));
+    }
+    codec = hot->second;
+    auto it = s.map.find(key);
+    if (it != s.map.end() && !it->second->writing && it->second->gpu.has_value()) {
+      e = it->second.get();
+      if (e->hot->plan.fingerprint != codec->plan.fingerprint) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "the page was stored under another layout of namespace %d (fingerprint %016x, the "
+            "namespace's is now %016x)",
+            key.ns, e->hot->plan.fingerprint, codec->plan.fingerprint));
+      }
+      ++e->pins;
+      ++s.pinned;
+      e->rec.flags |= index::kBlockFlagReused;
+      e->rec.last_access_ms = internal::NowMs(options_);
+      s.gpu_lru.MoveToFront(e);
+      s.namespaces[key.ns].lru.MoveToFront(e);
+    }
+  }
+  const int device = s.gpu ? s.gpu->device() : options_.gpu.device;
+  KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device));
+  if (stream == nullptr) stream = kernels::PerThreadStream();
+  if (e != nullptr) {  // a GPU hit: the page as stored
+    absl::Status st =
+        kernels::CopyAsync(device_dst, s.gpu->data() + *e->gpu, codec->page_bytes, stream);
+    if (st.ok()) st = kernels::SynchronizeStream(stream);
+    absl::MutexLock lock(&s.mu);
+    internal::DropPin(s, e);
+    if (!st.ok()) return st;
+    ++s.counters.hits[static_cast<int>(Tier::kGpu)];
+    s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += codec->page_bytes;
+    return std::optional<Tier>(Tier::kGpu);
+  }
+  if (s.arena->pin_mechanism() != "cuda") {
+    return absl::FailedPreconditionError(
+        "ReadHot decodes from the host tier, which must be pinned with CUDA (it is pinned with: " +
+        s.arena->pin_mechanism() + ")");
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, Acquire(key));
+  if (!pinned.has_value()) return std::optional<Tier>();
+  KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header,
+                          codec::ParseColdBlockHeader(pinned->bytes()));
+  if (header.layout_fingerprint != codec->plan.fingerprint ||
+      pinned->bytes().size() != codec->plan.block_bytes) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the block was stored under another layout than namespace %d's hot layout (fingerprint "
+        "%016x, %d bytes; expected %016x, %d bytes)",
+        key.ns, header.layout_fingerprint, pinned->bytes().size(), codec->plan.fingerprint,
+        codec->plan.block_bytes));
+  }
+  KVTIER_RETURN_IF_ERROR(codec->codec->Decode(pinned->bytes().data(), codec->plan.block_bytes,
+                                              device_dst, codec->page_bytes, 1, stream));
+  KVTIER_RETURN_IF_ERROR(kernels::SynchronizeStream(stream));
+  return std::optional<Tier>(pinned->served_from());
+}
+
 absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
@@ -563,7 +795,9 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
       const size_t j = i - kEntryAhead;
       const Entry* e = found[j % kEntryAhead];
       if (e == nullptr || e->writing) return j;
-      if (tiers != nullptr) tiers->push_back(e->host ? Tier::kHost : Tier::kDisk);
+      if (tiers != nullptr) {
+        tiers->push_back(e->gpu ? Tier::kGpu : e->host ? Tier::kHost : Tier::kDisk);
+      }
     }
     if (i < n) {
       key.hash = chain[i];
@@ -587,7 +821,7 @@ absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() {
     absl::MutexLock lock(&state_->mu);
     keys.reserve(state_->map.size());
     for (const auto& [key, e] : state_->map) {
-      if (!e->writing) keys.push_back(key);
+      if (!e->writing && !e->gpu.has_value()) keys.push_back(key);
     }
   }
   VerifyReport report;
@@ -643,12 +877,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   // Every path below holds a pin while the lock is released, so the entry and its copies stay.
   ++e->pins;
   ++s.pinned;
-  auto unpin = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-    --e->pins;
-    --s.pinned;
-    internal::MaybeRelease(s, e);
-    s.changed_cv.SignalAll();
-  };
+  auto unpin = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { internal::DropPin(s, e); };
   // Drops a block that failed verification (a miss plus a counter, never its bytes).
   auto drop = [&](bool io_error, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     KVTIER_LOG(kWarning, "store: block dropped: ", why);
@@ -690,27 +919,23 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     record_latency();
     return std::optional<PinnedBlock>(std::move(pinned));
   }
-  if (!e->disk.has_value()) {  // neither copy (cannot happen for a committed entry)
+  if (!e->disk.has_value() && !e->gpu.has_value()) {  // no copy (not for a committed entry)
     unpin();
     return std::nullopt;
   }
-  // From disk: stage the block in a host slot, read and verify it outside the lock.
-  if (touch) s.disk_lru.MoveToFront(e);
-  const uint32_t size = e->rec.size;
-  std::optional<uint64_t> staging = s.host_alloc->Allocate(size);
-  if (!staging.has_value()) {
-    const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.put_wait_ms);
-    ++s.room_waiters;
-    s.work_cv.Signal();
-    while (!staging.has_value() && !s.stop && !e->removed) {
-      const bool timed_out = s.changed_cv.WaitWithDeadline(&s.mu, deadline);
-      staging = s.host_alloc->Allocate(size);
-      if (timed_out) break;
+  // From the GPU tier or from disk: stage the block in a host slot, fill it outside the lock.
+  const bool from_gpu = e->gpu.has_value();
+  if (touch) {
+    if (from_gpu) {
+      s.gpu_lru.MoveToFront(e);
+    } else {
+      s.disk_lru.MoveToFront(e);
     }
-    --s.room_waiters;
   }
-  if (!staging.has_value() || e->removed) {
-    if (staging.has_value()) (void)s.host_alloc->Free(*staging, size);
+  const uint32_t size = e->rec.size;
+  std::optional<uint64_t> staging =
+      internal::AllocateWaiting(s, *s.host_alloc, size, options_.put_wait_ms, s.room_waiters, e);
+  if (!staging.has_value()) {
     s.host_used = s.host_alloc->used_bytes();
     const bool removed = e->removed;
     unpin();
@@ -718,10 +943,39 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
       if (touch) ++s.counters.misses;
       return std::nullopt;
     }
+    if (s.stop) return absl::UnavailableError("the store is shutting down");
     return absl::UnavailableError(absl::StrFormat(
-        "no host memory to stage a %d-byte disk read within %d ms (%d of %d bytes used, %d "
+        "no host memory to stage a %d-byte block within %d ms (%d of %d bytes used, %d "
         "blocks pinned)",
         size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned));
+  }
+  if (from_gpu) {
+    s.host_used = s.host_alloc->used_bytes();
+    uint8_t* dst = s.arena->data() + *staging;
+    uint8_t* slot = s.gpu->data() + *e->gpu;  // stays: the pin keeps the GPU copy
+    const HotCodec* hot = e->hot;
+    s.mu.Unlock();
+    absl::Status encoded = hot->EncodeToHost(s.gpu->device(), slot, dst);
+    s.mu.Lock();
+    if (!encoded.ok()) {
+      (void)s.host_alloc->Free(*staging, size);
+      s.host_used = s.host_alloc->used_bytes();
+      unpin();
+      return encoded;
+    }
+    unpin();
+    if (touch) {
+      ++s.counters.hits[static_cast<int>(Tier::kGpu)];
+      s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += hot->page_bytes;
+    }
+    PinnedBlock pinned;
+    pinned.store_ = this;
+    pinned.staging_offset_ = *staging;
+    pinned.staging_size_ = size;
+    pinned.bytes_ = absl::Span<const uint8_t>(dst, size);
+    pinned.served_from_ = Tier::kGpu;
+    record_latency();
+    return std::optional<PinnedBlock>(std::move(pinned));
   }
   s.host_used = s.host_alloc->used_bytes();
   const DiskSlot slot = *e->disk;
@@ -767,14 +1021,7 @@ void BlockStore::Unpin(void* raw, std::optional<uint64_t> staging, uint64_t stag
     if (!st.ok()) KVTIER_LOG(kError, "host tier (staging): ", st.message());
     s.host_used = s.host_alloc->used_bytes();
   }
-  if (Entry* e = static_cast<Entry*>(raw)) {
-    --e->pins;
-    --s.pinned;
-    if (e->pins == 0 && e->free_host_when_unpinned && !e->removed) {
-      internal::FreeHostCopy(s, e);
-    }
-    internal::MaybeRelease(s, e);
-  }
+  if (Entry* e = static_cast<Entry*>(raw)) internal::DropPin(s, e);
   s.changed_cv.SignalAll();
 }
 
@@ -839,6 +1086,12 @@ StoreStats BlockStore::Stats() const {
     host.capacity_bytes = s.host_alloc->capacity_bytes();
     host.used_bytes = s.host_alloc->used_bytes();
     host.blocks = s.host_lru.size();
+    if (s.gpu) {
+      TierStats& gpu = out.tiers[static_cast<int>(Tier::kGpu)];
+      gpu.capacity_bytes = s.gpu->slots().capacity_bytes();
+      gpu.used_bytes = s.gpu->slots().used_bytes();
+      gpu.blocks = s.gpu_lru.size();
+    }
     TierStats& disk = out.tiers[static_cast<int>(Tier::kDisk)];
     disk.capacity_bytes = s.disk->capacity_bytes();
     disk.used_bytes = s.disk->used_bytes();
@@ -859,6 +1112,8 @@ StoreStats BlockStore::Stats() const {
   out.puts = c.puts;
   out.duplicate_puts = c.duplicate_puts;
   out.put_rejected = c.put_rejected;
+  out.evictions_gpu_to_host = c.gpu_to_host;
+  out.evictions_gpu_dropped = c.gpu_dropped;
   out.evictions_host_to_disk = c.host_to_disk;
   out.evictions_host_dropped = c.host_dropped;
   out.evictions_host_copy_freed = c.host_copy_freed;

@@ -1,8 +1,10 @@
-// BlockStore: the storage engine inside kvtierd. It keeps cold blocks in a host tier (HostArena)
-// and a disk tier (DiskTier), indexes them in memory and durably in RocksDB (BlockIndex), moves
-// them down (host -> disk -> drop) on a background thread by LRU with watermarks, enforces
-// per-namespace quotas, verifies every block it reads back, and rebuilds itself from the index at
-// start. Every public method is thread-safe. See docs/ARCHITECTURE.md, "Storage engine".
+// BlockStore: the storage engine inside kvtierd. It keeps hot pages in an optional GPU tier
+// (GpuTier, daemon-owned device memory) and cold blocks in a host tier (HostArena) and a disk tier
+// (DiskTier), indexes them in memory and durably in RocksDB (BlockIndex), moves them down
+// (gpu -> host with the fused NVFP4 encode, host -> disk -> drop) on a background thread by LRU
+// with watermarks, enforces per-namespace quotas, verifies every block it reads back, and rebuilds
+// itself from the index at start. Every public method is thread-safe. See docs/ARCHITECTURE.md,
+// "Storage engine".
 #ifndef KVTIER_DAEMON_STORE_BLOCK_STORE_H_
 #define KVTIER_DAEMON_STORE_BLOCK_STORE_H_
 
@@ -17,6 +19,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "codec/codec_spec.h"
+#include "codec/page_layout.h"
 #include "daemon/index/block_index.h"
 #include "daemon/index/block_record.h"
 #include "daemon/store/disk_tier.h"
@@ -42,7 +46,18 @@ struct Watermarks {
   double low = 0.85;
 };
 
+// The GPU tier: device memory the daemon owns, holding hot pages (PutHot) until the background
+// thread encodes them into the host tier. Needs a CUDA build, a device, and a host tier pinned
+// with CUDA. Volatile: a restart starts it empty.
+struct GpuTierOptions {
+  uint64_t capacity_bytes = 0;  // 0: no GPU tier
+  int device = 0;
+  uint64_t chunk_bytes = 64ull << 20;  // slot allocation unit; a hot page must fit in one
+  Watermarks watermarks;
+};
+
 struct BlockStoreOptions {
+  GpuTierOptions gpu;
   HostArenaOptions host;
   uint64_t host_chunk_bytes = 64ull << 20;
   Watermarks host_watermarks;
@@ -174,12 +189,46 @@ class BlockStore {
   absl::StatusOr<HostReservation> Reserve(const BlockKey& key, uint64_t size);
   absl::Status Commit(HostReservation reservation, const PutOptions& options = {});
 
+  // ---- GPU tier (hot pages) ----
+
+  // Sets the layout and codec of the hot pages of namespace `ns`, which PutHot and ReadHot use;
+  // pages already stored keep the layout they were stored with. Does not need a GPU tier (ReadHot
+  // decodes host and disk blocks without one) but needs CUDA:
+  //   Unimplemented    built without CUDA, or a codec the GPU kernels lack (they do nvfp4 and
+  //                    nvfp4+rope);
+  //   InvalidArgument  the layout and codec make no valid block plan, or its block or page
+  //                    does not fit the store's slots (max_block_bytes, gpu.chunk_bytes).
+  absl::Status SetHotLayout(NamespaceId ns, const codec::PageLayout& layout,
+                            const codec::CodecSpec& spec);
+
+  // Copies the hot page at `device_page` (device memory, laid out flat as codec::FlatPageView
+  // describes, in the namespace's hot layout) into the GPU tier under `key`. The page stays
+  // there, lossless, until the background thread demotes it: it encodes it with the fused kernel
+  // straight into a host slot, where it becomes an ordinary cold block. A key already stored
+  // keeps its bytes. Returns
+  //   FailedPrecondition  no GPU tier, or no hot layout for the namespace;
+  //   InvalidArgument     options.durable (a hot page is volatile: Put its cold block instead);
+  //   ResourceExhausted   quota, or no GPU room within put_wait_ms;
+  //   Unavailable         shutting down; Internal with the CUDA error when the copy fails.
+  // Blocks until the copy is done. Uses the calling thread's stream on the tier's device.
+  absl::Status PutHot(const BlockKey& key, const void* device_page, const PutOptions& options = {});
+
+  // Writes the block's hot page into `device_dst` (device memory, FlatPageBytes of the
+  // namespace's hot layout): a GPU-tier hit is copied as stored (lossless); a host or disk block
+  // is verified as Acquire does and decoded by the fused kernel. Returns the tier it came from,
+  // or nullopt on a miss. FailedPrecondition without a hot layout for the namespace, or when the
+  // block was stored under another layout or the host tier is not pinned with CUDA. Enqueued on
+  // `stream` (nullptr: the calling thread's stream) and waited for.
+  absl::StatusOr<std::optional<Tier>> ReadHot(const BlockKey& key, void* device_dst,
+                                              void* stream = nullptr);
+
   // How many leading blocks of `chain` (hashes in `ns`, in prefix order) are stored; fills
   // `tiers` (when non-null) with the tier of each hit. Never blocks on I/O.
   size_t LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain,
                      std::vector<Tier>* tiers = nullptr) const;
 
-  // The block's bytes, pinned in host memory: nullopt on a miss. A block read from disk is
+  // The block's bytes, pinned in host memory: nullopt on a miss. A GPU-tier page is encoded into
+  // a staging host slot (served_from() says kGpu). A block read from disk is
   // verified (header, payload checksum, and the checksum recorded at store time); one that fails
   // is removed, counted (checksum_failures or io_errors) and reported as a miss, never returned.
   // Unavailable when there is no host memory to stage a disk read. Blocks on the disk read.
@@ -196,11 +245,13 @@ class BlockStore {
   // (per the sync policy). Blocks.
   absl::Status Flush();
 
-  // Moves every host block that the disk admits down to disk now (kvtierctl drain); then Flush.
+  // Moves every GPU-tier page to the host tier and every host block that the disk admits down to
+  // disk now (kvtierctl drain); then Flush.
   absl::Status DemoteAll();
 
   // Reads back and verifies every stored block (kvtierctl verify): host copies in place, disk
-  // copies through the disk tier. Blocks that fail are removed and counted, as a read would.
+  // copies through the disk tier (GPU-tier pages have no stored block yet and are skipped).
+  // Blocks that fail are removed and counted, as a read would.
   // Does not change LRU order or reuse flags. Blocks for the whole scan.
   struct VerifyReport {
     uint64_t blocks = 0;  // blocks checked
@@ -224,6 +275,9 @@ class BlockStore {
   absl::Status Recover();
   void Unpin(void* entry, std::optional<uint64_t> staging_offset, uint64_t staging_size);
   void AbortReservation(void* entry);
+  // Evicts blocks of namespace `id` until a block of `slot_size` fits its quota.
+  // ResourceExhausted (counted) when it cannot. REQUIRES: state_->mu held.
+  absl::Status MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64_t slot_size);
   void BackgroundLoop();
   // Makes an already stored block durable (write-through); false when it is not stored.
   absl::StatusOr<bool> MakeDurable(const BlockKey& key, bool wait);

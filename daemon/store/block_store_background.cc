@@ -2,10 +2,13 @@
 // migrating transition. Each round it (1) applies queued index changes, grouping them under the
 // kBatch policy, (2) writes durable puts through to disk, (3) demotes host blocks by LRU when the
 // host tier is above its high watermark (or a caller waits for room), down to the low watermark,
-// and (4) drops disk blocks by LRU above the disk's high watermark. A demoted block is written to a
+// (4) drops disk blocks by LRU above the disk's high watermark, and (5) encodes GPU-tier pages
+// by LRU into host slots with the fused kernel above the GPU tier's high watermark (asking step 3
+// for host room when there is none). A demoted block is written to a
 // fresh disk slot, the disk file is synced, then its index entry is written and committed; only
 // then does the host copy go. Freed disk slots wait in quarantine until the deletion of their
 // index entry is committed, so the index never points durably at a slot holding another block.
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -13,8 +16,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
+#include "codec/cold_block.h"
 #include "common/logging.h"
 #include "daemon/store/block_store_internal.h"
+#include "kernels/device.h"
 
 namespace kvtier::store {
 namespace {
@@ -110,6 +115,93 @@ uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host) {
   return dropped;
 }
 
+// Encodes least recently used GPU-tier pages into fresh host slots until the tier's used bytes
+// are at most `target` (at most `batch` pages per call). Returns false when it moved nothing.
+// Sets s.host_wanted_by_gpu when the host tier had no room. REQUIRES: s.mu held; releases it
+// while the kernels run.
+bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  struct GpuMove {
+    Entry* entry;
+    uint64_t host;
+    absl::Status result;
+  };
+  std::vector<GpuMove> moves;
+  uint64_t leaving = 0;
+  s.host_wanted_by_gpu = 0;
+  Entry* e = s.gpu_lru.back();
+  while (e != nullptr && s.gpu_used - leaving > target && moves.size() < batch) {
+    Entry* prev = GpuLru::Prev(e);
+    if (e->pins == 0 && !e->migrating && !e->host.has_value()) {
+      std::optional<uint64_t> slot = s.host_alloc->Allocate(e->rec.size);
+      if (!slot.has_value()) {
+        s.host_wanted_by_gpu = uint64_t{batch - moves.size()} * e->slot_size;
+        s.work_cv.Signal();
+        break;
+      }
+      s.host_used = s.host_alloc->used_bytes();
+      e->migrating = true;
+      ++s.migrating;
+      leaving += e->hot->page_bytes;
+      moves.push_back(GpuMove{e, *slot, absl::OkStatus()});
+    }
+    e = prev;
+  }
+  if (moves.empty()) return false;
+  s.mu.Unlock();
+  // One launch per page (a round's pages may have different layouts), one wait for the round.
+  absl::Status ready = kernels::UseDevice(s.gpu->device());
+  void* stream = kernels::PerThreadStream();
+  for (GpuMove& m : moves) {
+    m.result = ready;
+    if (m.result.ok()) {
+      m.result = m.entry->hot->EnqueueEncode(s.gpu->data() + *m.entry->gpu,
+                                             s.arena->data() + m.host, stream);
+    }
+  }
+  if (ready.ok()) ready = kernels::SynchronizeStream(stream);
+  for (GpuMove& m : moves) {
+    if (m.result.ok()) m.result = ready;
+    if (m.result.ok()) m.entry->hot->Seal(s.arena->data() + m.host);
+  }
+  s.mu.Lock();
+  size_t failed = 0;
+  for (GpuMove& m : moves) {
+    Entry* e = m.entry;
+    e->migrating = false;
+    --s.migrating;
+    if (!m.result.ok() || e->removed) {
+      absl::Status freed = s.host_alloc->Free(m.host, e->rec.size);
+      if (!freed.ok()) KVTIER_LOG(kError, "host tier: ", freed.message());
+      s.host_used = s.host_alloc->used_bytes();
+      if (!m.result.ok()) {
+        ++s.counters.gpu_dropped;
+        if (failed++ == 0) {
+          KVTIER_LOG(kError, "store: encoding a GPU-tier page into the host tier failed: ",
+                     m.result.message());
+        }
+        if (!e->removed && e->pins == 0) internal::Detach(s, e);
+      }
+      internal::MaybeRelease(s, e);
+      continue;
+    }
+    const absl::Span<const uint8_t> block(s.arena->data() + m.host, e->rec.size);
+    e->host = m.host;
+    e->rec.checksum = codec::StoredHeaderChecksum(block);
+    s.gpu_lru.Remove(e);
+    if (e->pins == 0) internal::FreeGpuCopy(s, e);  // else the last reader's unpin frees it
+    s.host_lru.PushFront(e);
+    ++s.counters.gpu_to_host;
+    s.counters.bytes_in[static_cast<int>(Tier::kHost)] += e->rec.size;
+    if (persistent_host) {
+      internal::QueuePut(s, *e);
+      e->indexed = true;
+    }
+  }
+  s.changed_cv.SignalAll();
+  return true;
+}
+
 }  // namespace
 
 void BlockStore::BackgroundLoop() {
@@ -118,14 +210,20 @@ void BlockStore::BackgroundLoop() {
   const bool persistent_host = s.arena->persistent();
   const double host_capacity = static_cast<double>(s.arena->size());
   const double disk_capacity = static_cast<double>(s.disk->capacity_bytes());
+  const double gpu_capacity = s.gpu ? static_cast<double>(s.gpu->slots().capacity_bytes()) : 0.0;
   absl::Time oldest_pending = absl::InfiniteFuture();
   absl::MutexLock lock(&s.mu);
   while (true) {
     const bool has_disk = s.disk->file_count() > 0;
     const uint64_t disk_live = s.disk->used_bytes() - s.quarantined_bytes;
+    const bool gpu_pressure =
+        s.gpu != nullptr && !s.gpu_lru.empty() &&
+        (static_cast<double>(s.gpu_used) > options_.gpu.watermarks.high * gpu_capacity ||
+         s.gpu_room_waiters > 0 || s.demote_all);
+    if (!gpu_pressure) s.host_wanted_by_gpu = 0;
     const bool host_pressure =
         static_cast<double>(s.host_used) > options_.host_watermarks.high * host_capacity ||
-        s.room_waiters > 0 || s.demote_all;
+        s.room_waiters > 0 || s.host_wanted_by_gpu > 0 || s.demote_all;
     const bool disk_pressure =
         has_disk && static_cast<double>(disk_live) > options_.disk_watermarks.high * disk_capacity;
     const bool pending = !s.pending.empty();
@@ -145,7 +243,7 @@ void BlockStore::BackgroundLoop() {
       if (s.commit_failures != failures && s.stop) break;  // give up at shutdown
       continue;
     }
-    const bool work = (host_pressure && !s.host_lru.empty()) || disk_pressure ||
+    const bool work = gpu_pressure || (host_pressure && !s.host_lru.empty()) || disk_pressure ||
                       (!s.write_through.empty() && has_disk);
     if (!work || s.stop) {
       if (s.stop && !pending) break;
@@ -164,6 +262,16 @@ void BlockStore::BackgroundLoop() {
     if (disk_pressure) {
       EvictDisk(s, static_cast<uint64_t>(options_.disk_watermarks.low * disk_capacity),
                 persistent_host);
+    }
+
+    // (5) before (3): GPU pages go to the host tier, whose own pressure is handled next round.
+    if (gpu_pressure) {
+      uint64_t target =
+          s.demote_all ? 0 : static_cast<uint64_t>(options_.gpu.watermarks.low * gpu_capacity);
+      if (s.gpu_room_waiters > 0 && s.gpu_used <= target) {
+        target = s.gpu_used - std::min(s.gpu_used, s.gpu->slots().chunk_bytes());
+      }
+      if (DemoteGpu(s, target, options_.demotion_batch, persistent_host)) continue;
     }
 
     // (2) and (3): choose the blocks to write.
@@ -218,9 +326,9 @@ void BlockStore::BackgroundLoop() {
     if (host_pressure && !disk_full) {
       const uint64_t low = static_cast<uint64_t>(options_.host_watermarks.low * host_capacity);
       uint64_t target = s.demote_all ? 0 : low;
-      if (s.room_waiters > 0 && s.host_used <= target) {
-        target =
-            s.host_used > options_.max_block_bytes ? s.host_used - options_.max_block_bytes : 0;
+      if ((s.room_waiters > 0 || s.host_wanted_by_gpu > 0) && s.host_used <= target) {
+        const uint64_t wanted = std::max(options_.max_block_bytes, s.host_wanted_by_gpu);
+        target = s.host_used > wanted ? s.host_used - wanted : 0;
       }
       uint64_t leaving = 0;
       bool moved_any = false;

@@ -20,22 +20,27 @@
 #include "common/histogram.h"
 #include "daemon/index/block_index.h"
 #include "daemon/store/block_store.h"
+#include "daemon/store/gpu_tier.h"
 #include "daemon/store/intrusive_list.h"
 #include "daemon/store/slot_allocator.h"
 
 namespace kvtier::store {
 
-// One block. Its life: Reserve() creates it `writing`; Commit() makes it visible with a host copy;
+// One block. Its life: Reserve() creates it `writing`; Commit() makes it visible with a host copy
+// (or PutHot() with a GPU copy, a hot page that the background thread later encodes into a host
+// copy, `migrating` meanwhile; an entry never has a GPU copy and another at once);
 // the background thread may give it a disk copy (`migrating` while the write is in flight, a
 // transition the background thread alone owns) and later free the host copy; Remove() or an
 // eviction takes it out of the map (`removed`), and it is released (its slots freed) once no
 // reader pins it and no write is in flight.
 struct BlockStore::Entry {
   BlockKey key;
-  index::BlockRecord rec;        // parent, flags, codec, checksum, size, last access
-  uint64_t slot_size = 0;        // size rounded up to the slot alignment
-  std::optional<uint64_t> host;  // host copy: offset in the arena
-  std::optional<DiskSlot> disk;  // disk copy whose index entry is written
+  index::BlockRecord rec;         // parent, flags, codec, checksum, size, last access
+  uint64_t slot_size = 0;         // size rounded up to the slot alignment
+  std::optional<uint64_t> host;   // host copy: offset in the arena
+  std::optional<DiskSlot> disk;   // disk copy whose index entry is written
+  std::optional<uint64_t> gpu;    // GPU copy (a hot page): offset in the GPU tier
+  const HotCodec* hot = nullptr;  // the layout of the GPU copy (owned by State::hot_codecs)
   bool writing = true;
   bool migrating = false;
   bool removed = false;
@@ -48,11 +53,13 @@ struct BlockStore::Entry {
   std::optional<absl::Status> durable_result;  // outcome of a write-through (durable puts)
   uint32_t pins = 0;
   ListHook<Entry> host_lru;
+  ListHook<Entry> gpu_lru;
   ListHook<Entry> disk_lru;
   ListHook<Entry> ns_lru;
 };
 
 using HostLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::host_lru>;
+using GpuLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::gpu_lru>;
 using DiskLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::disk_lru>;
 using NsLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::ns_lru>;
 
@@ -69,6 +76,7 @@ struct Counters {
   std::atomic<uint64_t> bytes_in[3] = {};
   std::atomic<uint64_t> bytes_out[3] = {};
   std::atomic<uint64_t> misses{0}, puts{0}, duplicate_puts{0}, put_rejected{0};
+  std::atomic<uint64_t> gpu_to_host{0}, gpu_dropped{0};
   std::atomic<uint64_t> host_to_disk{0}, host_dropped{0}, host_copy_freed{0}, disk_dropped{0};
   std::atomic<uint64_t> quota_evictions{0}, removed{0}, checksum_failures{0}, io_errors{0};
 };
@@ -78,6 +86,7 @@ struct BlockStore::State {
   std::unique_ptr<HostArena> arena;
   std::optional<SlotAllocator> host_alloc;
   std::unique_ptr<DiskTier> disk;
+  std::unique_ptr<GpuTier> gpu;  // null: no GPU tier
 
   mutable absl::Mutex mu;
   absl::CondVar work_cv;     // wakes the background thread
@@ -87,6 +96,10 @@ struct BlockStore::State {
   absl::flat_hash_map<Entry*, std::unique_ptr<Entry>> retired ABSL_GUARDED_BY(mu);
   HostLru host_lru ABSL_GUARDED_BY(mu);
   DiskLru disk_lru ABSL_GUARDED_BY(mu);
+  GpuLru gpu_lru ABSL_GUARDED_BY(mu);
+  // Hot layouts by namespace; every layout ever set stays in hot_codecs (entries point at theirs).
+  absl::flat_hash_map<NamespaceId, const HotCodec*> hot ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<HotCodec>> hot_codecs ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<NamespaceId, NamespaceState> namespaces ABSL_GUARDED_BY(mu);
   std::deque<Entry*> write_through ABSL_GUARDED_BY(mu);
 
@@ -116,7 +129,10 @@ struct BlockStore::State {
   uint64_t quarantined_bytes ABSL_GUARDED_BY(mu) = 0;
   uint64_t host_used ABSL_GUARDED_BY(mu) = 0;  // mirrors host_alloc->used_bytes()
   uint32_t room_waiters ABSL_GUARDED_BY(mu) = 0;
-  uint32_t commit_waiters ABSL_GUARDED_BY(mu) = 0;  // Flush() callers: commit without delay
+  uint64_t gpu_used ABSL_GUARDED_BY(mu) = 0;  // mirrors gpu->slots().used_bytes()
+  uint32_t gpu_room_waiters ABSL_GUARDED_BY(mu) = 0;
+  uint64_t host_wanted_by_gpu ABSL_GUARDED_BY(mu) = 0;  // host bytes GPU demotion waits for
+  uint32_t commit_waiters ABSL_GUARDED_BY(mu) = 0;      // Flush() callers: commit without delay
   uint32_t migrating ABSL_GUARDED_BY(mu) = 0;
   uint64_t pinned ABSL_GUARDED_BY(mu) = 0;
   bool demote_all ABSL_GUARDED_BY(mu) = false;
@@ -147,6 +163,17 @@ void Detach(State& s, Entry* e);
 void MaybeRelease(State& s, Entry* e);
 // Frees the host copy of an entry that keeps its disk copy (or is detached).
 void FreeHostCopy(State& s, Entry* e);
+// Drops a reader's pin; the last one frees a copy that was waiting for it (a host copy already
+// on disk, a GPU copy already encoded into the host tier) and releases a detached entry.
+// REQUIRES: s.mu held, e->pins > 0.
+void DropPin(State& s, Entry* e);
+// Frees the GPU copy of an entry that now has a host copy (or is detached).
+void FreeGpuCopy(State& s, Entry* e);
+// A slot of `size` bytes from `slots`, waiting up to wait_ms for the background thread to make
+// room (counted in `waiters`); nullopt when none came, the store stops, or `e` (when given) is
+// removed meanwhile. REQUIRES: s.mu held.
+std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t size,
+                                        uint32_t wait_ms, uint32_t& waiters, const Entry* e);
 // Moves reusable quarantined disk and host slots back to their allocators.
 void ReleaseQuarantine(State& s);
 uint64_t NowMs(const BlockStoreOptions& options);

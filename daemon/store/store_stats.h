@@ -19,8 +19,8 @@ struct TierStats {
   uint64_t used_bytes = 0;  // bytes of allocated slots
   uint64_t blocks = 0;
   uint64_t hits = 0;       // reads served by this tier
-  uint64_t bytes_in = 0;   // block bytes written into this tier
-  uint64_t bytes_out = 0;  // block bytes read from this tier
+  uint64_t bytes_in = 0;   // block bytes written into this tier (GPU tier: hot page bytes)
+  uint64_t bytes_out = 0;  // block bytes read from this tier (GPU tier: hot page bytes)
 };
 
 struct StoreStats {
@@ -30,7 +30,9 @@ struct StoreStats {
   uint64_t misses = 0;
   uint64_t puts = 0;
   uint64_t duplicate_puts = 0;
-  uint64_t put_rejected = 0;  // no room or over quota
+  uint64_t put_rejected = 0;           // no room or over quota
+  uint64_t evictions_gpu_to_host = 0;  // hot pages encoded into the host tier
+  uint64_t evictions_gpu_dropped = 0;  // hot pages dropped because their encode failed
   uint64_t evictions_host_to_disk = 0;
   uint64_t evictions_host_dropped = 0;     // left host without going to disk (not admitted/full)
   uint64_t evictions_host_copy_freed = 0;  // host copy freed, disk copy kept
