@@ -1,0 +1,398 @@
+// kvtierd's configuration: the embedded default, YAML overlays and validation.
+#include "daemon/kvtierd/config.h"
+
+#include <sys/stat.h>
+
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "yaml-cpp/yaml.h"
+
+namespace kvtier::kvtierd {
+namespace {
+
+// Every field kvtierd knows, with its default and what it means. Keep docs/CONFIG.md in step.
+constexpr absl::string_view kDefaultConfig =
+    R"(# kvtierd configuration. Every field is optional; this is the default.
+# Sizes are bytes, or a number with KiB, MiB, GiB or TiB ("64GiB"); "auto" where allowed.
+
+server:
+  # Unix socket the gRPC services listen on. Its directory is created when missing.
+  socket: /run/kvtier/kvtier.sock
+  # Threads that run offloads, onboards and other blocking work (1 to 256).
+  workers: 4
+  # Largest serialized request accepted (4 KiB to 64 MiB); larger ones fail RESOURCE_EXHAUSTED.
+  max_request_bytes: 4MiB
+  # Most items (pages, hashes) in one request (1 to 65536).
+  max_items_per_request: 4096
+  # Most engines registered at once (1 to 65536).
+  max_engines: 1024
+  # On SIGTERM: how long in-flight requests may take before they are cancelled (0 to 3600).
+  shutdown_grace_seconds: 10
+
+# Where the index (RocksDB) and, by default, the disk tier live. Created when missing.
+state_dir: /var/lib/kvtier
+
+pools:
+  # Directories engines' host pools (shared-memory files) may be in. Absolute paths.
+  allowed_dirs: [/dev/shm]
+
+engines:
+  # Codec of engines that do not ask for one: raw, nvfp4, nvfp4x2, optionally +rope.
+  default_codec: nvfp4
+  # Engine lease when the engine does not ask for one, and the range requests are clamped to.
+  lease_seconds: 30
+  min_lease_seconds: 1
+  max_lease_seconds: 600
+
+host:
+  # Host tier size. auto: a quarter of the memory limit (cgroup memory.max or MemTotal), at most
+  # 64 GiB, rounded down to whole chunks.
+  capacity: auto
+  # Allocation unit; the largest block the daemon stores is min(host.chunk, disk.chunk).
+  chunk: 64MiB
+  # Pinning: auto (CUDA if a GPU is usable, else mlock if RLIMIT_MEMLOCK allows, else none), cuda,
+  # mlock, none.
+  pin: auto
+  # Keep the host tier across daemon restarts in /dev/shm/<shm_name>.
+  persistent: false
+  shm_name: kvtier-host
+
+gpu:
+  # GPU tier size (daemon-owned device memory for hot pages); 0: none. Needs CUDA.
+  capacity: 0
+  device: 0
+
+disk:
+  # Directories of the disk tier (one preallocated file each). Empty: <state_dir>/disk.
+  dirs: []
+  # Disk tier size, all directories together. auto: a quarter of the free space of the first
+  # directory's file system, at most 256 GiB, rounded down to whole chunks. 0: no disk tier.
+  capacity: auto
+  chunk: 256MiB
+  # io_uring queue depth per file (1 to 4096).
+  queue_depth: 64
+  # Which blocks leaving the host tier are written to disk: all, or reused-or-durable.
+  admission: all
+
+index:
+  # When index writes are synced: none, batch (group commit every few ms), always.
+  sync: batch
+
+metrics:
+  # host:port of the HTTP listener for /metrics, /healthz and /readyz; "" turns it off.
+  listen: 127.0.0.1:9464
+
+log:
+  # Lowest level logged: info, warning, error.
+  level: info
+)";
+
+std::string Where(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.line < 0) return "";
+  return absl::StrFormat(" (line %d)", mark.line + 1);
+}
+
+// Fails on keys of `user` that `reference` lacks, and on maps given where scalars are expected.
+absl::Status CheckKnown(const YAML::Node& reference, const YAML::Node& user,
+                        const std::string& prefix) {
+  if (!user.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s must be a map of fields%s",
+                                                      prefix.empty() ? "the configuration" : prefix,
+                                                      Where(user)));
+  }
+  for (const auto& kv : user) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string path = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+    const YAML::Node ref = reference[key];
+    if (!ref) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown field '%s'%s", path, Where(kv.first)));
+    }
+    if (ref.IsMap()) {
+      if (absl::Status st = CheckKnown(ref, kv.second, path); !st.ok()) return st;
+    } else if (kv.second.IsMap()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("field '%s' takes a value, not a map%s", path, Where(kv.second)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Merge(YAML::Node base, const YAML::Node& over) {
+  for (const auto& kv : over) {
+    const std::string key = kv.first.as<std::string>();
+    if (kv.second.IsMap() && base[key].IsMap()) {
+      Merge(base[key], kv.second);
+    } else {
+      base[key] = kv.second;
+    }
+  }
+}
+
+class Reader {
+ public:
+  explicit Reader(const YAML::Node& root) : root_(root) {}
+  const absl::Status& status() const { return status_; }
+
+  YAML::Node Get(const std::string& path) {
+    YAML::Node node = YAML::Clone(root_);
+    for (absl::string_view part : absl::StrSplit(path, '.')) {
+      node.reset(node[std::string(part)]);  // reset: assignment would overwrite the node's value
+    }
+    return node;
+  }
+  void Fail(const std::string& path, const std::string& what) {
+    if (status_.ok()) {
+      status_ = absl::InvalidArgumentError(absl::StrFormat("field '%s': %s", path, what));
+    }
+  }
+  std::string String(const std::string& path) {
+    YAML::Node n = Get(path);
+    if (!n.IsScalar()) {
+      if (n.IsNull()) return "";
+      Fail(path, "must be a string");
+      return "";
+    }
+    return n.as<std::string>();
+  }
+  bool Bool(const std::string& path) {
+    const std::string s = String(path);
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+    Fail(path, absl::StrFormat("'%s' is not true or false", s));
+    return false;
+  }
+  uint64_t Uint(const std::string& path, uint64_t min, uint64_t max) {
+    const std::string s = String(path);
+    uint64_t v = 0;
+    if (!absl::SimpleAtoi(s, &v)) {
+      Fail(path, absl::StrFormat("'%s' is not a whole number", s));
+      return 0;
+    }
+    if (v < min || v > max) Fail(path, absl::StrFormat("%d is outside [%d, %d]", v, min, max));
+    return v;
+  }
+  double Double(const std::string& path, double min, double max) {
+    const std::string s = String(path);
+    double v = 0;
+    if (!absl::SimpleAtod(s, &v)) {
+      Fail(path, absl::StrFormat("'%s' is not a number", s));
+      return 0;
+    }
+    if (!(v >= min && v <= max)) Fail(path, absl::StrFormat("%g is outside [%g, %g]", v, min, max));
+    return v;
+  }
+  // 0 for "auto" when allowed.
+  uint64_t Bytes(const std::string& path, bool auto_allowed) {
+    const std::string s = String(path);
+    if (auto_allowed && s == "auto") return 0;
+    absl::StatusOr<uint64_t> v = ParseBytes(path, s);
+    if (!v.ok()) {
+      status_.Update(v.status());
+      return 0;
+    }
+    if (auto_allowed && *v == 0) return UINT64_MAX;  // explicit 0 (no tier); see callers
+    return *v;
+  }
+  std::vector<std::string> Paths(const std::string& path) {
+    YAML::Node n = Get(path);
+    std::vector<std::string> out;
+    if (!n.IsSequence()) {
+      Fail(path, "must be a list of paths");
+      return out;
+    }
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string p = n[i].IsScalar() ? n[i].as<std::string>() : "";
+      if (p.empty() || p[0] != '/') {
+        Fail(path, absl::StrFormat("entry %d ('%s') is not an absolute path", i, p));
+      }
+      out.push_back(p);
+    }
+    return out;
+  }
+
+ private:
+  YAML::Node root_;
+  absl::Status status_;
+};
+
+}  // namespace
+
+absl::string_view DefaultConfigYaml() { return kDefaultConfig; }
+
+absl::StatusOr<uint64_t> ParseBytes(absl::string_view field, absl::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const absl::string_view number = text.substr(0, digits);
+  const absl::string_view unit = text.substr(digits);
+  uint64_t value = 0;
+  uint64_t scale = 0;
+  if (unit.empty() || unit == "B") {
+    scale = 1;
+  } else if (unit == "KiB") {
+    scale = 1ull << 10;
+  } else if (unit == "MiB") {
+    scale = 1ull << 20;
+  } else if (unit == "GiB") {
+    scale = 1ull << 30;
+  } else if (unit == "TiB") {
+    scale = 1ull << 40;
+  }
+  if (number.empty() || scale == 0 || !absl::SimpleAtoi(number, &value) ||
+      value > UINT64_MAX / scale) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "field '%s': '%s' is not a size (bytes, or a number with KiB, MiB, GiB or TiB)", field,
+        text));
+  }
+  return value * scale;
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& file,
+                                  const std::vector<std::string>& overrides) {
+  const YAML::Node reference = YAML::Load(std::string(kDefaultConfig));
+  YAML::Node root = YAML::Clone(reference);
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return absl::NotFoundError(absl::StrFormat("config file %s cannot be read", file));
+    std::stringstream text;
+    text << in.rdbuf();
+    YAML::Node user;
+    try {
+      user = YAML::Load(text.str());
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(absl::StrFormat("config file %s: %s", file, e.what()));
+    }
+    if (!user.IsNull()) {
+      if (absl::Status st = CheckKnown(reference, user, ""); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("config file ", file, ": ", st.message()));
+      }
+      Merge(root, user);
+    }
+  }
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--set '%s': expected field.path=value", o));
+    }
+    const std::string path = o.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(absl::StrFormat("--set %s: %s", path, e.what()));
+    }
+    // Build {a: {b: value}} and check it like a file.
+    YAML::Node tree = value;
+    const std::vector<std::string> parts = absl::StrSplit(path, '.');
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+      YAML::Node parent(YAML::NodeType::Map);
+      parent[*it] = tree;
+      tree.reset(parent);
+    }
+    if (absl::Status st = CheckKnown(reference, tree, ""); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--set ", path, ": ", st.message()));
+    }
+    Merge(root, tree);
+  }
+
+  Reader r(root);
+  Config c;
+  c.socket = r.String("server.socket");
+  if (c.socket.empty() || c.socket.size() > 107) {
+    r.Fail("server.socket", "must be a path of 1 to 107 bytes (the Unix socket limit)");
+  }
+  c.workers = static_cast<uint32_t>(r.Uint("server.workers", 1, 256));
+  const uint64_t request_bytes = r.Bytes("server.max_request_bytes", false);
+  if (request_bytes < 4096 || request_bytes > (64u << 20)) {
+    r.Fail("server.max_request_bytes", "must be within [4KiB, 64MiB]");
+  }
+  c.max_request_bytes = static_cast<uint32_t>(request_bytes);
+  c.max_items_per_request = static_cast<uint32_t>(r.Uint("server.max_items_per_request", 1, 65536));
+  c.max_engines = static_cast<uint32_t>(r.Uint("server.max_engines", 1, 65536));
+  c.shutdown_grace_seconds = r.Double("server.shutdown_grace_seconds", 0, 3600);
+  c.state_dir = r.String("state_dir");
+  if (c.state_dir.empty() || c.state_dir[0] != '/') {
+    r.Fail("state_dir", absl::StrFormat("'%s' is not an absolute path", c.state_dir));
+  }
+  c.pool_dirs = r.Paths("pools.allowed_dirs");
+  if (c.pool_dirs.empty()) r.Fail("pools.allowed_dirs", "needs at least one directory");
+  {
+    absl::StatusOr<codec::CodecSpec> spec =
+        codec::CodecSpec::Parse(r.String("engines.default_codec"));
+    if (!spec.ok()) r.Fail("engines.default_codec", std::string(spec.status().message()));
+    if (spec.ok()) c.default_codec = *spec;
+  }
+  c.lease_seconds = r.Double("engines.lease_seconds", 0.1, 86400);
+  c.min_lease_seconds = r.Double("engines.min_lease_seconds", 0.1, 86400);
+  c.max_lease_seconds = r.Double("engines.max_lease_seconds", 0.1, 86400);
+  if (c.min_lease_seconds > c.max_lease_seconds) {
+    r.Fail("engines.min_lease_seconds", "exceeds engines.max_lease_seconds");
+  }
+  c.host_capacity = r.Bytes("host.capacity", true);
+  if (c.host_capacity == UINT64_MAX) r.Fail("host.capacity", "must be positive or auto");
+  c.host_chunk = r.Bytes("host.chunk", false);
+  if (c.host_chunk < (1u << 20) || c.host_chunk % 4096 != 0) {
+    r.Fail("host.chunk", "must be at least 1MiB and a multiple of 4KiB");
+  }
+  const std::string pin = r.String("host.pin");
+  if (pin == "auto") {
+    c.host_pin = store::HostPinMode::kAuto;
+  } else if (pin == "cuda") {
+    c.host_pin = store::HostPinMode::kCuda;
+  } else if (pin == "mlock") {
+    c.host_pin = store::HostPinMode::kMlock;
+  } else if (pin == "none") {
+    c.host_pin = store::HostPinMode::kNone;
+  } else {
+    r.Fail("host.pin", absl::StrFormat("'%s' is not auto, cuda, mlock or none", pin));
+  }
+  c.host_persistent = r.Bool("host.persistent");
+  c.host_shm_name = r.String("host.shm_name");
+  if (c.host_shm_name.empty() || c.host_shm_name.find('/') != std::string::npos) {
+    r.Fail("host.shm_name", "must be a non-empty file name without '/'");
+  }
+  c.gpu_capacity = r.Bytes("gpu.capacity", false);
+  c.gpu_device = static_cast<int>(r.Uint("gpu.device", 0, 1024));
+  c.disk_dirs = r.Paths("disk.dirs");
+  c.disk_capacity = r.Bytes("disk.capacity", true);  // UINT64_MAX: explicit 0, no disk tier
+  c.disk_chunk = r.Bytes("disk.chunk", false);
+  if (c.disk_chunk < (1u << 20) || c.disk_chunk % 4096 != 0) {
+    r.Fail("disk.chunk", "must be at least 1MiB and a multiple of 4KiB");
+  }
+  c.disk_queue_depth = static_cast<uint32_t>(r.Uint("disk.queue_depth", 1, 4096));
+  c.disk_admission = r.String("disk.admission");
+  if (c.disk_admission != "all" && c.disk_admission != "reused-or-durable") {
+    r.Fail("disk.admission",
+           absl::StrFormat("'%s' is not all or reused-or-durable", c.disk_admission));
+  }
+  const std::string sync = r.String("index.sync");
+  if (sync == "none") {
+    c.sync = index::SyncPolicy::kNone;
+  } else if (sync == "batch") {
+    c.sync = index::SyncPolicy::kBatch;
+  } else if (sync == "always") {
+    c.sync = index::SyncPolicy::kAlways;
+  } else {
+    r.Fail("index.sync", absl::StrFormat("'%s' is not none, batch or always", sync));
+  }
+  c.metrics_listen = r.String("metrics.listen");
+  if (!c.metrics_listen.empty() && c.metrics_listen.rfind(':') == std::string::npos) {
+    r.Fail("metrics.listen", absl::StrFormat("'%s' is not host:port", c.metrics_listen));
+  }
+  c.log_level = r.String("log.level");
+  if (c.log_level != "info" && c.log_level != "warning" && c.log_level != "error") {
+    r.Fail("log.level", absl::StrFormat("'%s' is not info, warning or error", c.log_level));
+  }
+  if (!r.status().ok()) return r.status();
+  return c;
+}
+
+}  // namespace kvtier::kvtierd

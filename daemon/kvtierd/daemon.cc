@@ -1,0 +1,229 @@
+// kvtierd: store + gRPC server + signals.
+#include "daemon/kvtierd/daemon.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "daemon/io/posix_file.h"
+#include "daemon/kvtierd/metrics_http.h"
+#include "daemon/service/kvtier_service.h"
+#include "daemon/store/block_store.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+
+namespace kvtier::kvtierd {
+namespace {
+
+LogSeverity ParseLevel(const std::string& level) {
+  if (level == "warning") return LogSeverity::kWarning;
+  if (level == "error") return LogSeverity::kError;
+  return LogSeverity::kInfo;
+}
+
+absl::Status MakeDirs(const std::string& path, const char* what) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot create the %s directory %s: %s", what, path, ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Removes a socket file that no process listens on (left by a killed daemon). FailedPrecondition
+// when another daemon answers on it.
+absl::Status ClearStaleSocket(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("server.socket %s exists and is not a socket", path));
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  if (live) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("another process is serving on %s (is kvtierd already running?)", path));
+  }
+  if (unlink(path.c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot remove the stale socket %s: %s", path, io::ErrnoText(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<store::BlockStoreOptions> StoreOptions(const Config& c) {
+  store::BlockStoreOptions o;
+  o.index_path = c.state_dir + "/index";
+  o.sync = c.sync;
+  o.host_chunk_bytes = c.host_chunk;
+  o.host.pin = c.host_pin;
+  uint64_t host = c.host_capacity;
+  if (host == 0) {
+    const store::HostArena::MemoryLimit limit = store::HostArena::ReadMemoryLimit();
+    host = std::min<uint64_t>(limit.bytes / 4, 64ull << 30);
+    KVTIER_LOG(kInfo, "host.capacity auto: ", host >> 20, " MiB (a quarter of ", limit.source,
+               ", at most 64 GiB)");
+  }
+  host = host / c.host_chunk * c.host_chunk;
+  if (host == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("host.capacity is below one host.chunk (%d bytes)", c.host_chunk));
+  }
+  o.host.capacity_bytes = host;
+  if (c.host_persistent) o.host.shm_name = c.host_shm_name;
+  o.max_block_bytes = c.host_chunk;
+  if (c.disk_capacity != UINT64_MAX) {
+    o.disk.dirs = c.disk_dirs;
+    if (o.disk.dirs.empty()) o.disk.dirs = {c.state_dir + "/disk"};
+    for (const std::string& d : o.disk.dirs) {
+      if (absl::Status st = MakeDirs(d, "disk tier"); !st.ok()) return st;
+    }
+    uint64_t disk = c.disk_capacity;
+    if (disk == 0) {
+      struct statvfs vfs;
+      if (statvfs(o.disk.dirs[0].c_str(), &vfs) != 0) {
+        return absl::FailedPreconditionError(absl::StrFormat("disk.capacity auto: statvfs %s: %s",
+                                                             o.disk.dirs[0], io::ErrnoText(errno)));
+      }
+      disk = std::min<uint64_t>(uint64_t{vfs.f_bavail} * vfs.f_frsize / 4, 256ull << 30);
+      KVTIER_LOG(kInfo, "disk.capacity auto: ", disk >> 20, " MiB");
+    }
+    const uint64_t unit = c.disk_chunk * o.disk.dirs.size();
+    o.disk.capacity_bytes = disk / unit * unit;
+    o.disk.chunk_bytes = c.disk_chunk;
+    o.disk.queue_depth = c.disk_queue_depth;
+    if (o.disk.capacity_bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "disk.capacity %d is below one disk.chunk per directory (%d bytes); use 0 for no "
+          "disk tier",
+          disk, unit));
+    }
+    o.max_block_bytes = std::min(c.host_chunk, c.disk_chunk);
+  }
+  o.admission = c.disk_admission == "all" ? store::DiskAdmission::kAll
+                                          : store::DiskAdmission::kReusedOrDurable;
+  o.gpu.capacity_bytes = c.gpu_capacity;
+  o.gpu.device = c.gpu_device;
+  return o;
+}
+
+}  // namespace
+
+void BlockShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+absl::Status Run(const Config& config, const ConfigSource& source) {
+  SetMinLogSeverity(ParseLevel(config.log_level));
+  if (absl::Status st = MakeDirs(config.state_dir, "state"); !st.ok()) return st;
+  const std::string socket_dir = std::filesystem::path(config.socket).parent_path().string();
+  if (!socket_dir.empty()) {
+    if (absl::Status st = MakeDirs(socket_dir, "socket"); !st.ok()) return st;
+  }
+  if (absl::Status st = ClearStaleSocket(config.socket); !st.ok()) return st;
+
+  absl::StatusOr<store::BlockStoreOptions> store_options = StoreOptions(config);
+  if (!store_options.ok()) return store_options.status();
+  absl::StatusOr<std::unique_ptr<store::BlockStore>> store =
+      store::BlockStore::Open(*store_options);
+  if (!store.ok()) return store.status();
+
+  service::ServiceOptions so;
+  so.pool_dirs = config.pool_dirs;
+  so.default_codec = config.default_codec;
+  so.max_items_per_request = config.max_items_per_request;
+  so.max_request_bytes = config.max_request_bytes;
+  so.max_engines = config.max_engines;
+  so.default_lease = absl::Seconds(config.lease_seconds);
+  so.min_lease = absl::Seconds(config.min_lease_seconds);
+  so.max_lease = absl::Seconds(config.max_lease_seconds);
+  so.worker_threads = config.workers;
+  auto service = std::make_unique<service::KvTierService>(store->get(), so);
+
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_request_bytes));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on unix:%s (see the gRPC log above)", config.socket));
+  }
+  chmod(config.socket.c_str(), 0660);
+
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (!config.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> m =
+        MetricsHttpServer::Start(config.metrics_listen, store->get(), service.get());
+    if (!m.ok()) {
+      server->Shutdown();
+      return m.status();
+    }
+    metrics = std::move(*m);
+  }
+  KVTIER_LOG(kInfo, "kvtierd ready: unix:", config.socket,
+             metrics ? absl::StrCat(", metrics on http://", metrics->address()) : "",
+             absl::StrFormat(", incarnation %016x", service->incarnation()));
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  while (true) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      absl::StatusOr<Config> reloaded = LoadConfig(source.file, source.overrides);
+      if (!reloaded.ok()) {
+        KVTIER_LOG(kError, "SIGHUP: configuration not reloaded: ", reloaded.status().message());
+        continue;
+      }
+      SetMinLogSeverity(ParseLevel(reloaded->log_level));
+      KVTIER_LOG(kWarning, "SIGHUP: reloaded log.level (", reloaded->log_level,
+                 "); other fields take effect at the next start");
+      continue;
+    }
+    KVTIER_LOG(kInfo, "signal ", sig, ": draining and stopping");
+    break;
+  }
+  if (metrics) metrics->SetReady(false);
+  service->BeginDrain();
+  server->Shutdown(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(config.shutdown_grace_seconds * 1000)));
+  server->Wait();
+  metrics.reset();
+  service.reset();  // joins the workers: no request touches the store any more
+  absl::Status flushed = (*store)->Flush();
+  store->reset();
+  unlink(config.socket.c_str());
+  if (!flushed.ok()) return flushed;
+  KVTIER_LOG(kInfo, "kvtierd stopped cleanly");
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::kvtierd

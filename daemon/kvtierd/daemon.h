@@ -1,0 +1,32 @@
+// The kvtierd process: opens the store from a Config, serves the gRPC services on the configured
+// Unix socket (with server reflection) and the metrics endpoint, and handles signals: SIGTERM and
+// SIGINT drain and stop (in-flight requests finish within shutdown_grace_seconds, the index is
+// flushed), SIGHUP reloads the settings that are safe to change while running (log.level).
+#ifndef KVTIER_DAEMON_KVTIERD_DAEMON_H_
+#define KVTIER_DAEMON_KVTIERD_DAEMON_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "daemon/kvtierd/config.h"
+
+namespace kvtier::kvtierd {
+
+// What Run needs besides the config: where it came from, to reload it on SIGHUP.
+struct ConfigSource {
+  std::string file;
+  std::vector<std::string> overrides;
+};
+
+// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (call before any thread starts, so that
+// every thread inherits the mask and Run's sigwait receives them).
+void BlockShutdownSignals();
+
+// Runs the daemon until SIGTERM or SIGINT. Returns the error that kept it from starting (the
+// store's, the socket's) or from stopping cleanly.
+absl::Status Run(const Config& config, const ConfigSource& source);
+
+}  // namespace kvtier::kvtierd
+
+#endif  // KVTIER_DAEMON_KVTIERD_DAEMON_H_

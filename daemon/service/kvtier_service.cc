@@ -1,0 +1,603 @@
+// KvTierService: registration, leases, lookups, offload and onboard over host pools.
+#include "daemon/service/kvtier_service.h"
+
+#include <openssl/sha.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "daemon/service/proto_convert.h"
+#include "kernels/device.h"
+
+namespace kvtier::service {
+namespace {
+
+constexpr uint32_t kApiVersion = 1;
+
+void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+void SetTime(absl::Time t, google::protobuf::Timestamp* out) {
+  const int64_t ns = absl::ToUnixNanos(t);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+absl::Duration FromProto(const google::protobuf::Duration& d) {
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+}
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpc(status));
+  return reactor;
+}
+
+absl::Status CheckLength(absl::string_view field, const std::string& value, size_t max,
+                         bool required) {
+  if (required && value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is required"));
+  }
+  if (value.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s has %d bytes (at most %d)", field, value.size(), max));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---- WorkerPool ----
+
+WorkerPool::WorkerPool(uint32_t threads) {
+  for (uint32_t i = 0; i < std::max<uint32_t>(threads, 1); ++i) {
+    threads_.emplace_back([this] {
+      while (true) {
+        std::function<void()> work;
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+          if (queue_.empty()) return;
+          work = std::move(queue_.front());
+          queue_.pop_front();
+        }
+        work();
+      }
+    });
+  }
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Submit(std::function<void()> work) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(work));
+  }
+  cv_.notify_one();
+}
+
+// ---- Namespaces ----
+
+DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& model,
+                                 const std::string& partition, uint64_t layout_fingerprint,
+                                 const codec::CodecSpec& codec) {
+  std::string text = "kvtier-namespace-v1";
+  for (const std::string* part : {&tenant, &model, &partition}) {
+    const uint32_t n = static_cast<uint32_t>(part->size());
+    text.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    text.append(*part);
+  }
+  text.append(reinterpret_cast<const char*>(&layout_fingerprint), sizeof(layout_fingerprint));
+  text.append(codec.ToString());
+  text.append(reinterpret_cast<const char*>(&codec.alignment_bytes), sizeof(codec.alignment_bytes));
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+  DerivedNamespace out;
+  for (int i = 0; i < 8; ++i) out.id |= uint64_t{digest[i]} << (8 * i);
+  if (out.id == 0) out.id = 1;
+  std::string root = "kvtier-hash-root-v1";
+  root.append(reinterpret_cast<const char*>(&out.id), sizeof(out.id));
+  SHA256(reinterpret_cast<const unsigned char*>(root.data()), root.size(), digest);
+  out.hash_root.assign(reinterpret_cast<const char*>(digest), sizeof(digest));
+  return out;
+}
+
+// ---- Engine ----
+
+codec::HotPageView KvTierService::Engine::View(uint32_t page) const {
+  codec::HotPageView view;
+  view.base.reserve(layout.buffers.size());
+  for (const codec::BufferSpec& b : layout.buffers) {
+    view.base.push_back(pools[b.pool]->slot(page) + b.offset_bytes);
+  }
+  return view;
+}
+
+codec::MutableHotPageView KvTierService::Engine::MutableView(uint32_t page) const {
+  codec::MutableHotPageView view;
+  view.base.reserve(layout.buffers.size());
+  for (const codec::BufferSpec& b : layout.buffers) {
+    view.base.push_back(pools[b.pool]->slot(page) + b.offset_bytes);
+  }
+  return view;
+}
+
+// ---- Service ----
+
+KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options)
+    : store_(store),
+      options_(std::move(options)),
+      started_(absl::Now()),
+      workers_(options_.worker_threads) {
+  std::random_device rd;
+  do {
+    incarnation_ = (uint64_t{rd()} << 32) | rd();
+  } while (incarnation_ == 0);
+  if (options_.node_name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    options_.node_name = host;
+  }
+  lease_thread_ = std::thread([this] { LeaseLoop(); });
+}
+
+KvTierService::~KvTierService() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  lease_thread_.join();
+}
+
+size_t KvTierService::engine_count() const {
+  absl::MutexLock lock(&mu_);
+  return engines_.size();
+}
+
+std::shared_ptr<KvTierService::Engine> KvTierService::Enter(const std::string& engine_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = engines_.find(engine_id);
+  if (it == engines_.end()) return nullptr;
+  it->second->expires = absl::Now() + it->second->lease;
+  ++it->second->active;
+  return it->second;
+}
+
+void KvTierService::Leave(const std::shared_ptr<Engine>& engine) {
+  absl::MutexLock lock(&mu_);
+  if (--engine->active == 0) idle_cv_.SignalAll();
+}
+
+void KvTierService::Remove(const std::string& engine_id, const char* why) {
+  std::shared_ptr<Engine> engine;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = engines_.find(engine_id);
+    if (it == engines_.end()) return;
+    engine = std::move(it->second);
+    engines_.erase(it);
+    while (engine->active > 0) idle_cv_.Wait(&mu_);
+  }
+  KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why);
+}
+
+void KvTierService::LeaseLoop() {
+  while (true) {
+    std::vector<std::string> expired;
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.lease_check_interval)) return;
+      const absl::Time now = absl::Now();
+      for (const auto& [id, engine] : engines_) {
+        if (engine->expires < now) expired.push_back(id);
+      }
+    }
+    for (const std::string& id : expired) Remove(id, "lease expired");
+  }
+}
+
+grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
+                                               const v1::HelloRequest* req,
+                                               v1::HelloResponse* resp) {
+  const uint32_t min = req->min_api_version() == 0 ? 1 : req->min_api_version();
+  const uint32_t max = req->max_api_version() == 0 ? min : req->max_api_version();
+  if (max < min) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                           "max_api_version %d is below min_api_version %d", max, min)));
+  }
+  if (min > kApiVersion || max < kApiVersion) {
+    return Finish(ctx, absl::FailedPreconditionError(absl::StrFormat(
+                           "the client speaks API versions %d..%d, this server only %d", min, max,
+                           kApiVersion)));
+  }
+  resp->set_api_version(kApiVersion);
+  resp->set_server_min_api_version(kApiVersion);
+  resp->set_server_max_api_version(kApiVersion);
+  resp->set_server_version(options_.version);
+  resp->set_incarnation_id(incarnation_);
+  SetTime(started_, resp->mutable_started_at());
+  resp->set_node_name(options_.node_name);
+  v1::ServerCapabilities* caps = resp->mutable_capabilities();
+  const store::StoreStats stats = store_->Stats();
+  if (stats.tiers[0].capacity_bytes > 0) caps->add_tiers(v1::TIER_GPU);
+  caps->add_tiers(v1::TIER_HOST);
+  if (stats.tiers[2].capacity_bytes > 0) caps->add_tiers(v1::TIER_DISK);
+  caps->add_codecs(v1::CODEC_RAW);
+  caps->add_codecs(v1::CODEC_NVFP4);
+  caps->add_codecs(v1::CODEC_NVFP4X2);
+  caps->add_block_format_versions(1);
+  auto devices = kernels::ListDevices();
+  caps->set_cuda(devices.ok() && !devices->empty());
+  caps->set_cuda_ipc_pools(false);
+  caps->set_shared_memory_pools(true);
+  v1::ServerLimits* limits = resp->mutable_limits();
+  limits->set_max_items_per_request(options_.max_items_per_request);
+  limits->set_max_request_bytes(options_.max_request_bytes);
+  limits->set_max_hash_bytes(32);
+  limits->set_max_pools_per_engine(4096);
+  limits->set_max_buffers_per_layout(codec::kMaxBuffers);
+  limits->set_max_engines(options_.max_engines);
+  SetDuration(options_.min_lease, limits->mutable_min_lease_ttl());
+  SetDuration(options_.max_lease, limits->mutable_max_lease_ttl());
+  resp->set_draining(draining_);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerContext* ctx,
+                                                        const v1::RegisterEngineRequest* req,
+                                                        v1::RegisterEngineResponse* resp) {
+  if (draining_) return Finish(ctx, absl::UnavailableError("the daemon is draining"));
+  for (absl::Status st : {CheckLength("engine_name", req->engine_name(), 128, false),
+                          CheckLength("tenant", req->tenant(), 128, false),
+                          CheckLength("model", req->model(), 256, true),
+                          CheckLength("partition", req->partition(), 64, false)}) {
+    if (!st.ok()) return Finish(ctx, st);
+  }
+  if (!req->has_layout()) return Finish(ctx, absl::InvalidArgumentError("layout is required"));
+  auto engine = std::make_shared<Engine>();
+  absl::StatusOr<codec::PageLayout> layout = LayoutFromProto(req->layout());
+  if (!layout.ok()) return Finish(ctx, layout.status());
+  engine->layout = std::move(*layout);
+  absl::StatusOr<codec::CodecSpec> spec = CodecFromProto(req->codec(), options_.default_codec);
+  if (!spec.ok()) return Finish(ctx, spec.status());
+  absl::StatusOr<std::unique_ptr<codec::Codec>> codec = codec::Codec::Create(engine->layout, *spec);
+  if (!codec.ok()) return Finish(ctx, codec.status());
+  engine->codec = std::move(*codec);
+  // Every layout pool exactly once.
+  engine->pools.resize(engine->layout.pools.size());
+  if (req->pools_size() != static_cast<int>(engine->layout.pools.size())) {
+    return Finish(ctx, absl::InvalidArgumentError(
+                           absl::StrFormat("%d pools registered for a layout of %d pools",
+                                           req->pools_size(), engine->layout.pools.size())));
+  }
+  engine->slots = UINT32_MAX;
+  for (const v1::PoolRegistration& reg : req->pools()) {
+    size_t index = 0;
+    while (index < engine->layout.pools.size() && engine->layout.pools[index].name != reg.name()) {
+      ++index;
+    }
+    if (index == engine->layout.pools.size()) {
+      return Finish(ctx, absl::InvalidArgumentError(
+                             absl::StrFormat("pool '%s' is not a pool of the layout", reg.name())));
+    }
+    if (engine->pools[index] != nullptr) {
+      return Finish(ctx, absl::InvalidArgumentError(
+                             absl::StrFormat("pool '%s' is registered twice", reg.name())));
+    }
+    if (reg.has_cuda_ipc()) {
+      return Finish(ctx, absl::UnimplementedError(absl::StrFormat(
+                             "pool '%s': CUDA IPC pools are not served by this daemon version; "
+                             "register a shared_memory pool",
+                             reg.name())));
+    }
+    if (!reg.has_shared_memory()) {
+      return Finish(ctx,
+                    absl::InvalidArgumentError(absl::StrFormat(
+                        "pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name())));
+    }
+    absl::StatusOr<std::unique_ptr<HostPool>> pool =
+        HostPool::Map(reg.name(), reg.shared_memory(), reg.slots(),
+                      engine->layout.pools[index].slot_bytes, options_.pool_dirs);
+    if (!pool.ok()) return Finish(ctx, pool.status());
+    engine->pools[index] = std::move(*pool);
+    engine->slots = std::min(engine->slots, reg.slots());
+  }
+  const std::string tenant = req->tenant().empty() ? "default" : req->tenant();
+  const uint64_t fingerprint = codec::LayoutFingerprint(engine->layout);
+  const DerivedNamespace ns =
+      DeriveNamespace(tenant, req->model(), req->partition(), fingerprint, *spec);
+  engine->ns = ns.id;
+  v1::Namespace* ns_proto = resp->mutable_ns();
+  ns_proto->set_tenant(tenant);
+  ns_proto->set_model(req->model());
+  ns_proto->set_partition(req->partition());
+  ns_proto->set_layout_fingerprint(fingerprint);
+  CodecToProto(*spec, ns_proto->mutable_codec());
+  if (absl::Status st = store_->PutNamespace(ns.id, ns_proto->SerializeAsString(), 0); !st.ok()) {
+    return Finish(ctx, st);
+  }
+  absl::Duration lease =
+      req->has_lease_ttl() ? FromProto(req->lease_ttl()) : options_.default_lease;
+  lease = std::clamp(lease, options_.min_lease, options_.max_lease);
+  engine->lease = lease;
+  engine->hot_page_bytes = engine->layout.HotBytes();
+  engine->id = absl::StrFormat("e%016x-%d", incarnation_, next_engine_++);
+  engine->name = req->engine_name().empty() ? engine->id : req->engine_name();
+  {
+    absl::MutexLock lock(&mu_);
+    if (engines_.size() >= options_.max_engines) {
+      return Finish(ctx, absl::ResourceExhaustedError(absl::StrFormat(
+                             "%d engines are registered (max_engines)", engines_.size())));
+    }
+    engine->expires = absl::Now() + lease;
+    engines_[engine->id] = engine;
+  }
+  KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") registered: tenant ", tenant,
+             ", model ", req->model(), ", namespace ", absl::StrFormat("%016x", ns.id), ", ",
+             engine->layout.buffers.size(), " buffers, ", engine->slots, " pages, codec ",
+             spec->ToString());
+  resp->set_engine_id(engine->id);
+  resp->set_namespace_id(ns.id);
+  resp->set_hash_root(ns.hash_root);
+  SetDuration(lease, resp->mutable_lease_ttl());
+  SetTime(engine->expires, resp->mutable_lease_expires_at());
+  resp->set_hot_page_bytes(engine->hot_page_bytes);
+  resp->set_cold_block_bytes(engine->codec->block_bytes());
+  resp->set_incarnation_id(incarnation_);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext* ctx,
+                                                    const v1::UnregisterRequest* req,
+                                                    v1::UnregisterResponse* resp) {
+  (void)resp;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!engines_.contains(req->engine_id())) {
+      return Finish(ctx, absl::NotFoundError(
+                             absl::StrFormat("engine '%s' is not registered", req->engine_id())));
+    }
+  }
+  // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  workers_.Submit([this, reactor, id = req->engine_id()] {
+    Remove(id, "unregistered by the client");
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KvTierService::KeepAlive(grpc::CallbackServerContext* ctx,
+                                                   const v1::KeepAliveRequest* req,
+                                                   v1::KeepAliveResponse* resp) {
+  std::shared_ptr<Engine> engine = Enter(req->engine_id());
+  if (engine == nullptr) {
+    return Finish(ctx, absl::NotFoundError(absl::StrFormat(
+                           "engine '%s' is not registered (lease expired or daemon restarted)",
+                           req->engine_id())));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    SetTime(engine->expires, resp->mutable_lease_expires_at());
+  }
+  Leave(engine);
+  SetDuration(engine->lease, resp->mutable_lease_ttl());
+  resp->set_draining(draining_);
+  resp->set_incarnation_id(incarnation_);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx,
+                                                const v1::LookupRequest* req,
+                                                v1::LookupResponse* resp) {
+  if (req->block_hashes_size() > static_cast<int>(options_.max_items_per_request)) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                           "%d block hashes (at most %d per request)", req->block_hashes_size(),
+                           options_.max_items_per_request)));
+  }
+  if (req->has_pin_ttl()) {
+    return Finish(ctx, absl::UnimplementedError("pinning on lookup is not served yet"));
+  }
+  store::NamespaceId ns = 0;
+  if (req->scope_case() == v1::LookupRequest::kEngineId) {
+    std::shared_ptr<Engine> engine = Enter(req->engine_id());
+    if (engine == nullptr) {
+      return Finish(ctx, absl::NotFoundError(
+                             absl::StrFormat("engine '%s' is not registered", req->engine_id())));
+    }
+    ns = engine->ns;
+    Leave(engine);
+  } else if (req->scope_case() == v1::LookupRequest::kNamespaceId) {
+    ns = req->namespace_id();
+    bool known = false;
+    for (const auto& [id, record] : store_->Namespaces()) known = known || id == ns;
+    if (!known) {
+      return Finish(ctx, absl::NotFoundError(absl::StrFormat("namespace %016x is unknown", ns)));
+    }
+  } else {
+    return Finish(ctx, absl::InvalidArgumentError("engine_id or namespace_id is required"));
+  }
+  std::vector<index::BlockHash> chain;
+  chain.reserve(req->block_hashes_size());
+  for (int i = 0; i < req->block_hashes_size(); ++i) {
+    absl::StatusOr<index::BlockHash> hash = HashFromProto(req->block_hashes(i));
+    if (!hash.ok()) {
+      return Finish(ctx, absl::InvalidArgumentError(
+                             absl::StrCat("block_hashes[", i, "]: ", hash.status().message())));
+    }
+    chain.push_back(*hash);
+  }
+  std::vector<index::Tier> tiers;
+  resp->set_hit_pages(static_cast<uint32_t>(store_->LookupChain(ns, chain, &tiers)));
+  for (index::Tier t : tiers) resp->add_tiers(TierToProto(t));
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ctx,
+                                                 const v1::OffloadRequest* req,
+                                                 v1::OffloadResponse* resp) {
+  if (draining_) return Finish(ctx, absl::UnavailableError("the daemon is draining"));
+  if (req->items_size() > static_cast<int>(options_.max_items_per_request)) {
+    return Finish(ctx, absl::InvalidArgumentError(
+                           absl::StrFormat("%d items (at most %d per request)", req->items_size(),
+                                           options_.max_items_per_request)));
+  }
+  std::shared_ptr<Engine> engine = Enter(req->engine_id());
+  if (engine == nullptr) {
+    return Finish(ctx, absl::NotFoundError(
+                           absl::StrFormat("engine '%s' is not registered", req->engine_id())));
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  workers_.Submit([this, reactor, engine, req, resp] {
+    DoOffload(*engine, *req, resp);
+    Leave(engine);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& req,
+                              v1::OffloadResponse* resp) {
+  store::PutOptions put;
+  put.durable = req.durable();
+  put.wait_durable = req.durable() && req.ack() == v1::WRITE_ACK_DURABLE;
+  uint32_t stored = 0;
+  for (int i = 0; i < req.items_size(); ++i) {
+    const v1::OffloadItem& item = req.items(i);
+    v1::ItemResult* result = resp->add_results();
+    absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
+    if (!hash.ok()) {
+      SetItemResult(hash.status(), result);
+      continue;
+    }
+    if (item.page_index() >= engine.slots) {
+      SetItemResult(absl::InvalidArgumentError(absl::StrFormat(
+                        "page index %d out of range for the engine's pools (%d slots)",
+                        item.page_index(), engine.slots)),
+                    result);
+      continue;
+    }
+    const store::BlockKey key{engine.ns, *hash};
+    absl::StatusOr<store::HostReservation> reservation =
+        store_->Reserve(key, engine.codec->block_bytes());
+    if (absl::IsAlreadyExists(reservation.status())) {
+      std::vector<index::Tier> tiers;
+      store_->LookupChain(engine.ns, {*hash}, &tiers);
+      result->set_code(v1::ITEM_CODE_ALREADY_STORED);
+      if (!tiers.empty()) result->set_tier(TierToProto(tiers[0]));
+      if (put.durable) {
+        // Stored already, perhaps not durably: Put makes the stored block durable.
+        std::vector<uint8_t> block(engine.codec->block_bytes());
+        absl::Status st =
+            engine.codec->Encode(engine.View(item.page_index()), absl::MakeSpan(block));
+        if (st.ok()) st = store_->Put(key, block, put);
+        if (!st.ok()) SetItemResult(st, result);
+      }
+      continue;
+    }
+    if (!reservation.ok()) {
+      SetItemResult(reservation.status(), result);
+      continue;
+    }
+    absl::Status st = engine.codec->Encode(engine.View(item.page_index()), reservation->bytes());
+    if (st.ok()) st = store_->Commit(std::move(*reservation), put);
+    SetItemResult(st, result);
+    if (!st.ok()) continue;
+    result->set_tier(v1::TIER_HOST);
+    ++stored;
+    resp->set_hot_bytes_read(resp->hot_bytes_read() + engine.hot_page_bytes);
+    resp->set_cold_bytes_written(resp->cold_bytes_written() + engine.codec->block_bytes());
+  }
+  resp->set_stored_pages(stored);
+}
+
+grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ctx,
+                                                 const v1::OnboardRequest* req,
+                                                 v1::OnboardResponse* resp) {
+  if (req->items_size() > static_cast<int>(options_.max_items_per_request)) {
+    return Finish(ctx, absl::InvalidArgumentError(
+                           absl::StrFormat("%d items (at most %d per request)", req->items_size(),
+                                           options_.max_items_per_request)));
+  }
+  std::shared_ptr<Engine> engine = Enter(req->engine_id());
+  if (engine == nullptr) {
+    return Finish(ctx, absl::NotFoundError(
+                           absl::StrFormat("engine '%s' is not registered", req->engine_id())));
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  workers_.Submit([this, reactor, engine, req, resp] {
+    DoOnboard(*engine, *req, resp);
+    Leave(engine);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& req,
+                              v1::OnboardResponse* resp) {
+  absl::flat_hash_set<uint32_t> destinations;
+  bool stopped = false;
+  uint32_t onboarded = 0;
+  for (int i = 0; i < req.items_size(); ++i) {
+    const v1::OnboardItem& item = req.items(i);
+    v1::ItemResult* result = resp->add_results();
+    if (stopped) {
+      result->set_code(v1::ITEM_CODE_SKIPPED);
+      continue;
+    }
+    absl::Status invalid;
+    absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
+    if (!hash.ok()) {
+      invalid = hash.status();
+    } else if (item.page_index() >= engine.slots) {
+      invalid = absl::InvalidArgumentError(
+          absl::StrFormat("page index %d out of range for the engine's pools (%d slots)",
+                          item.page_index(), engine.slots));
+    } else if (!destinations.insert(item.page_index()).second) {
+      invalid = absl::InvalidArgumentError(
+          absl::StrFormat("page index %d is the destination of an earlier item of this request",
+                          item.page_index()));
+    }
+    if (!invalid.ok()) {
+      SetItemResult(invalid, result);
+      stopped = !req.continue_after_miss();
+      continue;
+    }
+    absl::StatusOr<std::optional<store::PinnedBlock>> pinned = store_->Acquire({engine.ns, *hash});
+    absl::Status st = pinned.status();
+    if (st.ok() && !pinned->has_value()) st = absl::NotFoundError("block not in the cache");
+    if (st.ok()) {
+      st = engine.codec->Decode((*pinned)->bytes(), engine.MutableView(item.page_index()));
+      if (st.ok()) result->set_tier(TierToProto((*pinned)->served_from()));
+    }
+    SetItemResult(st, result);
+    if (!st.ok()) {
+      if (absl::IsNotFound(st)) result->clear_message();
+      stopped = !req.continue_after_miss();
+      continue;
+    }
+    ++onboarded;
+    resp->set_cold_bytes_read(resp->cold_bytes_read() + (*pinned)->bytes().size());
+    resp->set_hot_bytes_written(resp->hot_bytes_written() + engine.hot_page_bytes);
+  }
+  resp->set_onboarded_pages(onboarded);
+}
+
+}  // namespace kvtier::service

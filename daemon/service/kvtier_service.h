@@ -1,0 +1,148 @@
+// KvTierService: the engine-facing gRPC service (kvtier.v1.KvTier, callback API) over a
+// BlockStore. Registration maps an engine's pools; Offload, Onboard and Lookup run on a worker pool
+// so that gRPC's threads never block on encoding, decoding or disk reads. Engines hold leases;
+// an engine whose lease expires is unregistered as Unregister does. This first version serves host
+// pools (shared-memory files) through the CPU codec; CUDA IPC pools are refused with
+// UNIMPLEMENTED, and Park/Resume/Release/Pin/Unpin/WatchEvents are not served yet.
+#ifndef KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
+#define KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "codec/codec.h"
+#include "daemon/service/host_pool.h"
+#include "daemon/store/block_store.h"
+#include "kvtier/v1/service.grpc.pb.h"
+
+namespace kvtier::service {
+
+struct ServiceOptions {
+  std::vector<std::string> pool_dirs = {"/dev/shm"};  // where host pools may live
+  codec::CodecSpec default_codec;                     // nvfp4
+  uint32_t max_items_per_request = 4096;
+  uint32_t max_request_bytes = 4u << 20;
+  uint32_t max_engines = 1024;
+  absl::Duration min_lease = absl::Seconds(1);
+  absl::Duration max_lease = absl::Minutes(10);
+  absl::Duration default_lease = absl::Seconds(30);
+  absl::Duration lease_check_interval = absl::Milliseconds(200);
+  uint32_t worker_threads = 4;
+  std::string node_name;
+  std::string version = "0.1.0";
+};
+
+// A fixed set of threads running queued closures in order of submission.
+class WorkerPool {
+ public:
+  explicit WorkerPool(uint32_t threads);
+  ~WorkerPool();  // runs what is queued, then joins
+  void Submit(std::function<void()> work);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+class KvTierService final : public v1::KvTier::CallbackService {
+ public:
+  KvTierService(store::BlockStore* store, ServiceOptions options);
+  ~KvTierService() override;  // stops the lease thread and the workers
+
+  // New registrations, offloads and parks fail with UNAVAILABLE from now on.
+  void BeginDrain() { draining_ = true; }
+  uint64_t incarnation() const { return incarnation_; }
+  size_t engine_count() const;
+
+  grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
+                                  v1::HelloResponse* resp) override;
+  grpc::ServerUnaryReactor* RegisterEngine(grpc::CallbackServerContext* ctx,
+                                           const v1::RegisterEngineRequest* req,
+                                           v1::RegisterEngineResponse* resp) override;
+  grpc::ServerUnaryReactor* Unregister(grpc::CallbackServerContext* ctx,
+                                       const v1::UnregisterRequest* req,
+                                       v1::UnregisterResponse* resp) override;
+  grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* ctx,
+                                      const v1::KeepAliveRequest* req,
+                                      v1::KeepAliveResponse* resp) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
+                                   v1::LookupResponse* resp) override;
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, const v1::OffloadRequest* req,
+                                    v1::OffloadResponse* resp) override;
+  grpc::ServerUnaryReactor* Onboard(grpc::CallbackServerContext* ctx, const v1::OnboardRequest* req,
+                                    v1::OnboardResponse* resp) override;
+
+  // One registered engine. Shared by the registry and the requests working on it.
+  struct Engine {
+    std::string id;
+    std::string name;
+    store::NamespaceId ns = 0;
+    codec::PageLayout layout;
+    std::unique_ptr<codec::Codec> codec;
+    std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index
+    uint32_t slots = 0;                            // the smallest pool's slot count
+    absl::Duration lease;
+    uint64_t hot_page_bytes = 0;
+    // Guarded by the service's mu_:
+    absl::Time expires;
+    int active = 0;  // requests working on its pools
+
+    codec::HotPageView View(uint32_t page) const;
+    codec::MutableHotPageView MutableView(uint32_t page) const;
+  };
+
+ private:
+  // The engine, its lease renewed and a request counted as active; nullptr when unknown.
+  std::shared_ptr<Engine> Enter(const std::string& engine_id);
+  void Leave(const std::shared_ptr<Engine>& engine);
+  // Removes the engine and waits until no request works on its pools.
+  void Remove(const std::string& engine_id, const char* why);
+  void LeaseLoop();
+
+  void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp);
+  void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
+
+  store::BlockStore* store_;
+  ServiceOptions options_;
+  uint64_t incarnation_;
+  absl::Time started_;
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_engine_{1};
+
+  mutable absl::Mutex mu_;
+  absl::CondVar idle_cv_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+
+  WorkerPool workers_;
+  std::thread lease_thread_;
+};
+
+// The namespace id and hash root the server derives for a namespace tuple: SHA-256 of a tagged
+// encoding of (tenant, model, partition, layout fingerprint, codec); the id is its first 8 bytes
+// (little-endian, never 0), the root SHA-256 of a second tag and the id.
+struct DerivedNamespace {
+  uint64_t id = 0;
+  std::string hash_root;  // 32 bytes
+};
+DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& model,
+                                 const std::string& partition, uint64_t layout_fingerprint,
+                                 const codec::CodecSpec& codec);
+
+}  // namespace kvtier::service
+
+#endif  // KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_

@@ -1,0 +1,258 @@
+// A fixture for tests against a real kvtierd process: starts the binary (KVTIERD_PATH) on a
+// temporary state directory and Unix socket with small tiers, connects a gRPC stub, and offers an
+// engine helper that creates a host pool (a shared-memory file in the temporary directory), fills
+// pages and registers them.
+#ifndef KVTIER_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
+#define KVTIER_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codec/codec.h"
+#include "codec/dtype.h"
+#include "daemon/service/proto_convert.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kvtier/v1/service.grpc.pb.h"
+#include "tests/testing/temp_dir.h"
+
+extern char** environ;
+
+namespace kvtier::integration {
+
+// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// GET http://127.0.0.1:port/path; returns "" on failure.
+inline std::string HttpGet(int port, const std::string& path, int* code = nullptr) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (code != nullptr) *code = resp.size() > 12 ? std::atoi(resp.c_str() + 9) : 0;
+  const size_t body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+class DaemonFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::make_unique<kvtier::testing::TempDir>(kvtier::testing::TempDir::Create().value());
+    metrics_port_ = FreePort();
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  std::string Socket() const { return dir_->File("kvtier.sock"); }
+
+  std::vector<std::string> Args() const {
+    return {KVTIERD_PATH,
+            "--state-dir=" + dir_->File("state"),
+            "--socket=" + Socket(),
+            "--set=host.capacity=64MiB",
+            "--set=host.chunk=4MiB",
+            "--set=host.pin=none",
+            "--set=disk.capacity=64MiB",
+            "--set=disk.chunk=4MiB",
+            "--set=pools.allowed_dirs=[" + dir_->path() + "]",
+            "--set=metrics.listen=127.0.0.1:" + std::to_string(metrics_port_),
+            "--set=engines.min_lease_seconds=0.2",
+            "--set=server.workers=4"};
+  }
+
+  // Starts kvtierd with Args() plus `extra`, and waits until it accepts RPCs.
+  void StartDaemon(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = Args();
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string log = dir_->File("kvtierd.log");
+    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    channel_ = grpc::CreateChannel("unix:" + Socket(), grpc::InsecureChannelCredentials());
+    stub_ = v1::KvTier::NewStub(channel_);
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::system_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        FAIL() << "kvtierd exited at start:\n" << Log();
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+      ctx.set_wait_for_ready(true);  // no reconnect backoff while the socket appears
+      v1::HelloRequest req;
+      v1::HelloResponse resp;
+      if (stub_->Hello(&ctx, req, &resp).ok()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "kvtierd did not answer within 30 s:\n" << Log();
+  }
+
+  // Sends `sig` and waits for the exit; returns the exit status (-1 when killed by a signal).
+  int StopDaemon(int sig = SIGTERM) {
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  std::string Log() const {
+    std::ifstream in(dir_->File("kvtierd.log"));
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+ public:
+  // Gives a call a 20-second deadline.
+  static grpc::ClientContext* Context(grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return ctx;
+  }
+
+ protected:
+  std::unique_ptr<kvtier::testing::TempDir> dir_;
+  int metrics_port_ = 0;
+  pid_t pid_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvTier::Stub> stub_;
+};
+
+// A small GQA layout: 2 layers, 2 KV heads of 64 dims, 16 tokens, BF16 (16 KiB pages).
+inline codec::PageLayout TestLayout() {
+  return codec::BuildGqaLayout({2, 2, 64, 16, codec::DType::kBf16, 0, 0}).value();
+}
+
+// An engine's host pool in a shared-memory file, and its registration.
+class TestEngine {
+ public:
+  TestEngine(const std::string& file, uint32_t slots, codec::PageLayout layout = TestLayout())
+      : path_(file), slots_(slots), layout_(std::move(layout)) {
+    bytes_ = layout_.pools[0].slot_bytes * slots;
+    const int fd = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes_)), 0);
+    base_ = static_cast<uint8_t*>(mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+  }
+  ~TestEngine() { munmap(base_, bytes_); }
+
+  v1::RegisterEngineRequest Request(const std::string& tenant = "",
+                                    const std::string& codec = "nvfp4") const {
+    v1::RegisterEngineRequest req;
+    req.set_engine_name("test-engine");
+    req.set_tenant(tenant);
+    req.set_model("test-model");
+    service::LayoutToProto(layout_, req.mutable_layout());
+    service::CodecToProto(codec::CodecSpec::Parse(codec).value(), req.mutable_codec());
+    v1::PoolRegistration* pool = req.add_pools();
+    pool->set_name(layout_.pools[0].name);
+    pool->set_slots(slots_);
+    pool->mutable_shared_memory()->set_path(path_);
+    pool->mutable_shared_memory()->set_size_bytes(bytes_);
+    return req;
+  }
+
+  uint8_t* page(uint32_t i) const { return base_ + i * layout_.pools[0].slot_bytes; }
+  uint64_t page_bytes() const { return layout_.pools[0].slot_bytes; }
+
+  // Fills page `i` with N(0, 1) values from `seed`.
+  void Fill(uint32_t i, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const codec::BufferSpec& b : layout_.buffers) {
+      uint8_t* base = page(i) + b.offset_bytes;
+      const uint64_t elems = layout_.Rows(b) * b.RowStride();
+      for (uint64_t e = 0; e < elems; ++e) codec::StoreFromFloat(b.dtype, normal(rng), base, e);
+    }
+  }
+  // What page `i` becomes after an encode and a decode with `codec`.
+  std::vector<uint8_t> RoundTrip(uint32_t i, const std::string& codec = "nvfp4") const {
+    auto c = codec::Codec::Create(layout_, codec::CodecSpec::Parse(codec).value()).value();
+    std::vector<uint8_t> block(c->block_bytes());
+    codec::HotPageView in;
+    codec::MutableHotPageView out;
+    std::vector<uint8_t> result(page_bytes(), 0);
+    for (const codec::BufferSpec& b : layout_.buffers) {
+      in.base.push_back(page(i) + b.offset_bytes);
+      out.base.push_back(result.data() + b.offset_bytes);
+    }
+    EXPECT_TRUE(c->Encode(in, absl::MakeSpan(block)).ok());
+    EXPECT_TRUE(c->Decode(block, out).ok());
+    return result;
+  }
+  std::vector<uint8_t> Bytes(uint32_t i) const {
+    return std::vector<uint8_t>(page(i), page(i) + page_bytes());
+  }
+
+  const codec::PageLayout& layout() const { return layout_; }
+
+ private:
+  std::string path_;
+  uint32_t slots_;
+  codec::PageLayout layout_;
+  uint64_t bytes_ = 0;
+  uint8_t* base_ = nullptr;
+};
+
+// The 32-byte hash of test block `i` of chain `chain`.
+inline std::string Hash(uint64_t chain, uint64_t i) {
+  std::string h(32, '\0');
+  for (int b = 0; b < 8; ++b) {
+    h[b] = static_cast<char>((chain >> (8 * b)) & 0xFF);
+    h[8 + b] = static_cast<char>((i >> (8 * b)) & 0xFF);
+  }
+  h[31] = 0x5A;
+  return h;
+}
+
+}  // namespace kvtier::integration
+
+#endif  // KVTIER_TESTS_INTEGRATION_DAEMON_FIXTURE_H_

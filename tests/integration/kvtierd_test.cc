@@ -1,0 +1,412 @@
+// kvtierd as a process: engines register host pools over gRPC on a Unix socket, offload pages,
+// look up chains and onboard pages back, and the bytes are checked against the CPU codec. Tenants
+// isolate namespaces; bad requests are rejected with precise statuses and change nothing; a client
+// that dies leaves the daemon healthy and its registration released when the lease runs out;
+// SIGTERM under load loses no block acknowledged as durable; metrics and probes answer over HTTP.
+#include <atomic>
+
+#include "tests/integration/daemon_fixture.h"
+
+namespace kvtier::integration {
+namespace {
+
+using KvtierdTest = DaemonFixture;
+
+v1::RegisterEngineResponse Register(v1::KvTier::Stub& stub, const v1::RegisterEngineRequest& req) {
+  grpc::ClientContext ctx;
+  v1::RegisterEngineResponse resp;
+  grpc::Status st = stub.RegisterEngine(DaemonFixture::Context(&ctx), req, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return resp;
+}
+
+v1::OffloadResponse Offload(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
+                            uint32_t first_page, uint32_t pages, bool durable = false) {
+  v1::OffloadRequest req;
+  req.set_engine_id(engine);
+  req.set_durable(durable);
+  if (durable) req.set_ack(v1::WRITE_ACK_DURABLE);
+  for (uint32_t i = 0; i < pages; ++i) {
+    v1::OffloadItem* item = req.add_items();
+    item->set_block_hash(Hash(chain, i));
+    item->set_page_index(first_page + i);
+  }
+  grpc::ClientContext ctx;
+  v1::OffloadResponse resp;
+  grpc::Status st = stub.Offload(DaemonFixture::Context(&ctx), req, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return resp;
+}
+
+v1::LookupResponse Lookup(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
+                          uint32_t blocks) {
+  v1::LookupRequest req;
+  req.set_engine_id(engine);
+  for (uint32_t i = 0; i < blocks; ++i) req.add_block_hashes(Hash(chain, i));
+  grpc::ClientContext ctx;
+  v1::LookupResponse resp;
+  grpc::Status st = stub.Lookup(DaemonFixture::Context(&ctx), req, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return resp;
+}
+
+v1::OnboardResponse Onboard(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
+                            uint32_t blocks, uint32_t first_page) {
+  v1::OnboardRequest req;
+  req.set_engine_id(engine);
+  for (uint32_t i = 0; i < blocks; ++i) {
+    v1::OnboardItem* item = req.add_items();
+    item->set_block_hash(Hash(chain, i));
+    item->set_page_index(first_page + i);
+  }
+  grpc::ClientContext ctx;
+  v1::OnboardResponse resp;
+  grpc::Status st = stub.Onboard(DaemonFixture::Context(&ctx), req, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return resp;
+}
+
+TEST_F(KvtierdTest, OffloadLookupOnboardRoundTrip) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 32);
+  for (uint32_t i = 0; i < 8; ++i) engine.Fill(i, 100 + i);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  EXPECT_FALSE(reg.engine_id().empty());
+  EXPECT_EQ(reg.hash_root().size(), 32u);
+  EXPECT_EQ(reg.hot_page_bytes(), engine.page_bytes());
+  EXPECT_GT(reg.cold_block_bytes(), 0u);
+
+  const v1::OffloadResponse off = Offload(*stub_, reg.engine_id(), 1, 0, 8);
+  EXPECT_EQ(off.stored_pages(), 8u);
+  EXPECT_EQ(off.hot_bytes_read(), 8 * engine.page_bytes());
+  for (const v1::ItemResult& r : off.results()) {
+    EXPECT_EQ(r.code(), v1::ITEM_CODE_OK) << r.message();
+    EXPECT_EQ(r.tier(), v1::TIER_HOST);
+  }
+  const v1::LookupResponse look = Lookup(*stub_, reg.engine_id(), 1, 10);
+  EXPECT_EQ(look.hit_pages(), 8u);
+  ASSERT_EQ(look.tiers_size(), 8);
+  EXPECT_EQ(look.tiers(0), v1::TIER_HOST);
+
+  const v1::OnboardResponse on = Onboard(*stub_, reg.engine_id(), 1, 8, 16);
+  EXPECT_EQ(on.onboarded_pages(), 8u);
+  for (uint32_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(on.results(i).code(), v1::ITEM_CODE_OK) << on.results(i).message();
+    EXPECT_TRUE(engine.Bytes(16 + i) == engine.RoundTrip(i)) << "page " << i;
+  }
+  // A second offload of the same hashes keeps the stored blocks.
+  const v1::OffloadResponse again = Offload(*stub_, reg.engine_id(), 1, 0, 2);
+  EXPECT_EQ(again.results(0).code(), v1::ITEM_CODE_ALREADY_STORED);
+  EXPECT_EQ(again.stored_pages(), 0u);
+  // A miss stops an onboard unless continue_after_miss.
+  const v1::OnboardResponse miss = Onboard(*stub_, reg.engine_id(), 2, 3, 24);
+  EXPECT_EQ(miss.results(0).code(), v1::ITEM_CODE_NOT_FOUND);
+  EXPECT_EQ(miss.results(1).code(), v1::ITEM_CODE_SKIPPED);
+
+  const std::string metrics = HttpGet(metrics_port_, "/metrics");
+  EXPECT_NE(metrics.find("kvtier_puts_total 8\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_engines 1\n"), std::string::npos);
+  int code = 0;
+  EXPECT_EQ(HttpGet(metrics_port_, "/readyz", &code), "ready\n");
+  EXPECT_EQ(code, 200);
+  EXPECT_EQ(StopDaemon(SIGTERM), 0) << Log();
+}
+
+TEST_F(KvtierdTest, EnginesOfATenantSharePrefixesAndOtherTenantsSeeNone) {
+  StartDaemon();
+  TestEngine a(dir_->File("pool-a"), 16), b(dir_->File("pool-b"), 16), c(dir_->File("pool-c"), 16);
+  for (uint32_t i = 0; i < 4; ++i) a.Fill(i, 7 + i);
+  const v1::RegisterEngineResponse ra = Register(*stub_, a.Request());
+  const v1::RegisterEngineResponse rb = Register(*stub_, b.Request());
+  const v1::RegisterEngineResponse rc = Register(*stub_, c.Request("other-tenant"));
+  EXPECT_EQ(ra.namespace_id(), rb.namespace_id());
+  EXPECT_NE(ra.namespace_id(), rc.namespace_id());
+  EXPECT_EQ(Offload(*stub_, ra.engine_id(), 5, 0, 4).stored_pages(), 4u);
+  EXPECT_EQ(Lookup(*stub_, rb.engine_id(), 5, 4).hit_pages(), 4u);
+  EXPECT_EQ(Onboard(*stub_, rb.engine_id(), 5, 4, 0).onboarded_pages(), 4u);
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_TRUE(b.Bytes(i) == a.RoundTrip(i)) << "page " << i;
+  EXPECT_EQ(Lookup(*stub_, rc.engine_id(), 5, 4).hit_pages(), 0u);
+  EXPECT_EQ(Onboard(*stub_, rc.engine_id(), 5, 1, 0).results(0).code(), v1::ITEM_CODE_NOT_FOUND);
+}
+
+TEST_F(KvtierdTest, BadRequestsGetPreciseStatusesAndChangeNothing) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 8);
+  engine.Fill(0, 1);
+  const std::vector<uint8_t> before = engine.Bytes(0);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+
+  // Out-of-range page index and malformed hashes fail their items; nothing is stored.
+  v1::OffloadRequest off;
+  off.set_engine_id(reg.engine_id());
+  off.add_items()->set_page_index(8);
+  off.mutable_items(0)->set_block_hash(Hash(9, 0));
+  off.add_items()->set_block_hash(std::string(33, 'x'));
+  off.add_items()->set_block_hash("");
+  {
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    ASSERT_TRUE(stub_->Offload(Context(&ctx), off, &resp).ok());
+    for (const v1::ItemResult& r : resp.results()) {
+      EXPECT_EQ(r.code(), v1::ITEM_CODE_INVALID_ARGUMENT);
+    }
+    EXPECT_NE(resp.results(0).message().find("page index 8 out of range"), std::string::npos)
+        << resp.results(0).message();
+    EXPECT_EQ(resp.stored_pages(), 0u);
+  }
+  // An onboard into an out-of-range page does not write anything.
+  {
+    v1::OnboardRequest on;
+    on.set_engine_id(reg.engine_id());
+    on.add_items()->set_block_hash(Hash(9, 0));
+    on.mutable_items(0)->set_page_index(1000);
+    grpc::ClientContext ctx;
+    v1::OnboardResponse resp;
+    ASSERT_TRUE(stub_->Onboard(Context(&ctx), on, &resp).ok());
+    EXPECT_EQ(resp.results(0).code(), v1::ITEM_CODE_INVALID_ARGUMENT);
+  }
+  EXPECT_TRUE(engine.Bytes(0) == before);
+  EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 9, 1).hit_pages(), 0u);
+
+  auto expect_register = [&](v1::RegisterEngineRequest req, grpc::StatusCode code,
+                             const std::string& words) {
+    grpc::ClientContext ctx;
+    v1::RegisterEngineResponse resp;
+    grpc::Status st = stub_->RegisterEngine(Context(&ctx), req, &resp);
+    EXPECT_EQ(st.error_code(), code) << st.error_message();
+    EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
+  };
+  v1::RegisterEngineRequest bad = engine.Request();
+  bad.mutable_layout()->mutable_buffers(1)->set_head_dim(0);
+  bad.mutable_layout()->set_fingerprint(0);
+  expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "head_dim");
+  bad = engine.Request();
+  bad.mutable_layout()->set_fingerprint(12345);
+  expect_register(bad, grpc::StatusCode::FAILED_PRECONDITION, "fingerprint");
+  bad = engine.Request();
+  bad.mutable_pools(0)->mutable_shared_memory()->set_path("/etc/passwd");
+  expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "outside the directories");
+  bad = engine.Request();
+  bad.mutable_pools(0)->set_slots(1000);
+  expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "size_bytes");
+  bad = engine.Request();
+  bad.clear_model();
+  expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "model");
+  bad = engine.Request();
+  bad.mutable_pools(0)->mutable_cuda_ipc()->set_handle(std::string(64, '\0'));
+  expect_register(bad, grpc::StatusCode::UNIMPLEMENTED, "CUDA IPC");
+
+  {
+    v1::KeepAliveRequest req;
+    req.set_engine_id("no-such-engine");
+    grpc::ClientContext ctx;
+    v1::KeepAliveResponse resp;
+    EXPECT_EQ(stub_->KeepAlive(Context(&ctx), req, &resp).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::LookupRequest req;
+    req.set_engine_id(reg.engine_id());
+    for (int i = 0; i < 4097; ++i) req.add_block_hashes(Hash(1, i));
+    grpc::ClientContext ctx;
+    v1::LookupResponse resp;
+    grpc::Status st = stub_->Lookup(Context(&ctx), req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  }
+  {
+    v1::OffloadRequest req;
+    req.set_engine_id(reg.engine_id());
+    req.add_items()->set_block_hash(std::string(5u << 20, 'x'));  // over max_request_bytes
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    EXPECT_EQ(stub_->Offload(Context(&ctx), req, &resp).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::HelloRequest req;
+    req.set_min_api_version(2);
+    v1::HelloResponse resp;
+    EXPECT_EQ(stub_->Hello(Context(&ctx), req, &resp).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  // The daemon still serves.
+  engine.Fill(1, 2);
+  EXPECT_EQ(Offload(*stub_, reg.engine_id(), 10, 1, 1).stored_pages(), 1u);
+}
+
+TEST_F(KvtierdTest, AClientThatDiesLeavesTheDaemonHealthyAndIsReleased) {
+  StartDaemon();
+  // A child process (this binary, --dying-client) registers with a short lease, starts an
+  // offload of many pages and kills itself while the daemon works on it.
+  const std::string engine_file = dir_->File("engine-id");
+  std::string self = "/proc/self/exe", flag = "--dying-client", socket = Socket(),
+              dir = dir_->path();
+  char* argv[] = {self.data(), flag.data(), socket.data(), dir.data(), nullptr};
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, environ), 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+  std::string engine_id;
+  std::ifstream(engine_file) >> engine_id;
+  ASSERT_FALSE(engine_id.empty());
+  // The lease (0.5 s) runs out and the registration is released. (Polled through the metrics:
+  // any RPC naming the engine would renew its lease.)
+  bool released = false;
+  for (int i = 0; i < 100 && !released; ++i) {
+    released = HttpGet(metrics_port_, "/metrics").find("kvtier_engines 0\n") != std::string::npos;
+    if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  {
+    v1::KeepAliveRequest req;
+    req.set_engine_id(engine_id);
+    grpc::ClientContext ctx;
+    v1::KeepAliveResponse resp;
+    EXPECT_EQ(stub_->KeepAlive(Context(&ctx), req, &resp).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  EXPECT_TRUE(released) << "the dead client's engine is still registered";
+  // Healthy: a new engine works, and the blocks that were stored are whole.
+  TestEngine engine(dir_->File("pool-a"), 8);
+  engine.Fill(0, 0);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  const uint32_t stored = Lookup(*stub_, reg.engine_id(), 77, 256).hit_pages();
+  if (stored > 0) {
+    const v1::OnboardResponse on = Onboard(*stub_, reg.engine_id(), 77, 1, 1);
+    EXPECT_EQ(on.results(0).code(), v1::ITEM_CODE_OK);
+    TestEngine original(dir_->File("pool-check"), 1);
+    original.Fill(0, 0);
+    EXPECT_TRUE(engine.Bytes(1) == original.RoundTrip(0));
+  }
+  int code = 0;
+  HttpGet(metrics_port_, "/healthz", &code);
+  EXPECT_EQ(code, 200);
+}
+
+TEST_F(KvtierdTest, SigtermUnderLoadLosesNoDurableBlock) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 64);
+  for (uint32_t i = 0; i < 64; ++i) engine.Fill(i, 1000 + i);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  // Durable offloads from several threads; SIGTERM arrives while they run.
+  std::atomic<uint32_t> acknowledged_mask[4] = {};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto stub = v1::KvTier::NewStub(channel_);
+      for (uint32_t i = 0; i < 16; ++i) {
+        v1::OffloadRequest req;
+        req.set_engine_id(reg.engine_id());
+        req.set_durable(true);
+        req.set_ack(v1::WRITE_ACK_DURABLE);
+        v1::OffloadItem* item = req.add_items();
+        item->set_block_hash(Hash(300 + t, i));
+        item->set_page_index(t * 16 + i);
+        grpc::ClientContext ctx;
+        v1::OffloadResponse resp;
+        if (stub->Offload(Context(&ctx), req, &resp).ok() &&
+            resp.results(0).code() == v1::ITEM_CODE_OK) {
+          acknowledged_mask[t] |= 1u << i;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(StopDaemon(SIGTERM), 0) << Log();
+  for (std::thread& t : threads) t.join();
+  StartDaemon();
+  TestEngine reader(dir_->File("pool-b"), 64);
+  const v1::RegisterEngineResponse reg2 = Register(*stub_, reader.Request());
+  uint32_t acknowledged = 0;
+  for (int t = 0; t < 4; ++t) {
+    for (uint32_t i = 0; i < 16; ++i) {
+      if ((acknowledged_mask[t] & (1u << i)) == 0) continue;
+      ++acknowledged;
+      v1::OnboardRequest req;
+      req.set_engine_id(reg2.engine_id());
+      v1::OnboardItem* item = req.add_items();
+      item->set_block_hash(Hash(300 + t, i));
+      item->set_page_index(t * 16 + i);
+      grpc::ClientContext ctx;
+      v1::OnboardResponse resp;
+      ASSERT_TRUE(stub_->Onboard(Context(&ctx), req, &resp).ok());
+      EXPECT_EQ(resp.results(0).code(), v1::ITEM_CODE_OK)
+          << "durable block " << t << "/" << i << " lost: " << resp.results(0).message();
+      EXPECT_TRUE(reader.Bytes(t * 16 + i) == engine.RoundTrip(t * 16 + i));
+    }
+  }
+  EXPECT_GT(acknowledged, 0u) << "no offload finished before SIGTERM; the test proves nothing";
+}
+
+TEST_F(KvtierdTest, ConfigurationErrorsNameTheField) {
+  auto run = [&](std::vector<std::string> extra, std::string* out) {
+    std::vector<std::string> args = Args();
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string cmd;
+    for (const std::string& a : args) cmd += "'" + a + "' ";
+    cmd += "2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+    const int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  std::string out;
+  EXPECT_EQ(run({"--set=host.pin=bogus", "--check-config"}, &out), 1);
+  EXPECT_NE(out.find("host.pin"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run({"--set=host.colour=blue", "--check-config"}, &out), 1);
+  EXPECT_NE(out.find("unknown field 'host.colour'"), std::string::npos) << out;
+  out.clear();
+  std::ofstream(dir_->File("bad.yaml")) << "index:\n  sync: sometimes\n";
+  EXPECT_EQ(run({"--config=" + dir_->File("bad.yaml"), "--check-config"}, &out), 1);
+  EXPECT_NE(out.find("index.sync"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run({"--print-default-config"}, &out), 0);
+  std::ofstream(dir_->File("default.yaml")) << out;
+  out.clear();
+  EXPECT_EQ(run({"--config=" + dir_->File("default.yaml"), "--check-config"}, &out), 0) << out;
+  out.clear();
+  EXPECT_EQ(run({"--no-such-flag"}, &out), 2);
+}
+
+// The child of AClientThatDiesLeavesTheDaemonHealthyAndIsReleased (a separate process: gRPC
+// does not survive fork).
+int DyingClient(const std::string& socket, const std::string& dir) {
+  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  auto stub = v1::KvTier::NewStub(channel);
+  TestEngine engine(dir + "/pool-child", 256);
+  for (uint32_t i = 0; i < 256; ++i) engine.Fill(i, i);
+  v1::RegisterEngineRequest req = engine.Request();
+  req.mutable_lease_ttl()->set_nanos(500000000);
+  grpc::ClientContext ctx;
+  v1::RegisterEngineResponse reg;
+  if (!stub->RegisterEngine(&ctx, req, &reg).ok()) return 3;
+  std::ofstream(dir + "/engine-id") << reg.engine_id();
+  v1::OffloadRequest off;
+  off.set_engine_id(reg.engine_id());
+  for (uint32_t i = 0; i < 256; ++i) {
+    v1::OffloadItem* item = off.add_items();
+    item->set_block_hash(Hash(77, i));
+    item->set_page_index(i);
+  }
+  grpc::ClientContext octx;
+  v1::OffloadResponse oresp;
+  stub->async()->Offload(&octx, &off, &oresp, [](grpc::Status) {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  raise(SIGKILL);
+  return 4;
+}
+
+}  // namespace
+}  // namespace kvtier::integration
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--dying-client") {
+    return kvtier::integration::DyingClient(argv[2], argv[3]);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
