@@ -13,6 +13,7 @@ packages=(
   librocksdb-dev liburing-dev fio
   libyaml-cpp-dev libssl-dev
   clang clang-format libclang-rt-14-dev
+  python3-grpcio python3-grpc-tools prometheus
 )
 
 missing=()

@@ -211,10 +211,14 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     break;
   }
   if (metrics) metrics->SetReady(false);
+  // Drain: refuse new work, let requests on the workers finish within the grace period, then shut
+  // the server down at once (gRPC would otherwise wait out the deadline for idle connections).
   service->BeginDrain();
-  server->Shutdown(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(config.shutdown_grace_seconds * 1000)));
+  if (!service->WaitIdle(absl::Seconds(config.shutdown_grace_seconds))) {
+    KVTIER_LOG(kWarning, "requests still running after ", config.shutdown_grace_seconds,
+               " s; cancelling them");
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server->Wait();
   metrics.reset();
   service.reset();  // joins the workers: no request touches the store any more

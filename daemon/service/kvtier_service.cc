@@ -166,6 +166,28 @@ KvTierService::~KvTierService() {
   lease_thread_.join();
 }
 
+void KvTierService::RunOnWorker(grpc::ServerUnaryReactor* reactor,
+                                std::function<absl::Status()> work) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++in_flight_;
+  }
+  workers_.Submit([this, reactor, work = std::move(work)] {
+    reactor->Finish(ToGrpc(work()));
+    absl::MutexLock lock(&mu_);
+    if (--in_flight_ == 0) idle_cv_.SignalAll();
+  });
+}
+
+bool KvTierService::WaitIdle(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (in_flight_ > 0) {
+    if (idle_cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return in_flight_ == 0;
+}
+
 size_t KvTierService::engine_count() const {
   absl::MutexLock lock(&mu_);
   return engines_.size();
@@ -338,6 +360,7 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   lease = std::clamp(lease, options_.min_lease, options_.max_lease);
   engine->lease = lease;
   engine->hot_page_bytes = engine->layout.HotBytes();
+  engine->registered = absl::Now();
   engine->id = absl::StrFormat("e%016x-%d", incarnation_, next_engine_++);
   engine->name = req->engine_name().empty() ? engine->id : req->engine_name();
   {
@@ -377,9 +400,9 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
   }
   // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  workers_.Submit([this, reactor, id = req->engine_id()] {
+  RunOnWorker(reactor, [this, id = req->engine_id()] {
     Remove(id, "unregistered by the client");
-    reactor->Finish(grpc::Status::OK);
+    return absl::OkStatus();
   });
   return reactor;
 }
@@ -465,10 +488,10 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
                            absl::StrFormat("engine '%s' is not registered", req->engine_id())));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  workers_.Submit([this, reactor, engine, req, resp] {
+  RunOnWorker(reactor, [this, engine, req, resp] {
     DoOffload(*engine, *req, resp);
     Leave(engine);
-    reactor->Finish(grpc::Status::OK);
+    return absl::OkStatus();
   });
   return reactor;
 }
@@ -526,6 +549,9 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
     resp->set_cold_bytes_written(resp->cold_bytes_written() + engine.codec->block_bytes());
   }
   resp->set_stored_pages(stored);
+  hot_bytes_offloaded_ += resp->hot_bytes_read();
+  cold_bytes_offloaded_ += resp->cold_bytes_written();
+  dropped_offloads_ += static_cast<uint64_t>(req.items_size()) - stored;
 }
 
 grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ctx,
@@ -542,10 +568,10 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
                            absl::StrFormat("engine '%s' is not registered", req->engine_id())));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  workers_.Submit([this, reactor, engine, req, resp] {
+  RunOnWorker(reactor, [this, engine, req, resp] {
     DoOnboard(*engine, *req, resp);
     Leave(engine);
-    reactor->Finish(grpc::Status::OK);
+    return absl::OkStatus();
   });
   return reactor;
 }
@@ -598,6 +624,83 @@ void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& re
     resp->set_hot_bytes_written(resp->hot_bytes_written() + engine.hot_page_bytes);
   }
   resp->set_onboarded_pages(onboarded);
+  hot_bytes_onboarded_ += resp->hot_bytes_written();
+  cold_bytes_onboarded_ += resp->cold_bytes_read();
+}
+
+grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
+                                               const v1::StatsRequest* req,
+                                               v1::StatsResponse* resp) {
+  const store::StoreStats stats = store_->Stats();
+  resp->set_incarnation_id(incarnation_);
+  const absl::Time now = absl::Now();
+  SetTime(now, resp->mutable_collected_at());
+  SetDuration(now - started_, resp->mutable_uptime());
+  constexpr index::Tier kTiers[] = {index::Tier::kGpu, index::Tier::kHost, index::Tier::kDisk};
+  for (index::Tier t : kTiers) {
+    const store::TierStats& ts = stats.tiers[static_cast<int>(t)];
+    if (ts.capacity_bytes == 0) continue;
+    v1::TierStats* out = resp->add_tiers();
+    out->set_tier(TierToProto(t));
+    out->set_capacity_bytes(ts.capacity_bytes);
+    out->set_used_bytes(ts.used_bytes);
+    out->set_blocks(ts.blocks);
+    out->set_hits(ts.hits);
+    out->set_bytes_in(ts.bytes_in);
+    out->set_bytes_out(ts.bytes_out);
+    uint64_t evicted = 0;
+    switch (t) {
+      case index::Tier::kGpu:
+        evicted = stats.evictions_gpu_to_host + stats.evictions_gpu_dropped;
+        break;
+      case index::Tier::kHost:
+        evicted = stats.evictions_host_to_disk + stats.evictions_host_dropped +
+                  stats.evictions_host_copy_freed;
+        break;
+      case index::Tier::kDisk:
+        evicted = stats.evictions_disk_dropped;
+        break;
+    }
+    out->set_evicted_blocks(evicted);
+    if (t == index::Tier::kDisk) {
+      out->set_checksum_failures(stats.checksum_failures);
+      out->set_misses(stats.misses);  // a miss is a miss of the last tier
+    }
+    if (t == index::Tier::kHost) out->set_pinned_blocks(stats.pinned_blocks);
+  }
+  resp->set_hot_bytes_offloaded(hot_bytes_offloaded_);
+  resp->set_cold_bytes_offloaded(cold_bytes_offloaded_);
+  resp->set_hot_bytes_onboarded(hot_bytes_onboarded_);
+  resp->set_cold_bytes_onboarded(cold_bytes_onboarded_);
+  resp->set_dropped_offloads(dropped_offloads_);
+  resp->set_draining(draining_);
+  absl::flat_hash_map<uint64_t, uint32_t> engines_per_ns;
+  {
+    absl::MutexLock lock(&mu_);
+    resp->set_registered_engines(static_cast<uint32_t>(engines_.size()));
+    for (const auto& [id, engine] : engines_) {
+      ++engines_per_ns[engine->ns];
+      if (!req->include_engines()) continue;
+      v1::EngineInfo* info = resp->add_engines();
+      info->set_engine_id(engine->id);
+      info->set_engine_name(engine->name);
+      info->set_namespace_id(engine->ns);
+      SetTime(engine->registered, info->mutable_registered_at());
+      SetTime(engine->expires, info->mutable_lease_expires_at());
+      info->set_pools(static_cast<uint32_t>(engine->pools.size()));
+    }
+  }
+  if (req->include_namespaces()) {
+    for (const auto& [id, record] : store_->Namespaces()) {
+      v1::NamespaceStats* ns = resp->add_namespaces();
+      ns->set_namespace_id(id);
+      ns->mutable_ns()->ParseFromString(record.first);
+      ns->set_quota_bytes(record.second);
+      auto it = engines_per_ns.find(id);
+      ns->set_engines(it == engines_per_ns.end() ? 0 : it->second);
+    }
+  }
+  return Finish(ctx, absl::OkStatus());
 }
 
 }  // namespace kvtier::service

@@ -65,6 +65,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
 
   // New registrations, offloads and parks fail with UNAVAILABLE from now on.
   void BeginDrain() { draining_ = true; }
+  // Waits until no request runs on the workers, or `timeout` passes; true when idle.
+  bool WaitIdle(absl::Duration timeout);
   uint64_t incarnation() const { return incarnation_; }
   size_t engine_count() const;
 
@@ -85,6 +87,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
                                     v1::OffloadResponse* resp) override;
   grpc::ServerUnaryReactor* Onboard(grpc::CallbackServerContext* ctx, const v1::OnboardRequest* req,
                                     v1::OnboardResponse* resp) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
+                                  v1::StatsResponse* resp) override;
 
   // One registered engine. Shared by the registry and the requests working on it.
   struct Engine {
@@ -96,6 +100,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
     std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index
     uint32_t slots = 0;                            // the smallest pool's slot count
     absl::Duration lease;
+    absl::Time registered;
     uint64_t hot_page_bytes = 0;
     // Guarded by the service's mu_:
     absl::Time expires;
@@ -121,6 +126,14 @@ class KvTierService final : public v1::KvTier::CallbackService {
   uint64_t incarnation_;
   absl::Time started_;
   std::atomic<bool> draining_{false};
+  // Data-plane totals for Stats.
+  std::atomic<uint64_t> hot_bytes_offloaded_{0}, cold_bytes_offloaded_{0};
+  std::atomic<uint64_t> hot_bytes_onboarded_{0}, cold_bytes_onboarded_{0};
+  std::atomic<uint64_t> dropped_offloads_{0};
+  // Requests handed to the workers and not finished (guarded by mu_).
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Runs `work` on a worker, counted in in_flight_, then finishes the RPC with its status.
+  void RunOnWorker(grpc::ServerUnaryReactor* reactor, std::function<absl::Status()> work);
   std::atomic<uint64_t> next_engine_{1};
 
   mutable absl::Mutex mu_;

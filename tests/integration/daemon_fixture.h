@@ -114,9 +114,13 @@ class DaemonFixture : public ::testing::Test {
     posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&actions);
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
+    // Connect once the socket exists: a channel that failed to connect backs off for seconds.
+    while (access(Socket().c_str(), F_OK) != 0 && std::chrono::system_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     channel_ = grpc::CreateChannel("unix:" + Socket(), grpc::InsecureChannelCredentials());
     stub_ = v1::KvTier::NewStub(channel_);
-    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
     while (std::chrono::system_clock::now() < deadline) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {

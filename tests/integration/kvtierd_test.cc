@@ -372,6 +372,46 @@ TEST_F(KvtierdTest, ConfigurationErrorsNameTheField) {
   EXPECT_EQ(run({"--no-such-flag"}, &out), 2);
 }
 
+// Runs a command line; returns its exit status and fills `out` with stdout and stderr.
+int RunCommand(const std::string& cmd, std::string* out) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST_F(KvtierdTest, KvtierctlReportsStatusAndStats) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 8);
+  for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, i);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  EXPECT_EQ(Offload(*stub_, reg.engine_id(), 1, 0, 4).stored_pages(), 4u);
+  const std::string ctl = std::string(KVTIERCTL_PATH) + " --socket=" + Socket();
+  std::string out;
+  ASSERT_EQ(RunCommand(ctl + " status", &out), 0) << out;
+  EXPECT_NE(out.find("kvtierd 0.1.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 engines"), std::string::npos) << out;
+  EXPECT_NE(out.find(reg.engine_id()), std::string::npos) << out;
+  out.clear();
+  ASSERT_EQ(RunCommand(ctl + " stats", &out), 0) << out;
+  EXPECT_NE(out.find("host"), std::string::npos) << out;
+  EXPECT_NE(out.find("disk"), std::string::npos) << out;
+  out.clear();
+  ASSERT_EQ(RunCommand(ctl + " stats --json", &out), 0) << out;
+  EXPECT_NE(out.find("\"registered_engines\": 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"TIER_HOST\""), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunCommand(std::string(KVTIERCTL_PATH) + " --socket=" + dir_->File("none.sock") +
+                           " --timeout=1 status",
+                       &out),
+            1);
+  EXPECT_NE(out.find("is kvtierd running"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunCommand(ctl + " frobnicate", &out), 2);
+}
+
 // The child of AClientThatDiesLeavesTheDaemonHealthyAndIsReleased (a separate process: gRPC
 // does not survive fork).
 int DyingClient(const std::string& socket, const std::string& dir) {

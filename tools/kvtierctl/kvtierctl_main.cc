@@ -1,0 +1,177 @@
+// kvtierctl: the operator's command line for a running kvtierd.
+//   kvtierctl [--socket=PATH] [--timeout=SECONDS] status
+//   kvtierctl [--socket=PATH] stats [--json] [--namespaces] [--engines]
+// Exit status: 0 success, 1 the daemon could not be reached or refused (the message says why),
+// 2 usage error.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "kvtier/v1/service.grpc.pb.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: kvtierctl [--socket=PATH] [--timeout=SECONDS] COMMAND
+
+commands:
+  status                         the daemon's version, incarnation, uptime, engines and tiers
+  stats [--json] [--namespaces] [--engines]
+                                 per-tier table (or the StatsResponse as JSON)
+
+--socket defaults to $KVTIER_SOCKET, else /run/kvtier/kvtier.sock; --timeout to 5 seconds.
+)";
+
+const char* TierName(kvtier::v1::Tier tier) {
+  switch (tier) {
+    case kvtier::v1::TIER_GPU:
+      return "gpu";
+    case kvtier::v1::TIER_HOST:
+      return "host";
+    case kvtier::v1::TIER_DISK:
+      return "disk";
+    default:
+      return "?";
+  }
+}
+
+std::string Bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%d B", b) : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+int Fail(const std::string& what, const grpc::Status& st, const std::string& socket) {
+  std::cerr << "kvtierctl: " << what << " failed: " << st.error_message();
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    std::cerr << " (is kvtierd running and listening on " << socket << "?)";
+  }
+  std::cerr << "\n";
+  return 1;
+}
+
+void PrintTiers(const kvtier::v1::StatsResponse& stats) {
+  std::printf("%-5s %12s %12s %6s %10s %10s %12s %12s %10s\n", "tier", "capacity", "used", "used%",
+              "blocks", "hits", "bytes in", "bytes out", "evicted");
+  for (const kvtier::v1::TierStats& t : stats.tiers()) {
+    const double pct = t.capacity_bytes() == 0 ? 0
+                                               : 100.0 * static_cast<double>(t.used_bytes()) /
+                                                     static_cast<double>(t.capacity_bytes());
+    std::printf("%-5s %12s %12s %5.1f%% %10llu %10llu %12s %12s %10llu\n", TierName(t.tier()),
+                Bytes(t.capacity_bytes()).c_str(), Bytes(t.used_bytes()).c_str(), pct,
+                static_cast<unsigned long long>(t.blocks()),
+                static_cast<unsigned long long>(t.hits()), Bytes(t.bytes_in()).c_str(),
+                Bytes(t.bytes_out()).c_str(), static_cast<unsigned long long>(t.evicted_blocks()));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* env = std::getenv("KVTIER_SOCKET");
+  std::string socket = env != nullptr ? env : "/run/kvtier/kvtier.sock";
+  double timeout = 5;
+  std::string command;
+  bool json = false, namespaces = false, engines = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (absl::StartsWith(arg, "--socket=")) {
+      socket = arg.substr(9);
+    } else if (absl::StartsWith(arg, "--timeout=")) {
+      if (!absl::SimpleAtod(arg.substr(10), &timeout) || timeout <= 0) {
+        std::cerr << "kvtierctl: --timeout needs a positive number of seconds\n";
+        return 2;
+      }
+    } else if (arg == "--json") {
+      json = true;
+    } else if (arg == "--namespaces") {
+      namespaces = true;
+    } else if (arg == "--engines") {
+      engines = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (command.empty() && !absl::StartsWith(arg, "-")) {
+      command = arg;
+    } else {
+      std::cerr << "kvtierctl: unexpected argument '" << arg << "'\n" << kUsage;
+      return 2;
+    }
+  }
+  if (command != "status" && command != "stats") {
+    std::cerr << (command.empty() ? "kvtierctl: no command\n"
+                                  : "kvtierctl: unknown command '" + command + "'\n")
+              << kUsage;
+    return 2;
+  }
+  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  auto stub = kvtier::v1::KvTier::NewStub(channel);
+  auto deadline = [&] {
+    return std::chrono::system_clock::now() +
+           std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  };
+  kvtier::v1::StatsRequest sreq;
+  sreq.set_include_namespaces(namespaces || command == "status");
+  sreq.set_include_engines(engines || command == "status");
+  kvtier::v1::StatsResponse stats;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    grpc::Status st = stub->Stats(&ctx, sreq, &stats);
+    if (!st.ok()) return Fail("Stats", st, socket);
+  }
+  if (command == "stats") {
+    if (json) {
+      std::string out;
+      google::protobuf::util::JsonPrintOptions options;
+      options.add_whitespace = true;
+      options.preserve_proto_field_names = true;
+      (void)google::protobuf::util::MessageToJsonString(stats, &out, options);
+      std::cout << out;
+      return 0;
+    }
+    PrintTiers(stats);
+    std::printf(
+        "\noffloaded %s hot as %s cold; onboarded %s cold into %s hot; %llu offload "
+        "items not stored\n",
+        Bytes(stats.hot_bytes_offloaded()).c_str(), Bytes(stats.cold_bytes_offloaded()).c_str(),
+        Bytes(stats.cold_bytes_onboarded()).c_str(), Bytes(stats.hot_bytes_onboarded()).c_str(),
+        static_cast<unsigned long long>(stats.dropped_offloads()));
+    return 0;
+  }
+  kvtier::v1::HelloResponse hello;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    kvtier::v1::HelloRequest req;
+    req.set_client_name("kvtierctl/0.1.0");
+    grpc::Status st = stub->Hello(&ctx, req, &hello);
+    if (!st.ok()) return Fail("Hello", st, socket);
+  }
+  std::printf("kvtierd %s on %s (%s), API v%u, incarnation %016llx\n",
+              hello.server_version().c_str(), hello.node_name().c_str(), socket.c_str(),
+              hello.api_version(), static_cast<unsigned long long>(hello.incarnation_id()));
+  std::printf("up %llds, %s, CUDA %s, %u engines, %d namespaces\n",
+              static_cast<long long>(stats.uptime().seconds()),
+              hello.draining() ? "DRAINING" : "serving", hello.capabilities().cuda() ? "yes" : "no",
+              stats.registered_engines(), stats.namespaces_size());
+  for (const kvtier::v1::EngineInfo& e : stats.engines()) {
+    std::printf("  engine %s (%s) namespace %016llx, %u pools\n", e.engine_id().c_str(),
+                e.engine_name().c_str(), static_cast<unsigned long long>(e.namespace_id()),
+                e.pools());
+  }
+  std::printf("\n");
+  PrintTiers(stats);
+  return 0;
+}
