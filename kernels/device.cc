@@ -29,7 +29,8 @@ absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
           absl::StrCat("CUDA device ", i, ": ", internal::ErrorString(err), " (error ", err, ")"));
     }
     devices.push_back(DeviceInfo{i, raw.name, raw.sm_major, raw.sm_minor, raw.memory_bytes,
-                                 raw.can_map_host_memory != 0});
+                                 raw.can_map_host_memory != 0,
+                                 std::string(reinterpret_cast<const char*>(raw.uuid), 16)});
   }
   return devices;
 #else
@@ -167,6 +168,66 @@ absl::StatusOr<bool> HostPointersUsableOnDevice(int device) {
   (void)device;
   KVTIER_NO_CUDA_RETURN();
 #endif
+}
+
+absl::StatusOr<std::string> ExportIpcMemory(void* ptr) {
+#if KVTIER_WITH_CUDA
+  std::string handle(kIpcHandleBytes, '\0');
+  if (int err = internal::IpcExport(ptr, reinterpret_cast<unsigned char*>(handle.data()));
+      err != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cudaIpcGetMemHandle(%p): %s", ptr, CudaText(err)));
+  }
+  return handle;
+#else
+  (void)ptr;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+absl::StatusOr<void*> OpenIpcMemory(int device, absl::string_view handle) {
+#if KVTIER_WITH_CUDA
+  if (handle.size() != kIpcHandleBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a CUDA IPC handle has 64 bytes, not %d", handle.size()));
+  }
+  absl::Status st = UseDevice(device);
+  if (!st.ok()) return st;
+  void* ptr = nullptr;
+  if (int err = internal::IpcOpen(reinterpret_cast<const unsigned char*>(handle.data()), &ptr);
+      err != 0) {
+    const std::string text =
+        absl::StrFormat("cudaIpcOpenMemHandle on device %d: %s", device, CudaText(err));
+    return err == 1 /* cudaErrorInvalidValue */ || err == 400 /* cudaErrorInvalidResourceHandle */
+               ? absl::InvalidArgumentError(text)
+               : absl::UnavailableError(text);
+  }
+  return ptr;
+#else
+  (void)device;
+  (void)handle;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+void CloseIpcMemory(void* ptr) {
+#if KVTIER_WITH_CUDA
+  if (ptr == nullptr) return;
+  if (int err = internal::IpcClose(ptr); err != 0) {
+    KVTIER_LOG(kError, "cudaIpcCloseMemHandle(", absl::StrFormat("%p", ptr), "): ", CudaText(err));
+  }
+#else
+  (void)ptr;
+#endif
+}
+
+absl::StatusOr<int> DeviceByUuid(absl::string_view uuid) {
+  auto devices = ListDevices();
+  if (!devices.ok()) return devices.status();
+  for (const DeviceInfo& d : *devices) {
+    if (d.uuid == uuid) return d.ordinal;
+  }
+  return absl::NotFoundError("no visible CUDA device has the pool's device UUID");
 }
 
 #undef KVTIER_NO_CUDA_RETURN

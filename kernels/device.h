@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace kvtier::kernels {
 
@@ -19,6 +20,7 @@ struct DeviceInfo {
   int sm_minor = 0;
   uint64_t memory_bytes = 0;
   bool can_map_host_memory = false;  // mapped pinned host memory, needed by the fused kernels
+  std::string uuid;                  // 16 bytes (cudaDeviceProp.uuid)
 };
 
 // True when this build contains the CUDA kernels (KVTIER_CUDA found nvcc).
@@ -67,6 +69,23 @@ absl::Status SynchronizeStream(void* stream);
 // PinHostMemory as is (true on x86-64 Linux with unified addressing). The daemon's GPU tier
 // needs it to encode straight into its host tier.
 absl::StatusOr<bool> HostPointersUsableOnDevice(int device);
+
+// ---- CUDA IPC (engine pools shared with the daemon) ----
+
+inline constexpr size_t kIpcHandleBytes = 64;
+
+// The IPC handle (64 bytes) of the cudaMalloc allocation that starts at `ptr`. Unimplemented
+// without CUDA; InvalidArgument when `ptr` is not the start of an allocation.
+absl::StatusOr<std::string> ExportIpcMemory(void* ptr);
+
+// Maps another process's allocation into this one on `device`. InvalidArgument for a handle that
+// is not 64 bytes or that CUDA rejects; Unavailable for other CUDA errors. Close with
+// CloseIpcMemory.
+absl::StatusOr<void*> OpenIpcMemory(int device, absl::string_view handle);
+void CloseIpcMemory(void* ptr);  // logs CUDA errors
+
+// The ordinal of the device with this 16-byte UUID. NotFound when this process does not see it.
+absl::StatusOr<int> DeviceByUuid(absl::string_view uuid);
 
 }  // namespace kvtier::kernels
 

@@ -19,6 +19,7 @@ int QueryDevice(int ordinal, RawDeviceInfo* info) {
   info->sm_major = prop.major;
   info->sm_minor = prop.minor;
   info->memory_bytes = prop.totalGlobalMem;
+  std::memcpy(info->uuid, prop.uuid.bytes, sizeof(info->uuid));
   int map = 0;
   err = cudaDeviceGetAttribute(&map, cudaDevAttrCanMapHostMemory, ordinal);
   info->can_map_host_memory = err == cudaSuccess && map != 0;
@@ -54,6 +55,23 @@ int HostPointerUsable(int ordinal, int* value) {
   return static_cast<int>(
       cudaDeviceGetAttribute(value, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal));
 }
+
+int IpcExport(void* ptr, unsigned char* handle) {
+  cudaIpcMemHandle_t h;
+  cudaError_t err = cudaIpcGetMemHandle(&h, ptr);
+  if (err == cudaSuccess) std::memcpy(handle, &h, sizeof(h));
+  return static_cast<int>(err);
+}
+
+int IpcOpen(const unsigned char* handle, void** ptr) {
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, handle, sizeof(h));
+  return static_cast<int>(cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess));
+}
+
+int IpcClose(void* ptr) { return static_cast<int>(cudaIpcCloseMemHandle(ptr)); }
+
+static_assert(sizeof(cudaIpcMemHandle_t) == 64, "the contract's IPC handles are 64 bytes");
 
 const char* ErrorString(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
 

@@ -12,6 +12,7 @@ struct RawDeviceInfo {
   int sm_minor;
   uint64_t memory_bytes;
   int can_map_host_memory;
+  unsigned char uuid[16];
 };
 
 // Returns a cudaError_t value (0 on success) and the device count.
@@ -36,6 +37,12 @@ int SynchronizeStream(void* stream);
 void* PerThreadStream();
 // cudaDevAttrCanUseHostPointerForRegisteredMem of device `ordinal` into *value.
 int HostPointerUsable(int ordinal, int* value);
+// cudaIpcGetMemHandle(ptr) into 64 bytes at `handle`.
+int IpcExport(void* ptr, unsigned char* handle);
+// cudaIpcOpenMemHandle(64 bytes at `handle`, lazy peer access) on the current device.
+int IpcOpen(const unsigned char* handle, void** ptr);
+// cudaIpcCloseMemHandle.
+int IpcClose(void* ptr);
 // The CUDA runtime's description of an error code.
 const char* ErrorString(int error);
 

@@ -324,10 +324,35 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
                              absl::StrFormat("pool '%s' is registered twice", reg.name())));
     }
     if (reg.has_cuda_ipc()) {
-      return Finish(ctx, absl::UnimplementedError(absl::StrFormat(
-                             "pool '%s': CUDA IPC pools are not served by this daemon version; "
-                             "register a shared_memory pool",
-                             reg.name())));
+      if (engine->layout.pools.size() != 1) {
+        return Finish(ctx, absl::UnimplementedError(absl::StrFormat(
+                               "pool '%s': GPU engines register one pool (a flat layout); this "
+                               "layout has %d",
+                               reg.name(), engine->layout.pools.size())));
+      }
+      if (!kernels::BuiltWithCuda()) {
+        return Finish(ctx, absl::UnimplementedError(absl::StrFormat(
+                               "pool '%s': this kvtierd was built without CUDA and serves host "
+                               "pools (shared_memory) only",
+                               reg.name())));
+      }
+      if (!store_->HostTierDeviceAccessible()) {
+        return Finish(ctx, absl::FailedPreconditionError(absl::StrFormat(
+                               "pool '%s': GPU pools need the host tier pinned with CUDA (host.pin "
+                               "auto or cuda on a machine with a GPU)",
+                               reg.name())));
+      }
+      absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Open(
+          reg.name(), reg.cuda_ipc(), reg.slots(), engine->layout.pools[index].slot_bytes);
+      if (!pool.ok()) return Finish(ctx, pool.status());
+      absl::StatusOr<std::unique_ptr<GpuPageCodec>> gpu =
+          GpuPageCodec::Create(engine->codec->plan(), (*pool)->device());
+      if (!gpu.ok()) return Finish(ctx, gpu.status());
+      engine->device_pool = std::move(*pool);
+      engine->gpu = std::move(*gpu);
+      engine->slots = std::min(engine->slots, reg.slots());
+      engine->pools[index] = nullptr;
+      continue;
     }
     if (!reg.has_shared_memory()) {
       return Finish(ctx,
@@ -489,7 +514,11 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOnWorker(reactor, [this, engine, req, resp] {
-    DoOffload(*engine, *req, resp);
+    if (engine->gpu != nullptr) {
+      DoOffloadGpu(*engine, *req, resp);
+    } else {
+      DoOffload(*engine, *req, resp);
+    }
     Leave(engine);
     return absl::OkStatus();
   });
@@ -569,7 +598,11 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOnWorker(reactor, [this, engine, req, resp] {
-    DoOnboard(*engine, *req, resp);
+    if (engine->gpu != nullptr) {
+      DoOnboardGpu(*engine, *req, resp);
+    } else {
+      DoOnboard(*engine, *req, resp);
+    }
     Leave(engine);
     return absl::OkStatus();
   });
@@ -624,6 +657,179 @@ void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& re
     resp->set_hot_bytes_written(resp->hot_bytes_written() + engine.hot_page_bytes);
   }
   resp->set_onboarded_pages(onboarded);
+  hot_bytes_onboarded_ += resp->hot_bytes_written();
+  cold_bytes_onboarded_ += resp->cold_bytes_read();
+}
+
+namespace {
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's included).
+void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn) {
+  threads = std::max<size_t>(1, std::min(threads, n));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (size_t i = t; i < n; i += threads) fn(i);
+    });
+  }
+  for (size_t i = 0; i < n; i += threads) fn(i);
+  for (std::thread& th : pool) th.join();
+}
+
+constexpr size_t kGpuBatch = 256;  // pages per kernel pass (bounds the host slots held at once)
+constexpr size_t kSealThreads = 4;
+
+}  // namespace
+
+void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req,
+                                 v1::OffloadResponse* resp) {
+  store::PutOptions put;
+  put.durable = req.durable();
+  put.wait_durable = req.durable() && req.ack() == v1::WRITE_ACK_DURABLE;
+  const uint64_t block_bytes = engine.codec->block_bytes();
+  for (int i = 0; i < req.items_size(); ++i) resp->add_results();
+  uint32_t stored = 0;
+  int next = 0;
+  while (next < req.items_size()) {
+    // Reserve host slots for the next batch of valid, new items.
+    std::vector<int> items;
+    std::vector<store::HostReservation> reservations;
+    std::vector<const uint8_t*> pages;
+    std::vector<uint8_t*> blocks;
+    for (; next < req.items_size() && items.size() < kGpuBatch; ++next) {
+      const v1::OffloadItem& item = req.items(next);
+      v1::ItemResult* result = resp->mutable_results(next);
+      absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
+      if (!hash.ok()) {
+        SetItemResult(hash.status(), result);
+        continue;
+      }
+      if (item.page_index() >= engine.slots) {
+        SetItemResult(absl::InvalidArgumentError(absl::StrFormat(
+                          "page index %d out of range for the engine's pools (%d slots)",
+                          item.page_index(), engine.slots)),
+                      result);
+        continue;
+      }
+      absl::StatusOr<store::HostReservation> r = store_->Reserve({engine.ns, *hash}, block_bytes);
+      if (absl::IsAlreadyExists(r.status())) {
+        std::vector<index::Tier> tiers;
+        store_->LookupChain(engine.ns, {*hash}, &tiers);
+        result->set_code(v1::ITEM_CODE_ALREADY_STORED);
+        if (!tiers.empty()) result->set_tier(TierToProto(tiers[0]));
+        continue;
+      }
+      if (!r.ok()) {
+        SetItemResult(r.status(), result);
+        continue;
+      }
+      items.push_back(next);
+      pages.push_back(engine.device_pool->slot(item.page_index()));
+      blocks.push_back(r->bytes().data());
+      reservations.push_back(std::move(*r));
+    }
+    if (items.empty()) continue;
+    absl::Status st = kernels::UseDevice(engine.gpu->device());
+    void* stream = kernels::PerThreadStream();
+    if (st.ok()) st = engine.gpu->EnqueueEncode(pages, blocks, stream);
+    if (st.ok()) st = kernels::SynchronizeStream(stream);
+    if (!st.ok()) {
+      KVTIER_LOG(kError, "engine ", engine.id, ": GPU encode failed: ", st.message());
+      for (int i : items)
+        SetItemResult(absl::InternalError(st.message()), resp->mutable_results(i));
+      continue;  // the reservations are released unstored
+    }
+    ParallelFor(blocks.size(), kSealThreads, [&](size_t k) { engine.gpu->Seal(blocks[k]); });
+    for (size_t k = 0; k < items.size(); ++k) {
+      v1::ItemResult* result = resp->mutable_results(items[k]);
+      absl::Status committed = store_->Commit(std::move(reservations[k]), put);
+      SetItemResult(committed, result);
+      if (!committed.ok()) continue;
+      result->set_tier(v1::TIER_HOST);
+      ++stored;
+    }
+  }
+  resp->set_stored_pages(stored);
+  resp->set_hot_bytes_read(uint64_t{stored} * engine.hot_page_bytes);
+  resp->set_cold_bytes_written(uint64_t{stored} * block_bytes);
+  hot_bytes_offloaded_ += resp->hot_bytes_read();
+  cold_bytes_offloaded_ += resp->cold_bytes_written();
+  dropped_offloads_ += static_cast<uint64_t>(req.items_size()) - stored;
+}
+
+void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req,
+                                 v1::OnboardResponse* resp) {
+  absl::flat_hash_set<uint32_t> destinations;
+  bool stopped = false;
+  uint32_t onboarded = 0;
+  for (int i = 0; i < req.items_size(); ++i) resp->add_results();
+  int next = 0;
+  while (next < req.items_size() && !stopped) {
+    std::vector<int> items;
+    std::vector<store::PinnedBlock> pinned;
+    std::vector<const uint8_t*> blocks;
+    std::vector<uint8_t*> pages;
+    for (; next < req.items_size() && items.size() < kGpuBatch && !stopped; ++next) {
+      const v1::OnboardItem& item = req.items(next);
+      v1::ItemResult* result = resp->mutable_results(next);
+      absl::Status st;
+      absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
+      if (!hash.ok()) {
+        st = hash.status();
+      } else if (item.page_index() >= engine.slots) {
+        st = absl::InvalidArgumentError(
+            absl::StrFormat("page index %d out of range for the engine's pools (%d slots)",
+                            item.page_index(), engine.slots));
+      } else if (!destinations.insert(item.page_index()).second) {
+        st = absl::InvalidArgumentError(
+            absl::StrFormat("page index %d is the destination of an earlier item of this request",
+                            item.page_index()));
+      }
+      std::optional<store::PinnedBlock> block;
+      if (st.ok()) {
+        absl::StatusOr<std::optional<store::PinnedBlock>> got = store_->Acquire({engine.ns, *hash});
+        st = got.status();
+        if (st.ok() && !got->has_value()) st = absl::NotFoundError("");
+        if (st.ok()) {
+          block = std::move(**got);
+          st = engine.gpu->CheckBlock(block->bytes());
+        }
+      }
+      if (!st.ok()) {
+        SetItemResult(st, result);
+        if (absl::IsNotFound(st)) result->clear_message();
+        stopped = !req.continue_after_miss();
+        continue;
+      }
+      result->set_tier(TierToProto(block->served_from()));
+      items.push_back(next);
+      blocks.push_back(block->bytes().data());
+      pages.push_back(engine.device_pool->slot(item.page_index()));
+      pinned.push_back(std::move(*block));
+    }
+    if (items.empty()) continue;
+    absl::Status st = kernels::UseDevice(engine.gpu->device());
+    void* stream = kernels::PerThreadStream();
+    if (st.ok()) st = engine.gpu->EnqueueDecode(blocks, pages, stream);
+    if (st.ok()) st = kernels::SynchronizeStream(stream);
+    for (int i : items) {
+      SetItemResult(st.ok() ? absl::OkStatus() : absl::InternalError(st.message()),
+                    resp->mutable_results(i));
+    }
+    if (!st.ok()) {
+      KVTIER_LOG(kError, "engine ", engine.id, ": GPU decode failed: ", st.message());
+      continue;
+    }
+    onboarded += static_cast<uint32_t>(items.size());
+    for (const store::PinnedBlock& b : pinned) {
+      resp->set_cold_bytes_read(resp->cold_bytes_read() + b.bytes().size());
+    }
+  }
+  for (int i = next; i < req.items_size(); ++i) {  // after a stop: never attempted
+    resp->mutable_results(i)->set_code(v1::ITEM_CODE_SKIPPED);
+  }
+  resp->set_onboarded_pages(onboarded);
+  resp->set_hot_bytes_written(uint64_t{onboarded} * engine.hot_page_bytes);
   hot_bytes_onboarded_ += resp->hot_bytes_written();
   cold_bytes_onboarded_ += resp->cold_bytes_read();
 }

@@ -2,8 +2,8 @@
 // BlockStore. Registration maps an engine's pools; Offload, Onboard and Lookup run on a worker pool
 // so that gRPC's threads never block on encoding, decoding or disk reads. Engines hold leases;
 // an engine whose lease expires is unregistered as Unregister does. This first version serves host
-// pools (shared-memory files) through the CPU codec; CUDA IPC pools are refused with
-// UNIMPLEMENTED, and Park/Resume/Release/Pin/Unpin/WatchEvents are not served yet.
+// pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat layouts)
+// through the fused kernels; Park/Resume/Release/Pin/Unpin/WatchEvents are not served yet.
 #ifndef KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 #define KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 
@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/codec.h"
+#include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
 #include "daemon/store/block_store.h"
 #include "kvtier/v1/service.grpc.pb.h"
@@ -97,7 +98,9 @@ class KvTierService final : public v1::KvTier::CallbackService {
     store::NamespaceId ns = 0;
     codec::PageLayout layout;
     std::unique_ptr<codec::Codec> codec;
-    std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index
+    std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index (host pools)
+    std::unique_ptr<DevicePool> device_pool;       // or one GPU pool (flat layouts)
+    std::unique_ptr<GpuPageCodec> gpu;             // its kernels
     uint32_t slots = 0;                            // the smallest pool's slot count
     absl::Duration lease;
     absl::Time registered;
@@ -120,6 +123,9 @@ class KvTierService final : public v1::KvTier::CallbackService {
 
   void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp);
   void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
+  // The GPU-pool forms: one kernel pass per batch, sealed on the host.
+  void DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp);
+  void DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
 
   store::BlockStore* store_;
   ServiceOptions options_;

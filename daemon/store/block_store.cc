@@ -1073,6 +1073,10 @@ absl::Status BlockStore::DemoteAll() {
   return Flush();
 }
 
+bool BlockStore::HostTierDeviceAccessible() const {
+  return state_->arena->pin_mechanism() == "cuda";
+}
+
 StoreStats BlockStore::Stats() const {
   const State& s = *state_;
   StoreStats out;

@@ -263,6 +263,10 @@ class BlockStore {
 
   StoreStats Stats() const;
 
+  // True when the host tier is pinned with CUDA and mapped, so kernels may read and write host
+  // slots (Reserve's bytes, Acquire's bytes) at their host addresses.
+  bool HostTierDeviceAccessible() const;
+
   // Implementation types (block_store_internal.h); not part of the API.
   struct Entry;
   struct State;

@@ -71,6 +71,20 @@ inline std::string HttpGet(int port, const std::string& path, int* code = nullpt
   return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
+// The kvtierd to test: the one next to this test binary when there is one (a bundle copied to
+// another machine), else the one the build made (KVTIERD_PATH).
+inline std::string KvtierdPath() {
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir.resize(dir.rfind('/'));
+    const std::string beside = dir + "/kvtierd";
+    if (access(beside.c_str(), X_OK) == 0) return beside;
+  }
+  return KVTIERD_PATH;
+}
+
 class DaemonFixture : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -87,7 +101,7 @@ class DaemonFixture : public ::testing::Test {
   std::string Socket() const { return dir_->File("kvtier.sock"); }
 
   std::vector<std::string> Args() const {
-    return {KVTIERD_PATH,
+    return {KvtierdPath(),
             "--state-dir=" + dir_->File("state"),
             "--socket=" + Socket(),
             "--set=host.capacity=64MiB",

@@ -5,6 +5,8 @@
 // SIGTERM under load loses no block acknowledged as durable; metrics and probes answer over HTTP.
 #include <atomic>
 
+#include "kernels/device.h"
+
 #include "tests/integration/daemon_fixture.h"
 
 namespace kvtier::integration {
@@ -194,7 +196,11 @@ TEST_F(KvtierdTest, BadRequestsGetPreciseStatusesAndChangeNothing) {
   expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "model");
   bad = engine.Request();
   bad.mutable_pools(0)->mutable_cuda_ipc()->set_handle(std::string(64, '\0'));
-  expect_register(bad, grpc::StatusCode::UNIMPLEMENTED, "CUDA IPC");
+  if (kernels::BuiltWithCuda()) {  // this daemon's host tier is not pinned with CUDA
+    expect_register(bad, grpc::StatusCode::FAILED_PRECONDITION, "pinned with CUDA");
+  } else {
+    expect_register(bad, grpc::StatusCode::UNIMPLEMENTED, "without CUDA");
+  }
 
   {
     v1::KeepAliveRequest req;

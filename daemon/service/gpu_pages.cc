@@ -1,0 +1,172 @@
+// DevicePool and GpuPageCodec: CUDA IPC pools and whole-page encode/decode on the GPU.
+#include "daemon/service/gpu_pages.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "codec/crc32c.h"
+#include "common/status_macros.h"
+#include "kernels/device.h"
+
+namespace kvtier::service {
+
+absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Open(const std::string& pool_name,
+                                                             const v1::CudaIpcMemory& memory,
+                                                             uint32_t slots, uint64_t slot_bytes) {
+  if (!kernels::BuiltWithCuda()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pool '%s': this kvtierd was built without CUDA and cannot map CUDA IPC pools",
+        pool_name));
+  }
+  if (memory.handle().size() != kernels::kIpcHandleBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pool '%s': cuda_ipc.handle has %d bytes, not 64", pool_name, memory.handle().size()));
+  }
+  if (memory.device_uuid().size() != 16) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pool '%s': cuda_ipc.device_uuid has %d bytes, not 16", pool_name,
+                        memory.device_uuid().size()));
+  }
+  if (slots == 0) return absl::InvalidArgumentError(absl::StrFormat("pool '%s': 0 slots", pool_name));
+  if (static_cast<unsigned __int128>(slots) * slot_bytes > memory.size_bytes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pool '%s': size_bytes %d is below %d slots of %d bytes", pool_name, memory.size_bytes(),
+        slots, slot_bytes));
+  }
+  absl::StatusOr<int> device = kernels::DeviceByUuid(memory.device_uuid());
+  if (!device.ok()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "pool '%s' (engine device %d): %s", pool_name, memory.device_ordinal(),
+        device.status().message()));
+  }
+  absl::StatusOr<void*> mapping = kernels::OpenIpcMemory(*device, memory.handle());
+  if (!mapping.ok()) {
+    return absl::Status(mapping.status().code(),
+                        absl::StrFormat("pool '%s': %s", pool_name, mapping.status().message()));
+  }
+  std::unique_ptr<DevicePool> pool(new DevicePool());
+  pool->mapping_ = *mapping;
+  pool->base_ = static_cast<uint8_t*>(*mapping) + memory.base_offset_bytes();
+  pool->device_ = *device;
+  pool->slots_ = slots;
+  pool->slot_bytes_ = slot_bytes;
+  return pool;
+}
+
+DevicePool::~DevicePool() { kernels::CloseIpcMemory(mapping_); }
+
+bool IsFlatLayout(const codec::PageLayout& layout) {
+  if (layout.pools.size() != 1) return false;
+  uint64_t offset = 0;
+  for (const codec::BufferSpec& b : layout.buffers) {
+    if (b.pool != 0 || b.offset_bytes != offset) return false;
+    offset += layout.Rows(b) * b.RowStride() * codec::DTypeBytes(b.dtype);
+  }
+  return offset <= layout.pools[0].slot_bytes;
+}
+
+absl::StatusOr<std::unique_ptr<GpuPageCodec>> GpuPageCodec::Create(const codec::BlockPlan& plan,
+                                                                   int device) {
+  if (!IsFlatLayout(plan.layout)) {
+    return absl::InvalidArgumentError(
+        "GPU pools need a flat layout: one pool whose buffers lie back to back from offset 0");
+  }
+  std::unique_ptr<GpuPageCodec> codec(new GpuPageCodec());
+  codec->plan_ = plan;
+  codec->device_ = device;
+  if (plan.spec.codec == codec::CodecId::kRaw) {
+    for (const codec::BufferSpec& b : plan.layout.buffers) {
+      if (b.RowStride() != b.head_dim) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "buffer '%s': the GPU raw path needs rows without stride gaps", b.name));
+      }
+    }
+    KVTIER_ASSIGN_OR_RETURN(codec->copier_, kernels::BatchedCopier::Create(device));
+  } else if (plan.spec.codec == codec::CodecId::kNvfp4) {
+    KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device));
+    KVTIER_ASSIGN_OR_RETURN(codec->nvfp4_, kernels::GpuNvfp4Codec::Create(plan));
+  } else {
+    return absl::UnimplementedError(
+        absl::StrFormat("codec %s has no GPU kernels; register GPU pools with raw or nvfp4",
+                        plan.spec.ToString()));
+  }
+  return codec;
+}
+
+absl::Status GpuPageCodec::EnqueueEncode(absl::Span<const uint8_t* const> pages,
+                                         absl::Span<uint8_t* const> blocks, void* stream) const {
+  if (nvfp4_ != nullptr) {
+    for (size_t i = 0; i < pages.size(); ++i) {
+      // The scale exponents go to the block's first bytes; Seal reads them before writing the
+      // header over them.
+      KVTIER_RETURN_IF_ERROR(nvfp4_->EncodePayloads(pages[i], 0, blocks[i], 0, 1,
+                                                    reinterpret_cast<int8_t*>(blocks[i]), stream));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<kernels::CopySpan> spans;
+  spans.reserve(pages.size() * plan_.buffers.size());
+  for (size_t i = 0; i < pages.size(); ++i) {
+    for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+      spans.push_back({pages[i] + plan_.layout.buffers[b].offset_bytes,
+                       blocks[i] + plan_.buffers[b].whole_offset, plan_.buffers[b].whole_bytes});
+    }
+  }
+  return copier_->Enqueue(spans, stream);
+}
+
+void GpuPageCodec::Seal(uint8_t* block) const {
+  const absl::Span<uint8_t> span(block, plan_.block_bytes);
+  if (nvfp4_ != nullptr) {
+    std::vector<int8_t> exps(plan_.buffers.size());
+    std::memcpy(exps.data(), block, exps.size());
+    nvfp4_->SealBlock(span, exps);
+    return;
+  }
+  // Raw: zero the padding the copy did not write, then the header and checksums.
+  for (const codec::LayerRecordPlan& r : plan_.records) {
+    std::memset(block + r.offset + r.bytes, 0, r.padded_bytes - r.bytes);
+  }
+  const uint64_t end = plan_.header_bytes + plan_.payload_bytes;
+  std::memset(block + end, 0, plan_.block_bytes - end);
+  codec::ColdBlockHeader h = codec::PlanHeader(plan_);
+  h.payload_crc32c = codec::Crc32c(block + h.header_bytes, plan_.block_bytes - h.header_bytes);
+  codec::WriteColdBlockHeader(h, span);
+}
+
+absl::Status GpuPageCodec::EnqueueDecode(absl::Span<const uint8_t* const> blocks,
+                                         absl::Span<uint8_t* const> pages, void* stream) const {
+  if (nvfp4_ != nullptr) {
+    for (size_t i = 0; i < pages.size(); ++i) {
+      KVTIER_RETURN_IF_ERROR(nvfp4_->Decode(blocks[i], 0, pages[i], 0, 1, stream));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<kernels::CopySpan> spans;
+  spans.reserve(pages.size() * plan_.buffers.size());
+  for (size_t i = 0; i < pages.size(); ++i) {
+    for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+      spans.push_back({blocks[i] + plan_.buffers[b].whole_offset,
+                       pages[i] + plan_.layout.buffers[b].offset_bytes,
+                       plan_.buffers[b].whole_bytes});
+    }
+  }
+  return copier_->Enqueue(spans, stream);
+}
+
+absl::Status GpuPageCodec::CheckBlock(absl::Span<const uint8_t> block) const {
+  KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader h, codec::ParseColdBlockHeader(block));
+  const codec::ColdBlockHeader expected = codec::PlanHeader(plan_);
+  if (h.layout_fingerprint != plan_.fingerprint || h.codec != expected.codec ||
+      h.codec_flags != expected.codec_flags || block.size() != plan_.block_bytes) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the stored block (fingerprint %016x, codec %d, %d bytes) is not a block of this engine's "
+        "layout and codec (fingerprint %016x, %s, %d bytes)",
+        h.layout_fingerprint, static_cast<int>(h.codec), block.size(), plan_.fingerprint,
+        plan_.spec.ToString(), plan_.block_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::service

@@ -1,0 +1,88 @@
+// The GPU side of the data plane: engine pools in GPU memory shared through CUDA IPC
+// (DevicePool), and GpuPageCodec, which moves whole pages between such a pool and cold blocks in
+// the daemon's CUDA-pinned host tier with the fused NVFP4 kernels (nvfp4, nvfp4+rope) or the
+// batched copy kernel (raw). Kernels write payloads; the host seals headers and checksums.
+// Pages must be in the flat form (one pool, buffers back to back), which the fused kernels read.
+#ifndef KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
+#define KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codec/cold_block.h"
+#include "kernels/batched_copy.h"
+#include "kernels/nvfp4_gpu_codec.h"
+#include "kvtier/v1/pool.pb.h"
+
+namespace kvtier::service {
+
+class DevicePool {
+ public:
+  // Opens the engine's allocation on the device with the pool's UUID. InvalidArgument (naming the
+  // pool) for a handle or UUID of the wrong size, a size below slots * slot_bytes, or a handle CUDA
+  // rejects; FailedPrecondition when this process does not see the device; Unimplemented without
+  // CUDA.
+  static absl::StatusOr<std::unique_ptr<DevicePool>> Open(const std::string& pool_name,
+                                                          const v1::CudaIpcMemory& memory,
+                                                          uint32_t slots, uint64_t slot_bytes);
+  ~DevicePool();
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+
+  int device() const { return device_; }
+  uint32_t slots() const { return slots_; }
+  // REQUIRES: index < slots().
+  uint8_t* slot(uint32_t index) const { return base_ + uint64_t{index} * slot_bytes_; }
+
+ private:
+  DevicePool() = default;
+  void* mapping_ = nullptr;
+  uint8_t* base_ = nullptr;
+  int device_ = 0;
+  uint32_t slots_ = 0;
+  uint64_t slot_bytes_ = 0;
+};
+
+// True when the layout's pages are flat: one pool whose buffers lie back to back in layout
+// order at offset 0 (codec::FlatPageView's form). The GPU data plane needs it.
+bool IsFlatLayout(const codec::PageLayout& layout);
+
+class GpuPageCodec {
+ public:
+  // Unimplemented without CUDA, for nvfp4x2, for raw with row-stride gaps, or for layouts the
+  // fused kernels do not take (kernels::GpuNvfp4Codec::Create's limits); InvalidArgument for a
+  // layout that is not flat.
+  static absl::StatusOr<std::unique_ptr<GpuPageCodec>> Create(const codec::BlockPlan& plan,
+                                                              int device);
+
+  int device() const { return device_; }
+  const codec::BlockPlan& plan() const { return plan_; }
+
+  // Enqueues the encode of pages[i] (device memory) into blocks[i] (host memory registered with
+  // CUDA, plan().block_bytes each) on `stream`. After the stream is done, Seal each block.
+  absl::Status EnqueueEncode(absl::Span<const uint8_t* const> pages,
+                             absl::Span<uint8_t* const> blocks, void* stream) const;
+  void Seal(uint8_t* block) const;
+  // Enqueues the decode of blocks[i] (checked: see CheckBlock) into pages[i] on `stream`.
+  absl::Status EnqueueDecode(absl::Span<const uint8_t* const> blocks,
+                             absl::Span<uint8_t* const> pages, void* stream) const;
+  // FailedPrecondition unless `block` is a block of this plan (fingerprint, codec, size); the
+  // store has verified its checksums.
+  absl::Status CheckBlock(absl::Span<const uint8_t> block) const;
+
+ private:
+  GpuPageCodec() = default;
+  codec::BlockPlan plan_;
+  int device_ = 0;
+  std::unique_ptr<kernels::GpuNvfp4Codec> nvfp4_;  // nvfp4, nvfp4+rope
+  std::unique_ptr<kernels::BatchedCopier> copier_;  // raw
+};
+
+}  // namespace kvtier::service
+
+#endif  // KVTIER_DAEMON_SERVICE_GPU_PAGES_H_

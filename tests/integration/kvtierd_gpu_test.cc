@@ -1,0 +1,187 @@
+// kvtierd with GPU pools (label gpu; skips without a CUDA device): this test process plays the
+// engine, allocates its KV pool in device memory and shares it with the daemon through CUDA IPC.
+// Offload runs the fused NVFP4 encode (or the batched raw copy) from the pool into the daemon's
+// CUDA-pinned host tier; Onboard runs the decode back into other pages of the pool. The bytes are
+// checked against the CPU codec: raw must come back exactly, nvfp4 as the CPU codec's round trip.
+#include "kernels/device.h"
+#include "tests/integration/daemon_fixture.h"
+
+namespace kvtier::integration {
+namespace {
+
+bool HaveDevice() {
+  auto devices = kernels::ListDevices();
+  return devices.ok() && !devices->empty();
+}
+
+// An engine pool in device memory, mirrored by a host TestEngine that generates the pages and
+// computes the expected results.
+class GpuEngine {
+ public:
+  GpuEngine(const std::string& mirror_file, uint32_t slots)
+      : mirror_(mirror_file, slots), slots_(slots) {
+    bytes_ = mirror_.page_bytes() * slots;
+    auto ptr = kernels::AllocateDeviceMemory(0, bytes_);
+    EXPECT_TRUE(ptr.ok()) << ptr.status();
+    if (ptr.ok()) base_ = static_cast<uint8_t*>(*ptr);
+  }
+  ~GpuEngine() { kernels::FreeDeviceMemory(base_); }
+
+  TestEngine& mirror() { return mirror_; }
+  void Upload(uint32_t page) {
+    ASSERT_TRUE(kernels::CopyAsync(base_ + page * mirror_.page_bytes(), mirror_.page(page),
+                                   mirror_.page_bytes(), kernels::PerThreadStream())
+                    .ok());
+    ASSERT_TRUE(kernels::SynchronizeStream(kernels::PerThreadStream()).ok());
+  }
+  std::vector<uint8_t> Download(uint32_t page) {
+    std::vector<uint8_t> out(mirror_.page_bytes());
+    EXPECT_TRUE(kernels::CopyAsync(out.data(), base_ + page * mirror_.page_bytes(), out.size(),
+                                   kernels::PerThreadStream())
+                    .ok());
+    EXPECT_TRUE(kernels::SynchronizeStream(kernels::PerThreadStream()).ok());
+    return out;
+  }
+  v1::RegisterEngineRequest Request(const std::string& codec) {
+    v1::RegisterEngineRequest req = mirror_.Request("", codec);
+    v1::PoolRegistration* pool = req.mutable_pools(0);
+    v1::CudaIpcMemory* ipc = pool->mutable_cuda_ipc();
+    ipc->set_handle(kernels::ExportIpcMemory(base_).value());
+    ipc->set_device_uuid(kernels::ListDevices().value()[0].uuid);
+    ipc->set_size_bytes(bytes_);
+    return req;
+  }
+
+ private:
+  TestEngine mirror_;
+  uint32_t slots_;
+  uint64_t bytes_ = 0;
+  uint8_t* base_ = nullptr;
+};
+
+using KvtierdGpuTest = DaemonFixture;
+
+TEST_F(KvtierdGpuTest, OffloadAndOnboardThroughCudaIpcAndTheFusedKernels) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  StartDaemon({"--set=host.pin=cuda"});
+  for (const char* codec : {"nvfp4", "raw"}) {
+    SCOPED_TRACE(codec);
+    GpuEngine engine(dir_->File(std::string("mirror-") + codec), 32);
+    for (uint32_t i = 0; i < 8; ++i) {
+      engine.mirror().Fill(i, 500 + i);
+      engine.Upload(i);
+    }
+    grpc::ClientContext ctx;
+    v1::RegisterEngineResponse reg;
+    grpc::Status st = stub_->RegisterEngine(Context(&ctx), engine.Request(codec), &reg);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+
+    v1::OffloadRequest off;
+    off.set_engine_id(reg.engine_id());
+    off.set_ack(v1::WRITE_ACK_STORED);
+    for (uint32_t i = 0; i < 8; ++i) {
+      v1::OffloadItem* item = off.add_items();
+      item->set_block_hash(Hash(1, i));
+      item->set_page_index(i);
+    }
+    v1::OffloadItem* bad = off.add_items();
+    bad->set_block_hash(Hash(1, 100));
+    bad->set_page_index(32);
+    {
+      grpc::ClientContext octx;
+      v1::OffloadResponse resp;
+      ASSERT_TRUE(stub_->Offload(Context(&octx), off, &resp).ok());
+      EXPECT_EQ(resp.stored_pages(), 8u);
+      for (int i = 0; i < 8; ++i) {
+        EXPECT_EQ(resp.results(i).code(), v1::ITEM_CODE_OK) << resp.results(i).message();
+      }
+      EXPECT_EQ(resp.results(8).code(), v1::ITEM_CODE_INVALID_ARGUMENT);
+    }
+    v1::OnboardRequest on;
+    on.set_engine_id(reg.engine_id());
+    for (uint32_t i = 0; i < 8; ++i) {
+      v1::OnboardItem* item = on.add_items();
+      item->set_block_hash(Hash(1, i));
+      item->set_page_index(16 + i);
+    }
+    on.add_items()->set_block_hash(Hash(1, 99));  // a miss ends the prefix
+    on.mutable_items(8)->set_page_index(30);
+    on.add_items()->set_block_hash(Hash(1, 0));
+    on.mutable_items(9)->set_page_index(31);
+    {
+      grpc::ClientContext octx;
+      v1::OnboardResponse resp;
+      ASSERT_TRUE(stub_->Onboard(Context(&octx), on, &resp).ok());
+      EXPECT_EQ(resp.onboarded_pages(), 8u);
+      EXPECT_EQ(resp.results(8).code(), v1::ITEM_CODE_NOT_FOUND);
+      EXPECT_EQ(resp.results(9).code(), v1::ITEM_CODE_SKIPPED);
+    }
+    for (uint32_t i = 0; i < 8; ++i) {
+      const std::vector<uint8_t> got = engine.Download(16 + i);
+      if (std::string(codec) == "raw") {
+        EXPECT_TRUE(got == engine.mirror().Bytes(i)) << "page " << i << ": raw must be lossless";
+      } else {
+        EXPECT_TRUE(got == engine.mirror().RoundTrip(i, codec))
+            << "page " << i << ": differs from the CPU codec's round trip";
+      }
+    }
+    // The blocks the GPU wrote are ordinary cold blocks: a host-pool engine of the same
+    // namespace reads them with the CPU codec.
+    TestEngine host(dir_->File(std::string("host-") + codec), 8);
+    grpc::ClientContext hctx;
+    v1::RegisterEngineResponse hreg;
+    ASSERT_TRUE(stub_->RegisterEngine(Context(&hctx), host.Request("", codec), &hreg).ok());
+    EXPECT_EQ(hreg.namespace_id(), reg.namespace_id());
+    v1::OnboardRequest hon;
+    hon.set_engine_id(hreg.engine_id());
+    hon.add_items()->set_block_hash(Hash(1, 3));
+    hon.mutable_items(0)->set_page_index(0);
+    grpc::ClientContext hoctx;
+    v1::OnboardResponse hresp;
+    ASSERT_TRUE(stub_->Onboard(Context(&hoctx), hon, &hresp).ok());
+    EXPECT_EQ(hresp.results(0).code(), v1::ITEM_CODE_OK) << hresp.results(0).message();
+    EXPECT_TRUE(host.Bytes(0) == engine.mirror().RoundTrip(3, codec));
+  }
+}
+
+TEST_F(KvtierdGpuTest, RejectsWhatTheGpuPathCannotTake) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  StartDaemon({"--set=host.pin=cuda"});
+  GpuEngine engine(dir_->File("mirror"), 8);
+  auto expect = [&](const v1::RegisterEngineRequest& req, grpc::StatusCode code,
+                    const std::string& words) {
+    grpc::ClientContext ctx;
+    v1::RegisterEngineResponse resp;
+    grpc::Status st = stub_->RegisterEngine(Context(&ctx), req, &resp);
+    EXPECT_EQ(st.error_code(), code) << st.error_message();
+    EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
+  };
+  v1::RegisterEngineRequest req = engine.Request("nvfp4");
+  req.mutable_pools(0)->mutable_cuda_ipc()->set_handle(std::string(63, 'x'));
+  expect(req, grpc::StatusCode::INVALID_ARGUMENT, "64");
+  req = engine.Request("nvfp4");
+  req.mutable_pools(0)->mutable_cuda_ipc()->set_device_uuid(std::string(16, '\x7f'));
+  expect(req, grpc::StatusCode::FAILED_PRECONDITION, "UUID");
+  req = engine.Request("nvfp4x2");
+  expect(req, grpc::StatusCode::UNIMPLEMENTED, "GPU kernels");
+  req = engine.Request("nvfp4");
+  req.mutable_pools(0)->mutable_cuda_ipc()->set_size_bytes(1024);
+  expect(req, grpc::StatusCode::INVALID_ARGUMENT, "size_bytes");
+  // A layout that is not flat (a gap before the last buffer).
+  req = engine.Request("nvfp4");
+  v1::PageLayout* layout = req.mutable_layout();
+  layout->set_fingerprint(0);
+  layout->mutable_pools(0)->set_slot_bytes(layout->pools(0).slot_bytes() + 4096);
+  v1::BufferSpec* last = layout->mutable_buffers(layout->buffers_size() - 1);
+  last->set_offset_bytes(last->offset_bytes() + 4096);
+  req.mutable_pools(0)->mutable_cuda_ipc()->set_size_bytes(8 * layout->pools(0).slot_bytes());
+  req.mutable_pools(0)->set_slots(4);
+  expect(req, grpc::StatusCode::INVALID_ARGUMENT, "flat");
+  // The daemon still serves a good registration.
+  grpc::ClientContext ctx;
+  v1::RegisterEngineResponse resp;
+  EXPECT_TRUE(stub_->RegisterEngine(Context(&ctx), engine.Request("nvfp4"), &resp).ok());
+}
+
+}  // namespace
+}  // namespace kvtier::integration
