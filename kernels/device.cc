@@ -124,6 +124,33 @@ void FreeDeviceMemory(void* ptr) {
 #endif
 }
 
+absl::StatusOr<void*> CreateStream(int device) {
+#if KVTIER_WITH_CUDA
+  absl::Status st = UseDevice(device);
+  if (!st.ok()) return st;
+  void* stream = nullptr;
+  if (int err = internal::CreateStream(&stream); err != 0) {
+    return absl::UnavailableError(
+        absl::StrFormat("cudaStreamCreate on device %d: %s", device, CudaText(err)));
+  }
+  return stream;
+#else
+  (void)device;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+void DestroyStream(void* stream) {
+#if KVTIER_WITH_CUDA
+  if (stream == nullptr) return;
+  if (int err = internal::DestroyStream(stream); err != 0) {
+    KVTIER_LOG(kError, "cudaStreamDestroy: ", CudaText(err));
+  }
+#else
+  (void)stream;
+#endif
+}
+
 void* PerThreadStream() {
 #if KVTIER_WITH_CUDA
   return internal::PerThreadStream();

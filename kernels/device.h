@@ -54,6 +54,11 @@ absl::StatusOr<void*> AllocateDeviceMemory(int device, uint64_t bytes);
 // Frees memory from AllocateDeviceMemory; logs (does not fail) on a CUDA error. nullptr is fine.
 void FreeDeviceMemory(void* ptr);
 
+// A new non-blocking stream on `device` (for work that should overlap other streams' work).
+// Unavailable with the CUDA error.
+absl::StatusOr<void*> CreateStream(int device);
+void DestroyStream(void* stream);  // logs CUDA errors; nullptr is fine
+
 // The calling thread's own default stream (cudaStreamPerThread) on its current device: work on
 // it is ordered only with the same thread's work.
 void* PerThreadStream();

@@ -48,6 +48,17 @@ int SynchronizeStream(void* stream) {
   return static_cast<int>(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
+int CreateStream(void** stream) {
+  cudaStream_t s = nullptr;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  *stream = s;
+  return static_cast<int>(err);
+}
+
+int DestroyStream(void* stream) {
+  return static_cast<int>(cudaStreamDestroy(static_cast<cudaStream_t>(stream)));
+}
+
 void* PerThreadStream() { return static_cast<void*>(cudaStreamPerThread); }
 
 int HostPointerUsable(int ordinal, int* value) {

@@ -33,6 +33,10 @@ int FreeDevice(void* ptr);
 int CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream);
 // cudaStreamSynchronize.
 int SynchronizeStream(void* stream);
+// cudaStreamCreateWithFlags(non-blocking) on the current device.
+int CreateStream(void** stream);
+// cudaStreamDestroy.
+int DestroyStream(void* stream);
 // cudaStreamPerThread as a void*.
 void* PerThreadStream();
 // cudaDevAttrCanUseHostPointerForRegisteredMem of device `ordinal` into *value.

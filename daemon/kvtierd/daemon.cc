@@ -18,6 +18,7 @@
 #include "common/logging.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/kvtierd/metrics_http.h"
+#include "daemon/service/admin_service.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/store/block_store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -166,6 +167,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
   builder.RegisterService(service.get());
+  auto admin = std::make_unique<service::KvTierAdminService>(store->get(), service.get());
+  builder.RegisterService(admin.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_request_bytes));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
@@ -221,6 +224,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server->Wait();
   metrics.reset();
+  admin.reset();    // joins its Drain threads
   service.reset();  // joins the workers: no request touches the store any more
   absl::Status flushed = (*store)->Flush();
   store->reset();

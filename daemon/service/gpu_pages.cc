@@ -10,14 +10,16 @@
 #include "kernels/device.h"
 
 namespace kvtier::service {
+namespace {
+constexpr int kStreams = 8;  // concurrent one-page kernels per engine
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Open(const std::string& pool_name,
                                                              const v1::CudaIpcMemory& memory,
                                                              uint32_t slots, uint64_t slot_bytes) {
   if (!kernels::BuiltWithCuda()) {
     return absl::UnimplementedError(absl::StrFormat(
-        "pool '%s': this kvtierd was built without CUDA and cannot map CUDA IPC pools",
-        pool_name));
+        "pool '%s': this kvtierd was built without CUDA and cannot map CUDA IPC pools", pool_name));
   }
   if (memory.handle().size() != kernels::kIpcHandleBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -28,17 +30,18 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Open(const std::string& 
         absl::StrFormat("pool '%s': cuda_ipc.device_uuid has %d bytes, not 16", pool_name,
                         memory.device_uuid().size()));
   }
-  if (slots == 0) return absl::InvalidArgumentError(absl::StrFormat("pool '%s': 0 slots", pool_name));
+  if (slots == 0)
+    return absl::InvalidArgumentError(absl::StrFormat("pool '%s': 0 slots", pool_name));
   if (static_cast<unsigned __int128>(slots) * slot_bytes > memory.size_bytes()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "pool '%s': size_bytes %d is below %d slots of %d bytes", pool_name, memory.size_bytes(),
-        slots, slot_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pool '%s': size_bytes %d is below %d slots of %d bytes", pool_name,
+                        memory.size_bytes(), slots, slot_bytes));
   }
   absl::StatusOr<int> device = kernels::DeviceByUuid(memory.device_uuid());
   if (!device.ok()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "pool '%s' (engine device %d): %s", pool_name, memory.device_ordinal(),
-        device.status().message()));
+    return absl::FailedPreconditionError(absl::StrFormat("pool '%s' (engine device %d): %s",
+                                                         pool_name, memory.device_ordinal(),
+                                                         device.status().message()));
   }
   absl::StatusOr<void*> mapping = kernels::OpenIpcMemory(*device, memory.handle());
   if (!mapping.ok()) {
@@ -87,23 +90,40 @@ absl::StatusOr<std::unique_ptr<GpuPageCodec>> GpuPageCodec::Create(const codec::
     KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device));
     KVTIER_ASSIGN_OR_RETURN(codec->nvfp4_, kernels::GpuNvfp4Codec::Create(plan));
   } else {
-    return absl::UnimplementedError(
-        absl::StrFormat("codec %s has no GPU kernels; register GPU pools with raw or nvfp4",
-                        plan.spec.ToString()));
+    return absl::UnimplementedError(absl::StrFormat(
+        "codec %s has no GPU kernels; register GPU pools with raw or nvfp4", plan.spec.ToString()));
+  }
+  for (int i = 0; i < kStreams; ++i) {
+    KVTIER_ASSIGN_OR_RETURN(void* stream, kernels::CreateStream(device));
+    codec->streams_.push_back(stream);
   }
   return codec;
 }
 
-absl::Status GpuPageCodec::EnqueueEncode(absl::Span<const uint8_t* const> pages,
-                                         absl::Span<uint8_t* const> blocks, void* stream) const {
+GpuPageCodec::~GpuPageCodec() {
+  for (void* s : streams_) kernels::DestroyStream(s);
+}
+
+absl::Status GpuPageCodec::Wait() const {
+  absl::Status result;
+  for (void* s : streams_) result.Update(kernels::SynchronizeStream(s));
+  return result;
+}
+
+absl::Status GpuPageCodec::Encode(absl::Span<const uint8_t* const> pages,
+                                  absl::Span<uint8_t* const> blocks) const {
+  KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device_));
   if (nvfp4_ != nullptr) {
-    for (size_t i = 0; i < pages.size(); ++i) {
+    absl::Status launched;
+    for (size_t i = 0; i < pages.size() && launched.ok(); ++i) {
       // The scale exponents go to the block's first bytes; Seal reads them before writing the
       // header over them.
-      KVTIER_RETURN_IF_ERROR(nvfp4_->EncodePayloads(pages[i], 0, blocks[i], 0, 1,
-                                                    reinterpret_cast<int8_t*>(blocks[i]), stream));
+      launched =
+          nvfp4_->EncodePayloads(pages[i], 0, blocks[i], 0, 1, reinterpret_cast<int8_t*>(blocks[i]),
+                                 streams_[i % streams_.size()]);
     }
-    return absl::OkStatus();
+    absl::Status waited = Wait();
+    return launched.ok() ? waited : launched;
   }
   std::vector<kernels::CopySpan> spans;
   spans.reserve(pages.size() * plan_.buffers.size());
@@ -113,7 +133,9 @@ absl::Status GpuPageCodec::EnqueueEncode(absl::Span<const uint8_t* const> pages,
                        blocks[i] + plan_.buffers[b].whole_offset, plan_.buffers[b].whole_bytes});
     }
   }
-  return copier_->Enqueue(spans, stream);
+  absl::Status launched = copier_->Enqueue(spans, streams_[0]);
+  absl::Status waited = Wait();
+  return launched.ok() ? waited : launched;
 }
 
 void GpuPageCodec::Seal(uint8_t* block) const {
@@ -135,13 +157,16 @@ void GpuPageCodec::Seal(uint8_t* block) const {
   codec::WriteColdBlockHeader(h, span);
 }
 
-absl::Status GpuPageCodec::EnqueueDecode(absl::Span<const uint8_t* const> blocks,
-                                         absl::Span<uint8_t* const> pages, void* stream) const {
+absl::Status GpuPageCodec::Decode(absl::Span<const uint8_t* const> blocks,
+                                  absl::Span<uint8_t* const> pages) const {
+  KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device_));
   if (nvfp4_ != nullptr) {
-    for (size_t i = 0; i < pages.size(); ++i) {
-      KVTIER_RETURN_IF_ERROR(nvfp4_->Decode(blocks[i], 0, pages[i], 0, 1, stream));
+    absl::Status launched;
+    for (size_t i = 0; i < pages.size() && launched.ok(); ++i) {
+      launched = nvfp4_->Decode(blocks[i], 0, pages[i], 0, 1, streams_[i % streams_.size()]);
     }
-    return absl::OkStatus();
+    absl::Status waited = Wait();
+    return launched.ok() ? waited : launched;
   }
   std::vector<kernels::CopySpan> spans;
   spans.reserve(pages.size() * plan_.buffers.size());
@@ -152,7 +177,9 @@ absl::Status GpuPageCodec::EnqueueDecode(absl::Span<const uint8_t* const> blocks
                        plan_.buffers[b].whole_bytes});
     }
   }
-  return copier_->Enqueue(spans, stream);
+  absl::Status launched = copier_->Enqueue(spans, streams_[0]);
+  absl::Status waited = Wait();
+  return launched.ok() ? waited : launched;
 }
 
 absl::Status GpuPageCodec::CheckBlock(absl::Span<const uint8_t> block) const {

@@ -60,17 +60,20 @@ class GpuPageCodec {
   static absl::StatusOr<std::unique_ptr<GpuPageCodec>> Create(const codec::BlockPlan& plan,
                                                               int device);
 
+  ~GpuPageCodec();
   int device() const { return device_; }
   const codec::BlockPlan& plan() const { return plan_; }
 
-  // Enqueues the encode of pages[i] (device memory) into blocks[i] (host memory registered with
-  // CUDA, plan().block_bytes each) on `stream`. After the stream is done, Seal each block.
-  absl::Status EnqueueEncode(absl::Span<const uint8_t* const> pages,
-                             absl::Span<uint8_t* const> blocks, void* stream) const;
+  // Encodes pages[i] (device memory) into blocks[i] (host memory registered with CUDA,
+  // plan().block_bytes each) and waits; then Seal each block. The fused kernel runs one page per
+  // launch, so pages go round-robin over the codec's streams and run concurrently. Internal with
+  // the CUDA error. Thread-safe (concurrent calls share the streams and wait for each other).
+  absl::Status Encode(absl::Span<const uint8_t* const> pages,
+                      absl::Span<uint8_t* const> blocks) const;
   void Seal(uint8_t* block) const;
-  // Enqueues the decode of blocks[i] (checked: see CheckBlock) into pages[i] on `stream`.
-  absl::Status EnqueueDecode(absl::Span<const uint8_t* const> blocks,
-                             absl::Span<uint8_t* const> pages, void* stream) const;
+  // Decodes blocks[i] (checked: see CheckBlock) into pages[i] and waits.
+  absl::Status Decode(absl::Span<const uint8_t* const> blocks,
+                      absl::Span<uint8_t* const> pages) const;
   // FailedPrecondition unless `block` is a block of this plan (fingerprint, codec, size); the
   // store has verified its checksums.
   absl::Status CheckBlock(absl::Span<const uint8_t> block) const;
@@ -79,8 +82,10 @@ class GpuPageCodec {
   GpuPageCodec() = default;
   codec::BlockPlan plan_;
   int device_ = 0;
-  std::unique_ptr<kernels::GpuNvfp4Codec> nvfp4_;  // nvfp4, nvfp4+rope
+  std::unique_ptr<kernels::GpuNvfp4Codec> nvfp4_;   // nvfp4, nvfp4+rope
   std::unique_ptr<kernels::BatchedCopier> copier_;  // raw
+  std::vector<void*> streams_;
+  absl::Status Wait() const;
 };
 
 }  // namespace kvtier::service

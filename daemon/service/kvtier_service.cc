@@ -677,7 +677,11 @@ void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn
 }
 
 constexpr size_t kGpuBatch = 256;  // pages per kernel pass (bounds the host slots held at once)
-constexpr size_t kSealThreads = 4;
+// Host threads sealing blocks (CRC32C of each payload) in parallel.
+size_t SealThreads() {
+  static const size_t n = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+  return n;
+}
 
 }  // namespace
 
@@ -729,20 +733,19 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
       reservations.push_back(std::move(*r));
     }
     if (items.empty()) continue;
-    absl::Status st = kernels::UseDevice(engine.gpu->device());
-    void* stream = kernels::PerThreadStream();
-    if (st.ok()) st = engine.gpu->EnqueueEncode(pages, blocks, stream);
-    if (st.ok()) st = kernels::SynchronizeStream(stream);
+    absl::Status st = engine.gpu->Encode(pages, blocks);
     if (!st.ok()) {
       KVTIER_LOG(kError, "engine ", engine.id, ": GPU encode failed: ", st.message());
       for (int i : items)
         SetItemResult(absl::InternalError(st.message()), resp->mutable_results(i));
       continue;  // the reservations are released unstored
     }
-    ParallelFor(blocks.size(), kSealThreads, [&](size_t k) { engine.gpu->Seal(blocks[k]); });
+    ParallelFor(blocks.size(), SealThreads(), [&](size_t k) { engine.gpu->Seal(blocks[k]); });
+    store::PutOptions sealed = put;
+    sealed.sealed_by_caller = true;  // just sealed above: the store checks the header only
     for (size_t k = 0; k < items.size(); ++k) {
       v1::ItemResult* result = resp->mutable_results(items[k]);
-      absl::Status committed = store_->Commit(std::move(reservations[k]), put);
+      absl::Status committed = store_->Commit(std::move(reservations[k]), sealed);
       SetItemResult(committed, result);
       if (!committed.ok()) continue;
       result->set_tier(v1::TIER_HOST);
@@ -808,10 +811,7 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
       pinned.push_back(std::move(*block));
     }
     if (items.empty()) continue;
-    absl::Status st = kernels::UseDevice(engine.gpu->device());
-    void* stream = kernels::PerThreadStream();
-    if (st.ok()) st = engine.gpu->EnqueueDecode(blocks, pages, stream);
-    if (st.ok()) st = kernels::SynchronizeStream(stream);
+    absl::Status st = engine.gpu->Decode(blocks, pages);
     for (int i : items) {
       SetItemResult(st.ok() ? absl::OkStatus() : absl::InternalError(st.message()),
                     resp->mutable_results(i));

@@ -66,10 +66,15 @@ class KvTierService final : public v1::KvTier::CallbackService {
 
   // New registrations, offloads and parks fail with UNAVAILABLE from now on.
   void BeginDrain() { draining_ = true; }
+  void EndDrain() { draining_ = false; }
+  bool draining() const { return draining_; }
   // Waits until no request runs on the workers, or `timeout` passes; true when idle.
   bool WaitIdle(absl::Duration timeout);
   uint64_t incarnation() const { return incarnation_; }
   size_t engine_count() const;
+
+  // Runs `work` on a worker (counted as in flight), then finishes the RPC with its status.
+  void RunOnWorker(grpc::ServerUnaryReactor* reactor, std::function<absl::Status()> work);
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;
@@ -138,8 +143,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
   std::atomic<uint64_t> dropped_offloads_{0};
   // Requests handed to the workers and not finished (guarded by mu_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  // Runs `work` on a worker, counted in in_flight_, then finishes the RPC with its status.
-  void RunOnWorker(grpc::ServerUnaryReactor* reactor, std::function<absl::Status()> work);
+
   std::atomic<uint64_t> next_engine_{1};
 
   mutable absl::Mutex mu_;

@@ -467,7 +467,16 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   Entry* e = static_cast<Entry*>(reservation.entry_);
-  absl::StatusOr<uint32_t> checksum = codec::VerifyColdBlock(reservation.bytes_);
+  absl::StatusOr<uint32_t> checksum;
+  if (options.sealed_by_caller) {
+    // The header (and its own checksum) is checked; the payload checksum was just computed.
+    absl::Status header = codec::ParseColdBlockHeader(reservation.bytes_).status();
+    checksum = header.ok()
+                   ? absl::StatusOr<uint32_t>(codec::StoredHeaderChecksum(reservation.bytes_))
+                   : absl::StatusOr<uint32_t>(header);
+  } else {
+    checksum = codec::VerifyColdBlock(reservation.bytes_);
+  }
   if (!checksum.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a valid cold block: ", checksum.status().message()));

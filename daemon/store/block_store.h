@@ -78,6 +78,10 @@ struct PutOptions {
   std::optional<BlockHash> parent;  // the previous block of the chain, kept in the index
   bool durable = false;             // write through to disk now, whatever the admission rule says
   bool wait_durable = false;        // return once the block and its index entry are durable
+  // The caller sealed the block itself just now (the data plane after a GPU encode): Commit checks
+  // the header and its checksum but does not recompute the payload checksum. Disk reads still
+  // verify everything.
+  bool sealed_by_caller = false;
 };
 
 // What Open() recovered from the index.

@@ -418,6 +418,56 @@ TEST_F(KvtierdTest, KvtierctlReportsStatusAndStats) {
   EXPECT_EQ(RunCommand(ctl + " frobnicate", &out), 2);
 }
 
+TEST_F(KvtierdTest, KvtierctlDrainsVerifiesAndClears) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 8);
+  for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, i);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  EXPECT_EQ(Offload(*stub_, reg.engine_id(), 1, 0, 4).stored_pages(), 4u);
+  const std::string ctl = std::string(KVTIERCTL_PATH) + " --socket=" + Socket();
+  std::string out;
+  ASSERT_EQ(RunCommand(ctl + " drain --flush-to-disk", &out), 0) << out;
+  EXPECT_NE(out.find("drained"), std::string::npos) << out;
+  {
+    v1::OffloadRequest req;
+    req.set_engine_id(reg.engine_id());
+    req.add_items()->set_block_hash(Hash(2, 0));
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    EXPECT_EQ(stub_->Offload(Context(&ctx), req, &resp).error_code(), grpc::StatusCode::UNAVAILABLE)
+        << "a draining daemon takes no writes";
+  }
+  EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 1, 4).hit_pages(), 4u) << "lookups still work";
+  {
+    v1::StatsRequest req;
+    grpc::ClientContext ctx;
+    v1::StatsResponse resp;
+    ASSERT_TRUE(stub_->Stats(Context(&ctx), req, &resp).ok());
+    EXPECT_TRUE(resp.draining());
+    bool on_disk = false;
+    for (const v1::TierStats& t : resp.tiers())
+      on_disk |= t.tier() == v1::TIER_DISK && t.blocks() == 4;
+    EXPECT_TRUE(on_disk) << "--flush-to-disk writes the host tier to disk";
+  }
+  out.clear();
+  ASSERT_EQ(RunCommand(ctl + " drain --cancel", &out), 0) << out;
+  engine.Fill(5, 5);
+  EXPECT_EQ(Offload(*stub_, reg.engine_id(), 3, 5, 1).stored_pages(), 1u);
+  out.clear();
+  ASSERT_EQ(RunCommand(ctl + " verify", &out), 0) << out;
+  EXPECT_NE(out.find("verified 5 blocks"), std::string::npos) << out;
+  EXPECT_NE(out.find("0 corrupt"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunCommand(ctl + " clear", &out), 2) << out;
+  out.clear();
+  ASSERT_EQ(RunCommand(ctl + " clear --model=test-model", &out), 0) << out;
+  EXPECT_NE(out.find("cleared 1 namespaces: 5 blocks removed"), std::string::npos) << out;
+  EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 1, 4).hit_pages(), 0u);
+  out.clear();
+  EXPECT_EQ(RunCommand(ctl + " clear --namespace=123", &out), 1) << out;
+  EXPECT_NE(out.find("unknown"), std::string::npos) << out;
+}
+
 // The child of AClientThatDiesLeavesTheDaemonHealthyAndIsReleased (a separate process: gRPC
 // does not survive fork).
 int DyingClient(const std::string& socket, const std::string& dir) {

@@ -6,7 +6,9 @@
 #include <cstring>
 
 #include "tools/bench/disk_bench.h"
+#include "tools/bench/e2e_bench.h"
 #include "tools/bench/index_bench.h"
+#include "tools/bench/lookup_bench.h"
 
 namespace {
 
@@ -21,6 +23,10 @@ constexpr Subcommand kSubcommands[] = {
      kvtier::bench::RunDiskBench},
     {"index", "the store's index: recovery of N disk blocks, lookups/s, chain latency vs MultiGet",
      kvtier::bench::RunIndexBench},
+    {"lookup", "Lookup RPC latency of a kvtierd child process over its Unix socket, vs Hello",
+     kvtier::bench::RunLookupBench},
+    {"e2e", "GPU pages through kvtierd: offload and onboard with nvfp4 vs raw (CUDA IPC pools)",
+     kvtier::bench::RunE2eBench},
 };
 
 void PrintUsage(std::FILE* out) {

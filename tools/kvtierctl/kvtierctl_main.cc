@@ -1,8 +1,12 @@
 // kvtierctl: the operator's command line for a running kvtierd.
 //   kvtierctl [--socket=PATH] [--timeout=SECONDS] status
 //   kvtierctl [--socket=PATH] stats [--json] [--namespaces] [--engines]
+//   kvtierctl [--socket=PATH] drain [--flush-to-disk] [--cancel]
+//   kvtierctl [--socket=PATH] verify
+//   kvtierctl [--socket=PATH] clear (--all | --namespace=HEX | [--tenant=T] [--model=M]
+//                                    [--partition=P])
 // Exit status: 0 success, 1 the daemon could not be reached or refused (the message says why),
-// 2 usage error.
+// 2 usage error, 3 verify found corrupt blocks.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -24,8 +28,16 @@ commands:
   status                         the daemon's version, incarnation, uptime, engines and tiers
   stats [--json] [--namespaces] [--engines]
                                  per-tier table (or the StatsResponse as JSON)
+  drain [--flush-to-disk] [--cancel]
+                                 stop taking writes and wait for in-flight work (before a
+                                 restart); --flush-to-disk also writes the host tier to disk;
+                                 --cancel accepts work again
+  verify                         read back and check every stored block; corrupt ones are removed
+  clear (--all | --namespace=HEX | [--tenant=T] [--model=M] [--partition=P])
+                                 remove every block of the selected namespaces
 
---socket defaults to $KVTIER_SOCKET, else /run/kvtier/kvtier.sock; --timeout to 5 seconds.
+--socket defaults to $KVTIER_SOCKET, else /run/kvtier/kvtier.sock; --timeout to 5 seconds
+(drain, verify and clear: 600 seconds).
 )";
 
 const char* TierName(kvtier::v1::Tier tier) {
@@ -81,9 +93,11 @@ void PrintTiers(const kvtier::v1::StatsResponse& stats) {
 int main(int argc, char** argv) {
   const char* env = std::getenv("KVTIER_SOCKET");
   std::string socket = env != nullptr ? env : "/run/kvtier/kvtier.sock";
-  double timeout = 5;
+  double timeout = 0;
   std::string command;
   bool json = false, namespaces = false, engines = false;
+  bool flush = false, cancel = false, all = false;
+  std::string ns_hex, tenant, model, partition;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (absl::StartsWith(arg, "--socket=")) {
@@ -99,6 +113,20 @@ int main(int argc, char** argv) {
       namespaces = true;
     } else if (arg == "--engines") {
       engines = true;
+    } else if (arg == "--flush-to-disk") {
+      flush = true;
+    } else if (arg == "--cancel") {
+      cancel = true;
+    } else if (arg == "--all") {
+      all = true;
+    } else if (absl::StartsWith(arg, "--namespace=")) {
+      ns_hex = arg.substr(12);
+    } else if (absl::StartsWith(arg, "--tenant=")) {
+      tenant = arg.substr(9);
+    } else if (absl::StartsWith(arg, "--model=")) {
+      model = arg.substr(8);
+    } else if (absl::StartsWith(arg, "--partition=")) {
+      partition = arg.substr(12);
     } else if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       return 0;
@@ -109,14 +137,82 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (command != "status" && command != "stats") {
+  const bool admin = command == "drain" || command == "verify" || command == "clear";
+  if (command != "status" && command != "stats" && !admin) {
     std::cerr << (command.empty() ? "kvtierctl: no command\n"
                                   : "kvtierctl: unknown command '" + command + "'\n")
               << kUsage;
     return 2;
   }
+  if (timeout == 0) timeout = admin ? 600 : 5;
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
   auto stub = kvtier::v1::KvTier::NewStub(channel);
+  if (admin) {
+    auto admin_stub = kvtier::v1::KvTierAdmin::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
+    if (command == "drain") {
+      kvtier::v1::DrainRequest req;
+      req.set_flush_to_disk(flush);
+      req.set_cancel(cancel);
+      kvtier::v1::DrainResponse resp;
+      grpc::Status st = admin_stub->Drain(&ctx, req, &resp);
+      if (!st.ok()) return Fail("Drain", st, socket);
+      if (cancel) {
+        std::printf("drain cancelled: accepting work again (%u engines registered)\n",
+                    resp.registered_engines());
+      } else {
+        std::printf(
+            "drained in %.3f s: %llu blocks written to disk, %u engines still "
+            "registered\n",
+            static_cast<double>(resp.elapsed().seconds()) + resp.elapsed().nanos() / 1e9,
+            static_cast<unsigned long long>(resp.flushed_blocks()), resp.registered_engines());
+      }
+      return 0;
+    }
+    if (command == "verify") {
+      kvtier::v1::VerifyRequest req;
+      kvtier::v1::VerifyResponse resp;
+      grpc::Status st = admin_stub->Verify(&ctx, req, &resp);
+      if (!st.ok()) return Fail("Verify", st, socket);
+      std::printf("verified %llu blocks (%s) in %.3f s: %llu corrupt, %llu removed\n",
+                  static_cast<unsigned long long>(resp.checked_blocks()),
+                  Bytes(resp.checked_bytes()).c_str(),
+                  static_cast<double>(resp.elapsed().seconds()) + resp.elapsed().nanos() / 1e9,
+                  static_cast<unsigned long long>(resp.corrupt_blocks()),
+                  static_cast<unsigned long long>(resp.removed_blocks()));
+      return resp.corrupt_blocks() == 0 ? 0 : 3;
+    }
+    kvtier::v1::ClearRequest req;
+    const bool match = !tenant.empty() || !model.empty() || !partition.empty();
+    if (static_cast<int>(all) + static_cast<int>(!ns_hex.empty()) + static_cast<int>(match) != 1) {
+      std::cerr << "kvtierctl: clear needs exactly one of --all, --namespace=HEX, or "
+                   "--tenant/--model/--partition\n";
+      return 2;
+    }
+    if (all) {
+      req.mutable_namespaces()->set_all(true);
+    } else if (!ns_hex.empty()) {
+      uint64_t id = 0;
+      if (!absl::SimpleHexAtoi(ns_hex, &id)) {
+        std::cerr << "kvtierctl: --namespace takes a hexadecimal id, not '" << ns_hex << "'\n";
+        return 2;
+      }
+      req.mutable_namespaces()->set_namespace_id(id);
+    } else {
+      kvtier::v1::NamespaceMatch* m = req.mutable_namespaces()->mutable_match();
+      m->set_tenant(tenant);
+      m->set_model(model);
+      m->set_partition(partition);
+    }
+    kvtier::v1::ClearResponse resp;
+    grpc::Status st = admin_stub->Clear(&ctx, req, &resp);
+    if (!st.ok()) return Fail("Clear", st, socket);
+    std::printf("cleared %u namespaces: %llu blocks removed\n", resp.cleared_namespaces(),
+                static_cast<unsigned long long>(resp.removed_blocks()));
+    return 0;
+  }
   auto deadline = [&] {
     return std::chrono::system_clock::now() +
            std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));

@@ -1,0 +1,41 @@
+// KvTierAdminService: the operator service (kvtier.v1.KvTierAdmin) over the store and the engine
+// service: Clear (namespaces by id, by tenant/model/partition, or all), Verify (a scrub of every
+// stored block), Drain (stop taking writes, finish in-flight work, optionally write the host tier
+// to disk) and its cancel. Evict is not served yet (UNIMPLEMENTED). Blocking work runs on the
+// engine service's workers.
+#ifndef KVTIER_DAEMON_SERVICE_ADMIN_SERVICE_H_
+#define KVTIER_DAEMON_SERVICE_ADMIN_SERVICE_H_
+
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "daemon/service/kvtier_service.h"
+#include "daemon/store/block_store.h"
+#include "kvtier/v1/service.grpc.pb.h"
+
+namespace kvtier::service {
+
+class KvTierAdminService final : public v1::KvTierAdmin::CallbackService {
+ public:
+  KvTierAdminService(store::BlockStore* store, KvTierService* service)
+      : store_(store), service_(service) {}
+  ~KvTierAdminService();  // joins the threads of Drain calls
+
+  grpc::ServerUnaryReactor* Clear(grpc::CallbackServerContext* ctx, const v1::ClearRequest* req,
+                                  v1::ClearResponse* resp) override;
+  grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* ctx, const v1::VerifyRequest* req,
+                                   v1::VerifyResponse* resp) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,
+                                  v1::DrainResponse* resp) override;
+
+ private:
+  store::BlockStore* store_;
+  KvTierService* service_;
+  absl::Mutex mu_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier::service
+
+#endif  // KVTIER_DAEMON_SERVICE_ADMIN_SERVICE_H_
