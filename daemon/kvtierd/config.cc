@@ -91,6 +91,14 @@ metrics:
 log:
   # Lowest level logged: info, warning, error.
   level: info
+
+auth:
+  # File of tenant tokens, one "<tenant> sha256:<hex of the token's SHA-256>" per line. Empty:
+  # authentication off (the request's tenant field picks the tenant). On: every RPC needs
+  # "authorization: Bearer <token>" metadata, and the token decides the tenant.
+  tokens_file: ""
+  # Tenants that may use the admin service (Clear, Verify, Drain) when authentication is on.
+  admin_tenants: [admin]
 )";
 
 std::string Where(const YAML::Node& node) {
@@ -390,6 +398,20 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   c.log_level = r.String("log.level");
   if (c.log_level != "info" && c.log_level != "warning" && c.log_level != "error") {
     r.Fail("log.level", absl::StrFormat("'%s' is not info, warning or error", c.log_level));
+  }
+  c.auth_tokens_file = r.String("auth.tokens_file");
+  if (!c.auth_tokens_file.empty() && c.auth_tokens_file[0] != '/') {
+    r.Fail("auth.tokens_file", absl::StrFormat("'%s' is not an absolute path", c.auth_tokens_file));
+  }
+  {
+    YAML::Node admins = r.Get("auth.admin_tenants");
+    if (!admins.IsSequence()) {
+      r.Fail("auth.admin_tenants", "must be a list of tenant names");
+    } else {
+      for (size_t i = 0; i < admins.size(); ++i) {
+        c.auth_admin_tenants.push_back(admins[i].IsScalar() ? admins[i].as<std::string>() : "");
+      }
+    }
   }
   if (!r.status().ok()) return r.status();
   return c;

@@ -52,6 +52,9 @@ struct Config {
   std::string metrics_listen;  // host:port; empty: off
   // log
   std::string log_level;
+  // auth
+  std::string auth_tokens_file;  // empty: authentication off
+  std::vector<std::string> auth_admin_tenants;
 };
 
 // The embedded default configuration, as YAML with comments.

@@ -161,6 +161,14 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   so.min_lease = absl::Seconds(config.min_lease_seconds);
   so.max_lease = absl::Seconds(config.max_lease_seconds);
   so.worker_threads = config.workers;
+  if (!config.auth_tokens_file.empty()) {
+    absl::StatusOr<std::unique_ptr<service::TokenAuth>> auth =
+        service::TokenAuth::Load(config.auth_tokens_file, config.auth_admin_tenants);
+    if (!auth.ok()) return auth.status();
+    KVTIER_LOG(kInfo, "authentication on: ", (*auth)->size(), " tokens from ",
+               config.auth_tokens_file);
+    so.auth = std::move(*auth);
+  }
   auto service = std::make_unique<service::KvTierService>(store->get(), so);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

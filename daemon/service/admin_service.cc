@@ -19,6 +19,17 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::S
   return reactor;
 }
 
+// OK when the caller may use the admin service (always, with authentication off).
+absl::Status CheckAdmin(const KvTierService& service, grpc::CallbackServerContext* ctx) {
+  absl::StatusOr<std::string> caller = service.Caller(ctx);
+  if (!caller.ok()) return caller.status();
+  if (!service.IsAdmin(*caller)) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("tenant '%s' may not use the admin service (auth.admin_tenants)", *caller));
+  }
+  return absl::OkStatus();
+}
+
 void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
   const int64_t ns = absl::ToInt64Nanoseconds(d);
   out->set_seconds(ns / 1000000000);
@@ -70,6 +81,7 @@ absl::StatusOr<std::vector<store::NamespaceId>> Select(const store::BlockStore& 
 grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext* ctx,
                                                     const v1::ClearRequest* req,
                                                     v1::ClearResponse* resp) {
+  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return Finish(ctx, st);
   if (req->tier() != v1::TIER_UNSPECIFIED) {
     return Finish(ctx, absl::UnimplementedError("clearing one tier only is not served yet"));
   }
@@ -82,8 +94,8 @@ grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext*
       if (!removed.ok()) return removed.status();
       resp->set_removed_blocks(resp->removed_blocks() + *removed);
       resp->set_cleared_namespaces(resp->cleared_namespaces() + 1);
-      KVTIER_LOG(kInfo, "admin: cleared namespace ", absl::StrFormat("%016x", id), " (",
-                 *removed, " blocks)");
+      KVTIER_LOG(kInfo, "admin: cleared namespace ", absl::StrFormat("%016x", id), " (", *removed,
+                 " blocks)");
     }
     return absl::OkStatus();
   });
@@ -93,11 +105,13 @@ grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext* ctx,
                                                      const v1::VerifyRequest* req,
                                                      v1::VerifyResponse* resp) {
+  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return Finish(ctx, st);
   if (req->tier() != v1::TIER_UNSPECIFIED || req->has_namespaces() || req->report_only() ||
       req->max_blocks() != 0) {
-    return Finish(ctx, absl::UnimplementedError(
-                           "this version verifies every block of every tier and removes corrupt "
-                           "ones; tier, namespaces, report_only and max_blocks are not served yet"));
+    return Finish(ctx,
+                  absl::UnimplementedError(
+                      "this version verifies every block of every tier and removes corrupt "
+                      "ones; tier, namespaces, report_only and max_blocks are not served yet"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   service_->RunOnWorker(reactor, [this, resp]() -> absl::Status {
@@ -119,6 +133,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* KvTierAdminService::Drain(grpc::CallbackServerContext* ctx,
                                                     const v1::DrainRequest* req,
                                                     v1::DrainResponse* resp) {
+  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return Finish(ctx, st);
   if (req->cancel()) {
     service_->EndDrain();
     KVTIER_LOG(kInfo, "admin: drain cancelled; accepting work again");
@@ -127,31 +142,31 @@ grpc::ServerUnaryReactor* KvTierAdminService::Drain(grpc::CallbackServerContext*
     return Finish(ctx, absl::OkStatus());
   }
   service_->BeginDrain();
-  KVTIER_LOG(kInfo, "admin: draining", req->flush_to_disk() ? " (writing the host tier to disk)"
-                                                             : "");
+  KVTIER_LOG(kInfo, "admin: draining",
+             req->flush_to_disk() ? " (writing the host tier to disk)" : "");
   // The wait for in-flight work must not run on the workers it waits for: a thread of its own.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::MutexLock lock(&mu_);
-  threads_.emplace_back([this, reactor, resp, flush = req->flush_to_disk(),
-                         deadline = ctx->deadline()] {
-    const absl::Time start = absl::Now();
-    // No deadline (time_point::max()) means wait as long as it takes.
-    const auto now = std::chrono::system_clock::now();
-    const absl::Duration wait = deadline - now > std::chrono::hours(24 * 365)
-                                    ? absl::InfiniteDuration()
-                                    : absl::FromChrono(deadline - now);
-    absl::Status st = service_->WaitIdle(wait)
-                          ? absl::OkStatus()
-                          : absl::DeadlineExceededError(
-                                "in-flight requests are still running; draining continues");
-    const uint64_t before = store_->Stats().evictions_host_to_disk;
-    if (st.ok()) st = flush ? store_->DemoteAll() : store_->Flush();
-    resp->set_flushed_blocks(store_->Stats().evictions_host_to_disk - before);
-    resp->set_drained(st.ok());
-    resp->set_registered_engines(static_cast<uint32_t>(service_->engine_count()));
-    SetDuration(absl::Now() - start, resp->mutable_elapsed());
-    reactor->Finish(ToGrpc(st));
-  });
+  threads_.emplace_back(
+      [this, reactor, resp, flush = req->flush_to_disk(), deadline = ctx->deadline()] {
+        const absl::Time start = absl::Now();
+        // No deadline (time_point::max()) means wait as long as it takes.
+        const auto now = std::chrono::system_clock::now();
+        const absl::Duration wait = deadline - now > std::chrono::hours(24 * 365)
+                                        ? absl::InfiniteDuration()
+                                        : absl::FromChrono(deadline - now);
+        absl::Status st = service_->WaitIdle(wait)
+                              ? absl::OkStatus()
+                              : absl::DeadlineExceededError(
+                                    "in-flight requests are still running; draining continues");
+        const uint64_t before = store_->Stats().evictions_host_to_disk;
+        if (st.ok()) st = flush ? store_->DemoteAll() : store_->Flush();
+        resp->set_flushed_blocks(store_->Stats().evictions_host_to_disk - before);
+        resp->set_drained(st.ok());
+        resp->set_registered_engines(static_cast<uint32_t>(service_->engine_count()));
+        SetDuration(absl::Now() - start, resp->mutable_elapsed());
+        reactor->Finish(ToGrpc(st));
+      });
   return reactor;
 }
 

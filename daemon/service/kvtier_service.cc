@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "daemon/service/proto_convert.h"
 #include "kernels/device.h"
+#include "kvtier/v1/namespace.pb.h"
 
 namespace kvtier::service {
 namespace {
@@ -97,7 +98,7 @@ void WorkerPool::Submit(std::function<void()> work) {
 
 DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& model,
                                  const std::string& partition, uint64_t layout_fingerprint,
-                                 const codec::CodecSpec& codec) {
+                                 const codec::CodecSpec& codec, const std::string& secret) {
   std::string text = "kvtier-namespace-v1";
   for (const std::string* part : {&tenant, &model, &partition}) {
     const uint32_t n = static_cast<uint32_t>(part->size());
@@ -114,6 +115,7 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
   if (out.id == 0) out.id = 1;
   std::string root = "kvtier-hash-root-v1";
   root.append(reinterpret_cast<const char*>(&out.id), sizeof(out.id));
+  root.append(secret);  // authentication on: roots cannot be computed without the tenant's tokens
   SHA256(reinterpret_cast<const unsigned char*>(root.data()), root.size(), digest);
   out.hash_root.assign(reinterpret_cast<const char*>(digest), sizeof(digest));
   return out;
@@ -202,6 +204,29 @@ std::shared_ptr<KvTierService::Engine> KvTierService::Enter(const std::string& e
   return it->second;
 }
 
+absl::StatusOr<std::string> KvTierService::Caller(grpc::CallbackServerContext* ctx) const {
+  if (options_.auth == nullptr) return std::string();
+  return options_.auth->Authenticate(*ctx);
+}
+
+absl::StatusOr<std::shared_ptr<KvTierService::Engine>> KvTierService::EnterFor(
+    grpc::CallbackServerContext* ctx, const std::string& engine_id) {
+  absl::StatusOr<std::string> caller = Caller(ctx);
+  if (!caller.ok()) return caller.status();
+  std::shared_ptr<Engine> engine = Enter(engine_id);
+  if (engine == nullptr) {
+    return absl::NotFoundError(absl::StrFormat(
+        "engine '%s' is not registered (unregistered, lease expired, or daemon restarted)",
+        engine_id));
+  }
+  if (options_.auth != nullptr && engine->tenant != *caller) {
+    Leave(engine);
+    return absl::PermissionDeniedError(
+        absl::StrFormat("engine '%s' belongs to another tenant", engine_id));
+  }
+  return engine;
+}
+
 void KvTierService::Leave(const std::shared_ptr<Engine>& engine) {
   absl::MutexLock lock(&mu_);
   if (--engine->active == 0) idle_cv_.SignalAll();
@@ -269,6 +294,7 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   caps->set_cuda(devices.ok() && !devices->empty());
   caps->set_cuda_ipc_pools(false);
   caps->set_shared_memory_pools(true);
+  caps->set_authentication(options_.auth != nullptr);
   v1::ServerLimits* limits = resp->mutable_limits();
   limits->set_max_items_per_request(options_.max_items_per_request);
   limits->set_max_request_bytes(options_.max_request_bytes);
@@ -366,10 +392,20 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
     engine->pools[index] = std::move(*pool);
     engine->slots = std::min(engine->slots, reg.slots());
   }
-  const std::string tenant = req->tenant().empty() ? "default" : req->tenant();
+  absl::StatusOr<std::string> caller = Caller(ctx);
+  if (!caller.ok()) return Finish(ctx, caller.status());
+  if (options_.auth != nullptr && !req->tenant().empty() && req->tenant() != *caller) {
+    return Finish(ctx,
+                  absl::PermissionDeniedError(absl::StrFormat(
+                      "the token authenticates tenant '%s', not '%s'", *caller, req->tenant())));
+  }
+  const std::string tenant =
+      options_.auth != nullptr ? *caller : (req->tenant().empty() ? "default" : req->tenant());
   const uint64_t fingerprint = codec::LayoutFingerprint(engine->layout);
   const DerivedNamespace ns =
-      DeriveNamespace(tenant, req->model(), req->partition(), fingerprint, *spec);
+      DeriveNamespace(tenant, req->model(), req->partition(), fingerprint, *spec,
+                      options_.auth != nullptr ? options_.auth->Secret(tenant) : "");
+  engine->tenant = tenant;
   engine->ns = ns.id;
   v1::Namespace* ns_proto = resp->mutable_ns();
   ns_proto->set_tenant(tenant);
@@ -417,11 +453,9 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
                                                     v1::UnregisterResponse* resp) {
   (void)resp;
   {
-    absl::MutexLock lock(&mu_);
-    if (!engines_.contains(req->engine_id())) {
-      return Finish(ctx, absl::NotFoundError(
-                             absl::StrFormat("engine '%s' is not registered", req->engine_id())));
-    }
+    absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
+    if (!engine.ok()) return Finish(ctx, engine.status());
+    Leave(*engine);
   }
   // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -435,12 +469,9 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KvTierService::KeepAlive(grpc::CallbackServerContext* ctx,
                                                    const v1::KeepAliveRequest* req,
                                                    v1::KeepAliveResponse* resp) {
-  std::shared_ptr<Engine> engine = Enter(req->engine_id());
-  if (engine == nullptr) {
-    return Finish(ctx, absl::NotFoundError(absl::StrFormat(
-                           "engine '%s' is not registered (lease expired or daemon restarted)",
-                           req->engine_id())));
-  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return Finish(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
   {
     absl::MutexLock lock(&mu_);
     SetTime(engine->expires, resp->mutable_lease_expires_at());
@@ -465,18 +496,23 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   }
   store::NamespaceId ns = 0;
   if (req->scope_case() == v1::LookupRequest::kEngineId) {
-    std::shared_ptr<Engine> engine = Enter(req->engine_id());
-    if (engine == nullptr) {
-      return Finish(ctx, absl::NotFoundError(
-                             absl::StrFormat("engine '%s' is not registered", req->engine_id())));
-    }
-    ns = engine->ns;
-    Leave(engine);
+    absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
+    if (!engine.ok()) return Finish(ctx, engine.status());
+    ns = (*engine)->ns;
+    Leave(*engine);
   } else if (req->scope_case() == v1::LookupRequest::kNamespaceId) {
     ns = req->namespace_id();
-    bool known = false;
-    for (const auto& [id, record] : store_->Namespaces()) known = known || id == ns;
-    if (!known) {
+    absl::StatusOr<std::string> caller = Caller(ctx);
+    if (!caller.ok()) return Finish(ctx, caller.status());
+    bool known = false, allowed = options_.auth == nullptr;
+    for (const auto& [id, record] : store_->Namespaces()) {
+      if (id != ns) continue;
+      known = true;
+      v1::Namespace described;
+      allowed =
+          allowed || (described.ParseFromString(record.first) && described.tenant() == *caller);
+    }
+    if (!known || !allowed) {  // another tenant's namespace looks unknown
       return Finish(ctx, absl::NotFoundError(absl::StrFormat("namespace %016x is unknown", ns)));
     }
   } else {
@@ -507,11 +543,9 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
                            absl::StrFormat("%d items (at most %d per request)", req->items_size(),
                                            options_.max_items_per_request)));
   }
-  std::shared_ptr<Engine> engine = Enter(req->engine_id());
-  if (engine == nullptr) {
-    return Finish(ctx, absl::NotFoundError(
-                           absl::StrFormat("engine '%s' is not registered", req->engine_id())));
-  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return Finish(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOnWorker(reactor, [this, engine, req, resp] {
     if (engine->gpu != nullptr) {
@@ -591,11 +625,9 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
                            absl::StrFormat("%d items (at most %d per request)", req->items_size(),
                                            options_.max_items_per_request)));
   }
-  std::shared_ptr<Engine> engine = Enter(req->engine_id());
-  if (engine == nullptr) {
-    return Finish(ctx, absl::NotFoundError(
-                           absl::StrFormat("engine '%s' is not registered", req->engine_id())));
-  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return Finish(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOnWorker(reactor, [this, engine, req, resp] {
     if (engine->gpu != nullptr) {
@@ -837,6 +869,9 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
 grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                                                const v1::StatsRequest* req,
                                                v1::StatsResponse* resp) {
+  if (absl::StatusOr<std::string> caller = Caller(ctx); !caller.ok()) {
+    return Finish(ctx, caller.status());
+  }
   const store::StoreStats stats = store_->Stats();
   resp->set_incarnation_id(incarnation_);
   const absl::Time now = absl::Now();

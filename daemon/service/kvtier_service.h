@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/codec.h"
+#include "daemon/service/auth.h"
 #include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
 #include "daemon/store/block_store.h"
@@ -42,6 +43,9 @@ struct ServiceOptions {
   uint32_t worker_threads = 4;
   std::string node_name;
   std::string version = "0.1.0";
+  // Tenant tokens; null: authentication off (one tenant per request's `tenant` field, "default"
+  // when empty).
+  std::shared_ptr<const TokenAuth> auth;
 };
 
 // A fixed set of threads running queued closures in order of submission.
@@ -73,6 +77,13 @@ class KvTierService final : public v1::KvTier::CallbackService {
   uint64_t incarnation() const { return incarnation_; }
   size_t engine_count() const;
 
+  // The caller's tenant when authentication is on; "" when it is off. Unauthenticated otherwise.
+  absl::StatusOr<std::string> Caller(grpc::CallbackServerContext* ctx) const;
+  bool authentication() const { return options_.auth != nullptr; }
+  bool IsAdmin(const std::string& tenant) const {
+    return options_.auth == nullptr || options_.auth->IsAdmin(tenant);
+  }
+
   // Runs `work` on a worker (counted as in flight), then finishes the RPC with its status.
   void RunOnWorker(grpc::ServerUnaryReactor* reactor, std::function<absl::Status()> work);
 
@@ -100,6 +111,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
   struct Engine {
     std::string id;
     std::string name;
+    std::string tenant;
     store::NamespaceId ns = 0;
     codec::PageLayout layout;
     std::unique_ptr<codec::Codec> codec;
@@ -121,6 +133,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
  private:
   // The engine, its lease renewed and a request counted as active; nullptr when unknown.
   std::shared_ptr<Engine> Enter(const std::string& engine_id);
+  // Enter for the caller of `ctx`: Unauthenticated without a valid token (authentication on),
+  // NotFound for an unknown engine, PermissionDenied for another tenant's engine.
+  absl::StatusOr<std::shared_ptr<Engine>> EnterFor(grpc::CallbackServerContext* ctx,
+                                                   const std::string& engine_id);
   void Leave(const std::shared_ptr<Engine>& engine);
   // Removes the engine and waits until no request works on its pools.
   void Remove(const std::string& engine_id, const char* why);
@@ -157,14 +173,15 @@ class KvTierService final : public v1::KvTier::CallbackService {
 
 // The namespace id and hash root the server derives for a namespace tuple: SHA-256 of a tagged
 // encoding of (tenant, model, partition, layout fingerprint, codec); the id is its first 8 bytes
-// (little-endian, never 0), the root SHA-256 of a second tag and the id.
+// (little-endian, never 0), the root SHA-256 of a second tag, the id and `secret` (the tenant's
+// secret when authentication is on).
 struct DerivedNamespace {
   uint64_t id = 0;
   std::string hash_root;  // 32 bytes
 };
 DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& model,
                                  const std::string& partition, uint64_t layout_fingerprint,
-                                 const codec::CodecSpec& codec);
+                                 const codec::CodecSpec& codec, const std::string& secret = "");
 
 }  // namespace kvtier::service
 

@@ -5,6 +5,7 @@
 // SIGTERM under load loses no block acknowledged as durable; metrics and probes answer over HTTP.
 #include <atomic>
 
+#include "daemon/service/auth.h"
 #include "kernels/device.h"
 
 #include "tests/integration/daemon_fixture.h"
@@ -466,6 +467,81 @@ TEST_F(KvtierdTest, KvtierctlDrainsVerifiesAndClears) {
   out.clear();
   EXPECT_EQ(RunCommand(ctl + " clear --namespace=123", &out), 1) << out;
   EXPECT_NE(out.find("unknown"), std::string::npos) << out;
+}
+
+TEST_F(KvtierdTest, TenantTokensDecideTheNamespaceAndGuardEngines) {
+  const std::string tokens = dir_->File("tokens");
+  std::ofstream(tokens) << "# tenant tokens\n"
+                        << "alice " << service::TokenAuth::HashToken("token-a") << "\n"
+                        << "bob   " << service::TokenAuth::HashToken("token-b") << "  # bob\n"
+                        << "admin " << service::TokenAuth::HashToken("token-admin") << "\n";
+  StartDaemon({"--set=auth.tokens_file=" + tokens});
+  auto call = [](grpc::ClientContext* ctx, const std::string& token) {
+    Context(ctx);
+    if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+    return ctx;
+  };
+  TestEngine a(dir_->File("pool-a"), 8), b(dir_->File("pool-b"), 8);
+  for (uint32_t i = 0; i < 4; ++i) a.Fill(i, i);
+  auto register_as = [&](TestEngine& e, const std::string& token, const std::string& tenant,
+                         v1::RegisterEngineResponse* resp) {
+    grpc::ClientContext ctx;
+    return stub_->RegisterEngine(call(&ctx, token), e.Request(tenant), resp);
+  };
+  v1::RegisterEngineResponse ra, rb, unused;
+  EXPECT_EQ(register_as(a, "", "", &unused).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(register_as(a, "wrong", "", &unused).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(register_as(a, "token-a", "bob", &unused).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(register_as(a, "token-a", "", &ra).ok());
+  ASSERT_TRUE(register_as(b, "token-b", "", &rb).ok());
+  EXPECT_EQ(ra.ns().tenant(), "alice");
+  EXPECT_NE(ra.namespace_id(), rb.namespace_id());
+  {
+    v1::OffloadRequest req;
+    req.set_engine_id(ra.engine_id());
+    for (uint32_t i = 0; i < 4; ++i) {
+      req.add_items()->set_block_hash(Hash(1, i));
+      req.mutable_items(static_cast<int>(i))->set_page_index(i);
+    }
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    ASSERT_TRUE(stub_->Offload(call(&ctx, "token-a"), req, &resp).ok());
+    EXPECT_EQ(resp.stored_pages(), 4u);
+    grpc::ClientContext ctx2;
+    EXPECT_EQ(stub_->Offload(call(&ctx2, "token-b"), req, &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED)
+        << "bob may not use alice's engine";
+  }
+  auto lookup = [&](const std::string& token, v1::LookupRequest req) {
+    for (uint32_t i = 0; i < 4; ++i) req.add_block_hashes(Hash(1, i));
+    grpc::ClientContext ctx;
+    v1::LookupResponse resp;
+    grpc::Status st = stub_->Lookup(call(&ctx, token), req, &resp);
+    return std::make_pair(st.error_code(), resp.hit_pages());
+  };
+  v1::LookupRequest by_engine_a, by_engine_b, by_ns_a;
+  by_engine_a.set_engine_id(ra.engine_id());
+  by_engine_b.set_engine_id(rb.engine_id());
+  by_ns_a.set_namespace_id(ra.namespace_id());
+  EXPECT_EQ(lookup("token-a", by_engine_a), std::make_pair(grpc::StatusCode::OK, 4u));
+  EXPECT_EQ(lookup("token-a", by_ns_a), std::make_pair(grpc::StatusCode::OK, 4u));
+  EXPECT_EQ(lookup("token-b", by_engine_b), std::make_pair(grpc::StatusCode::OK, 0u));
+  EXPECT_EQ(lookup("token-b", by_engine_a).first, grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(lookup("token-b", by_ns_a).first, grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(lookup("", by_engine_a).first, grpc::StatusCode::UNAUTHENTICATED);
+  // The admin service needs an admin tenant.
+  const std::string ctl = std::string(KVTIERCTL_PATH) + " --socket=" + Socket();
+  std::ofstream(dir_->File("token-b")) << "token-b\n";
+  std::ofstream(dir_->File("token-admin")) << "token-admin\n";
+  std::string out;
+  EXPECT_EQ(RunCommand(ctl + " --token-file=" + dir_->File("token-b") + " verify", &out), 1);
+  EXPECT_NE(out.find("may not use the admin service"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunCommand(ctl + " --token-file=" + dir_->File("token-admin") + " verify", &out), 0)
+      << out;
+  out.clear();
+  EXPECT_EQ(RunCommand(ctl + " status", &out), 1) << "no token: " << out;
 }
 
 // The child of AClientThatDiesLeavesTheDaemonHealthyAndIsReleased (a separate process: gRPC

@@ -9,6 +9,7 @@
 // 2 usage error, 3 verify found corrupt blocks.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -36,6 +37,8 @@ commands:
   clear (--all | --namespace=HEX | [--tenant=T] [--model=M] [--partition=P])
                                  remove every block of the selected namespaces
 
+--token-file=PATH (or $KVTIER_TOKEN_FILE): a file whose first line is the token to send when the
+daemon has authentication on (the admin commands need an admin tenant's token).
 --socket defaults to $KVTIER_SOCKET, else /run/kvtier/kvtier.sock; --timeout to 5 seconds
 (drain, verify and clear: 600 seconds).
 )";
@@ -98,6 +101,8 @@ int main(int argc, char** argv) {
   bool json = false, namespaces = false, engines = false;
   bool flush = false, cancel = false, all = false;
   std::string ns_hex, tenant, model, partition;
+  const char* token_env = std::getenv("KVTIER_TOKEN_FILE");
+  std::string token_file = token_env != nullptr ? token_env : "";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (absl::StartsWith(arg, "--socket=")) {
@@ -119,6 +124,8 @@ int main(int argc, char** argv) {
       cancel = true;
     } else if (arg == "--all") {
       all = true;
+    } else if (absl::StartsWith(arg, "--token-file=")) {
+      token_file = arg.substr(13);
     } else if (absl::StartsWith(arg, "--namespace=")) {
       ns_hex = arg.substr(12);
     } else if (absl::StartsWith(arg, "--tenant=")) {
@@ -145,11 +152,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (timeout == 0) timeout = admin ? 600 : 5;
+  std::string token;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, token) || token.empty()) {
+      std::cerr << "kvtierctl: cannot read a token from " << token_file << "\n";
+      return 2;
+    }
+  }
+  // Every call carries the token (when there is one).
+  auto authorize = [&](grpc::ClientContext& ctx) {
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  };
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
   auto stub = kvtier::v1::KvTier::NewStub(channel);
   if (admin) {
     auto admin_stub = kvtier::v1::KvTierAdmin::NewStub(channel);
     grpc::ClientContext ctx;
+    authorize(ctx);
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
     if (command == "drain") {
@@ -223,6 +243,7 @@ int main(int argc, char** argv) {
   kvtier::v1::StatsResponse stats;
   {
     grpc::ClientContext ctx;
+    authorize(ctx);
     ctx.set_deadline(deadline());
     grpc::Status st = stub->Stats(&ctx, sreq, &stats);
     if (!st.ok()) return Fail("Stats", st, socket);
@@ -249,6 +270,7 @@ int main(int argc, char** argv) {
   kvtier::v1::HelloResponse hello;
   {
     grpc::ClientContext ctx;
+    authorize(ctx);
     ctx.set_deadline(deadline());
     kvtier::v1::HelloRequest req;
     req.set_client_name("kvtierctl/0.1.0");

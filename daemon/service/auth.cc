@@ -1,0 +1,97 @@
+// TokenAuth: the tokens file and bearer-token authentication.
+#include "daemon/service/auth.h"
+
+#include <openssl/sha.h>
+
+#include <fstream>
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace kvtier::service {
+namespace {
+
+std::string Hex(const unsigned char* p, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(kDigits[p[i] >> 4]);
+    out.push_back(kDigits[p[i] & 15]);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string TokenAuth::HashToken(absl::string_view token) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
+  return "sha256:" + Hex(digest, sizeof(digest));
+}
+
+absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Load(
+    const std::string& path, std::vector<std::string> admin_tenants) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrFormat("auth.tokens_file %s cannot be read", path));
+  auto auth = std::make_unique<TokenAuth>();
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    absl::string_view text = line;
+    if (size_t hash = text.find('#'); hash != absl::string_view::npos) text = text.substr(0, hash);
+    text = absl::StripAsciiWhitespace(text);
+    if (text.empty()) continue;
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(text, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    absl::string_view hex = fields.size() == 2 ? fields[1] : absl::string_view();
+    const bool hashed = absl::ConsumePrefix(&hex, "sha256:") && hex.size() == 64 &&
+                        std::all_of(hex.begin(), hex.end(), [](char c) {
+                          return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f');
+                        });
+    if (fields.size() != 2 || !hashed || fields[0].size() > 128) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "auth.tokens_file %s line %d: expected '<tenant> sha256:<64 lower-case hex digits>'",
+          path, number));
+    }
+    const std::string key = absl::StrCat("sha256:", hex);
+    if (!auth->tenants_.emplace(key, std::string(fields[0])).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("auth.tokens_file %s line %d: this token hash is listed twice", path,
+                          number));
+    }
+    std::string& secret = auth->secrets_[std::string(fields[0])];
+    secret = HashToken(secret + key);  // every token of a tenant contributes
+  }
+  for (std::string& a : admin_tenants) auth->admins_.insert(std::move(a));
+  return auth;
+}
+
+absl::StatusOr<std::string> TokenAuth::Authenticate(const grpc::CallbackServerContext& ctx) const {
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "authentication is on: send 'authorization: Bearer <token>' metadata");
+  }
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::ConsumePrefix(&value, "Bearer ") || value.empty()) {
+    return absl::UnauthenticatedError("the authorization metadata is not 'Bearer <token>'");
+  }
+  auto tenant = tenants_.find(HashToken(value));
+  if (tenant == tenants_.end()) return absl::UnauthenticatedError("unknown token");
+  return tenant->second;
+}
+
+std::string TokenAuth::Secret(const std::string& tenant) const {
+  auto it = secrets_.find(tenant);
+  return it == secrets_.end() ? "" : it->second;
+}
+
+}  // namespace kvtier::service
