@@ -8,8 +8,8 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -35,8 +35,8 @@ std::string TokenAuth::HashToken(absl::string_view token) {
   return "sha256:" + Hex(digest, sizeof(digest));
 }
 
-absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Load(
-    const std::string& path, std::vector<std::string> admin_tenants) {
+absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Load(const std::string& path,
+                                                           std::vector<std::string> admin_tenants) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrFormat("auth.tokens_file %s cannot be read", path));
   auto auth = std::make_unique<TokenAuth>();
@@ -62,9 +62,8 @@ absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Load(
     }
     const std::string key = absl::StrCat("sha256:", hex);
     if (!auth->tenants_.emplace(key, std::string(fields[0])).second) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("auth.tokens_file %s line %d: this token hash is listed twice", path,
-                          number));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "auth.tokens_file %s line %d: this token hash is listed twice", path, number));
     }
     std::string& secret = auth->secrets_[std::string(fields[0])];
     secret = HashToken(secret + key);  // every token of a tenant contributes

@@ -232,17 +232,20 @@ void KvTierService::Leave(const std::shared_ptr<Engine>& engine) {
   if (--engine->active == 0) idle_cv_.SignalAll();
 }
 
-void KvTierService::Remove(const std::string& engine_id, const char* why) {
+uint32_t KvTierService::Remove(const std::string& engine_id, const char* why) {
   std::shared_ptr<Engine> engine;
   {
     absl::MutexLock lock(&mu_);
     auto it = engines_.find(engine_id);
-    if (it == engines_.end()) return;
+    if (it == engines_.end()) return 0;
     engine = std::move(it->second);
     engines_.erase(it);
     while (engine->active > 0) idle_cv_.Wait(&mu_);
   }
-  KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why);
+  const uint32_t released = ReleaseParked(engine_id, absl::InfiniteFuture());
+  KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why,
+             released > 0 ? absl::StrCat("; released ", released, " parked requests") : "");
+  return released;
 }
 
 void KvTierService::LeaseLoop() {
@@ -257,6 +260,7 @@ void KvTierService::LeaseLoop() {
       }
     }
     for (const std::string& id : expired) Remove(id, "lease expired");
+    ReleaseParked("", absl::Now());
   }
 }
 
@@ -292,7 +296,7 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   caps->add_block_format_versions(1);
   auto devices = kernels::ListDevices();
   caps->set_cuda(devices.ok() && !devices->empty());
-  caps->set_cuda_ipc_pools(false);
+  caps->set_cuda_ipc_pools(caps->cuda() && store_->HostTierDeviceAccessible());
   caps->set_shared_memory_pools(true);
   caps->set_authentication(options_.auth != nullptr);
   v1::ServerLimits* limits = resp->mutable_limits();
@@ -304,6 +308,8 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   limits->set_max_engines(options_.max_engines);
   SetDuration(options_.min_lease, limits->mutable_min_lease_ttl());
   SetDuration(options_.max_lease, limits->mutable_max_lease_ttl());
+  SetDuration(options_.max_park_ttl, limits->mutable_max_park_ttl());
+  limits->set_max_park_user_data_bytes(options_.max_park_user_data_bytes);
   resp->set_draining(draining_);
   return Finish(ctx, absl::OkStatus());
 }
@@ -451,7 +457,6 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext* ctx,
                                                     const v1::UnregisterRequest* req,
                                                     v1::UnregisterResponse* resp) {
-  (void)resp;
   {
     absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
     if (!engine.ok()) return Finish(ctx, engine.status());
@@ -459,8 +464,8 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
   }
   // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, id = req->engine_id()] {
-    Remove(id, "unregistered by the client");
+  RunOnWorker(reactor, [this, resp, id = req->engine_id()] {
+    resp->set_released_parked_requests(Remove(id, "unregistered by the client"));
     return absl::OkStatus();
   });
   return reactor;
@@ -866,6 +871,269 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
   cold_bytes_onboarded_ += resp->cold_bytes_read();
 }
 
+// ---- Park, Resume, Release ----
+
+index::BlockHash KvTierService::ParkHash(const std::string& engine_id,
+                                         const std::string& request_id, uint64_t position) {
+  std::string text = "kvtier-park-v1";
+  for (const std::string* part : {&engine_id, &request_id}) {
+    const uint32_t n = static_cast<uint32_t>(part->size());
+    text.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    text.append(*part);
+  }
+  text.append(reinterpret_cast<const char*>(&position), sizeof(position));
+  index::BlockHash hash;
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), hash.data());
+  return hash;
+}
+
+uint64_t KvTierService::DropParked(const Parked& parked) {
+  uint64_t freed = 0;
+  for (const index::BlockHash& h : parked.hashes) {
+    absl::StatusOr<bool> removed = store_->Remove({parked.ns, h});
+    if (removed.ok() && *removed) freed += parked.block_bytes;
+  }
+  return freed;
+}
+
+uint32_t KvTierService::ReleaseParked(const std::string& engine_id, absl::Time now) {
+  std::vector<Parked> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      const bool match =
+          engine_id.empty() ? it->second.expires < now : it->second.engine_id == engine_id;
+      if (match) {
+        dropped.push_back(std::move(it->second));
+        parked_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const Parked& p : dropped) DropParked(p);
+  return static_cast<uint32_t>(dropped.size());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
+                                              const v1::ParkRequest* req, v1::ParkResponse* resp) {
+  if (draining_) return Finish(ctx, absl::UnavailableError("the daemon is draining"));
+  if (req->request_id().empty() || req->request_id().size() > 128) {
+    return Finish(ctx, absl::InvalidArgumentError("request_id must have 1 to 128 bytes"));
+  }
+  if (req->page_indices_size() == 0 ||
+      req->page_indices_size() > static_cast<int>(options_.max_items_per_request)) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                           "page_indices has %d entries (1 to %d)", req->page_indices_size(),
+                           options_.max_items_per_request)));
+  }
+  if (req->user_data().size() > options_.max_park_user_data_bytes) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                           "user_data has %d bytes (at most %d)", req->user_data().size(),
+                           options_.max_park_user_data_bytes)));
+  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return Finish(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOnWorker(reactor, [this, engine, req, resp] {
+    absl::Status st = DoPark(*engine, *req, resp);
+    Leave(engine);
+    return st;
+  });
+  return reactor;
+}
+
+absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& req,
+                                   v1::ParkResponse* resp) {
+  absl::MutexLock serial(&park_mu_);
+  const auto key = std::make_pair(engine.id, req.request_id());
+  uint64_t first = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = parked_.find(key);
+    if (it != parked_.end() && !req.append()) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "request '%s' is already parked (set append to add pages)", req.request_id()));
+    }
+    if (it == parked_.end() && req.append()) {
+      return absl::NotFoundError(
+          absl::StrFormat("append: nothing is parked under request '%s'", req.request_id()));
+    }
+    if (it != parked_.end()) first = it->second.hashes.size();
+  }
+  // The pages go through the ordinary offload path under derived hashes, all or nothing.
+  v1::OffloadRequest off;
+  off.set_engine_id(engine.id);
+  std::vector<index::BlockHash> hashes;
+  for (int i = 0; i < req.page_indices_size(); ++i) {
+    hashes.push_back(ParkHash(engine.id, req.request_id(), first + i));
+    v1::OffloadItem* item = off.add_items();
+    item->set_block_hash(std::string(hashes.back().begin(), hashes.back().end()));
+    item->set_page_index(req.page_indices(i));
+  }
+  v1::OffloadResponse result;
+  if (engine.gpu != nullptr) {
+    DoOffloadGpu(engine, off, &result);
+  } else {
+    DoOffload(engine, off, &result);
+  }
+  for (int i = 0; i < result.results_size(); ++i) {
+    const v1::ItemResult& r = result.results(i);
+    if (r.code() == v1::ITEM_CODE_OK || r.code() == v1::ITEM_CODE_ALREADY_STORED) continue;
+    Parked partial;
+    partial.ns = engine.ns;
+    partial.hashes = hashes;
+    partial.block_bytes = engine.codec->block_bytes();
+    DropParked(partial);  // all or nothing
+    const absl::StatusCode code =
+        r.code() == v1::ITEM_CODE_INVALID_ARGUMENT     ? absl::StatusCode::kInvalidArgument
+        : r.code() == v1::ITEM_CODE_RESOURCE_EXHAUSTED ? absl::StatusCode::kResourceExhausted
+                                                       : absl::StatusCode::kInternal;
+    return absl::Status(
+        code, absl::StrFormat("page_indices[%d]: %s (nothing was parked)", i, r.message()));
+  }
+  absl::Duration ttl =
+      req.has_ttl() ? absl::Seconds(req.ttl().seconds()) + absl::Nanoseconds(req.ttl().nanos())
+                    : options_.default_park_ttl;
+  ttl = std::clamp(ttl, absl::Seconds(1), options_.max_park_ttl);
+  absl::MutexLock lock(&mu_);
+  Parked& parked = parked_[key];
+  parked.engine_id = engine.id;
+  parked.ns = engine.ns;
+  parked.block_bytes = engine.codec->block_bytes();
+  parked.hashes.insert(parked.hashes.end(), hashes.begin(), hashes.end());
+  parked.num_tokens = req.num_tokens();
+  if (!req.user_data().empty() || !req.append()) parked.user_data = req.user_data();
+  parked.expires = absl::Now() + ttl;
+  resp->set_parked_pages(static_cast<uint32_t>(parked.hashes.size()));
+  resp->set_cold_bytes(parked.hashes.size() * parked.block_bytes);
+  SetTime(parked.expires, resp->mutable_expires_at());
+  resp->set_tier(v1::TIER_HOST);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx,
+                                                const v1::ResumeRequest* req,
+                                                v1::ResumeResponse* resp) {
+  if (req->page_indices_size() > static_cast<int>(options_.max_items_per_request)) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                           "page_indices has %d entries (at most %d)", req->page_indices_size(),
+                           options_.max_items_per_request)));
+  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return Finish(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOnWorker(reactor, [this, engine, req, resp] {
+    absl::Status st = DoResume(*engine, *req, resp);
+    Leave(engine);
+    return st;
+  });
+  return reactor;
+}
+
+absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeRequest& req,
+                                     v1::ResumeResponse* resp) {
+  absl::MutexLock serial(&park_mu_);
+  const auto key = std::make_pair(engine.id, req.request_id());
+  Parked parked;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = parked_.find(key);
+    if (it == parked_.end()) {
+      return absl::NotFoundError(absl::StrFormat(
+          "nothing is parked under request '%s' (never parked, released or expired)",
+          req.request_id()));
+    }
+    parked = it->second;
+  }
+  const uint64_t end = uint64_t{req.first_page()} + req.page_indices_size();
+  if (end > parked.hashes.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("pages [%d, %d) asked for; %d are parked",
+                                                      req.first_page(), end, parked.hashes.size()));
+  }
+  v1::OnboardRequest on;
+  on.set_engine_id(engine.id);
+  for (int i = 0; i < req.page_indices_size(); ++i) {
+    const index::BlockHash& h = parked.hashes[req.first_page() + i];
+    v1::OnboardItem* item = on.add_items();
+    item->set_block_hash(std::string(h.begin(), h.end()));
+    item->set_page_index(req.page_indices(i));
+  }
+  v1::OnboardResponse result;
+  if (engine.gpu != nullptr) {
+    DoOnboardGpu(engine, on, &result);
+  } else {
+    DoOnboard(engine, on, &result);
+  }
+  for (int i = 0; i < result.results_size(); ++i) {
+    const v1::ItemResult& r = result.results(i);
+    if (r.code() == v1::ITEM_CODE_OK) continue;
+    if (r.code() == v1::ITEM_CODE_INVALID_ARGUMENT) {
+      return absl::InvalidArgumentError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
+    }
+    // A parked block that is gone (evicted) or failed its checksum: the engine recomputes.
+    return absl::DataLossError(absl::StrFormat(
+        "parked page %d of request '%s' is lost (%s); recompute it", req.first_page() + i,
+        req.request_id(), r.code() == v1::ITEM_CODE_NOT_FOUND ? "evicted" : r.message()));
+  }
+  resp->set_resumed_pages(result.onboarded_pages());
+  resp->set_parked_pages(static_cast<uint32_t>(parked.hashes.size()));
+  resp->set_num_tokens(parked.num_tokens);
+  resp->set_user_data(parked.user_data);
+  if (!req.keep_parked() && end == parked.hashes.size()) {
+    {
+      absl::MutexLock lock(&mu_);
+      parked_.erase(key);
+    }
+    DropParked(parked);
+    resp->set_released(true);
+  } else {
+    absl::MutexLock lock(&mu_);
+    auto it = parked_.find(key);
+    if (it != parked_.end()) it->second.expires = absl::Now() + options_.default_park_ttl;
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ctx,
+                                                 const v1::ReleaseRequest* req,
+                                                 v1::ReleaseResponse* resp) {
+  if (req->request_ids_size() > static_cast<int>(options_.max_items_per_request)) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat("%d request ids (at most %d)",
+                                                                  req->request_ids_size(),
+                                                                  options_.max_items_per_request)));
+  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return Finish(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOnWorker(reactor, [this, engine, req, resp] {
+    absl::MutexLock serial(&park_mu_);
+    for (const std::string& id : req->request_ids()) {
+      std::optional<Parked> parked;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = parked_.find(std::make_pair(engine->id, id));
+        if (it != parked_.end()) {
+          parked = std::move(it->second);
+          parked_.erase(it);
+        }
+      }
+      v1::ItemResult* result = resp->add_results();
+      if (!parked.has_value()) {
+        result->set_code(v1::ITEM_CODE_NOT_FOUND);
+        continue;
+      }
+      resp->set_freed_bytes(resp->freed_bytes() + DropParked(*parked));
+    }
+    Leave(engine);
+    return absl::OkStatus();
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                                                const v1::StatsRequest* req,
                                                v1::StatsResponse* resp) {
@@ -915,6 +1183,10 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
   resp->set_cold_bytes_onboarded(cold_bytes_onboarded_);
   resp->set_dropped_offloads(dropped_offloads_);
   resp->set_draining(draining_);
+  {
+    absl::MutexLock lock(&mu_);
+    resp->set_parked_requests(parked_.size());
+  }
   absl::flat_hash_map<uint64_t, uint32_t> engines_per_ns;
   {
     absl::MutexLock lock(&mu_);

@@ -3,7 +3,8 @@
 // so that gRPC's threads never block on encoding, decoding or disk reads. Engines hold leases;
 // an engine whose lease expires is unregistered as Unregister does. This first version serves host
 // pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat layouts)
-// through the fused kernels; Park/Resume/Release/Pin/Unpin/WatchEvents are not served yet.
+// through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin and
+// WatchEvents are not served yet.
 #ifndef KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 #define KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 
@@ -39,6 +40,9 @@ struct ServiceOptions {
   absl::Duration min_lease = absl::Seconds(1);
   absl::Duration max_lease = absl::Minutes(10);
   absl::Duration default_lease = absl::Seconds(30);
+  absl::Duration default_park_ttl = absl::Minutes(10);
+  absl::Duration max_park_ttl = absl::Hours(1);
+  uint32_t max_park_user_data_bytes = 4096;
   absl::Duration lease_check_interval = absl::Milliseconds(200);
   uint32_t worker_threads = 4;
   std::string node_name;
@@ -106,6 +110,12 @@ class KvTierService final : public v1::KvTier::CallbackService {
                                     v1::OnboardResponse* resp) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
                                   v1::StatsResponse* resp) override;
+  grpc::ServerUnaryReactor* Park(grpc::CallbackServerContext* ctx, const v1::ParkRequest* req,
+                                 v1::ParkResponse* resp) override;
+  grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* ctx, const v1::ResumeRequest* req,
+                                   v1::ResumeResponse* resp) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx, const v1::ReleaseRequest* req,
+                                    v1::ReleaseResponse* resp) override;
 
   // One registered engine. Shared by the registry and the requests working on it.
   struct Engine {
@@ -138,9 +148,31 @@ class KvTierService final : public v1::KvTier::CallbackService {
   absl::StatusOr<std::shared_ptr<Engine>> EnterFor(grpc::CallbackServerContext* ctx,
                                                    const std::string& engine_id);
   void Leave(const std::shared_ptr<Engine>& engine);
-  // Removes the engine and waits until no request works on its pools.
-  void Remove(const std::string& engine_id, const char* why);
+  // Removes the engine, waits until no request works on its pools, releases its parked requests
+  // (returns how many).
+  uint32_t Remove(const std::string& engine_id, const char* why);
   void LeaseLoop();
+
+  // A paused request's pages, stored as blocks under hashes derived from (engine, request id,
+  // position) so prefix lookups never meet them. Owned by the engine that parked it.
+  struct Parked {
+    std::string engine_id;
+    store::NamespaceId ns = 0;
+    std::vector<index::BlockHash> hashes;  // in KV order
+    uint64_t num_tokens = 0;
+    std::string user_data;
+    uint64_t block_bytes = 0;
+    absl::Time expires;
+  };
+  static index::BlockHash ParkHash(const std::string& engine_id, const std::string& request_id,
+                                   uint64_t position);
+  // Removes the parked request's blocks; returns the bytes freed.
+  uint64_t DropParked(const Parked& parked);
+  // Releases every parked request of `engine_id` (or, when empty, every expired one).
+  uint32_t ReleaseParked(const std::string& engine_id, absl::Time now);
+  absl::Status DoPark(const Engine& engine, const v1::ParkRequest& req, v1::ParkResponse* resp);
+  absl::Status DoResume(const Engine& engine, const v1::ResumeRequest& req,
+                        v1::ResumeResponse* resp);
 
   void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp);
   void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
@@ -165,6 +197,9 @@ class KvTierService final : public v1::KvTier::CallbackService {
   mutable absl::Mutex mu_;
   absl::CondVar idle_cv_;
   absl::flat_hash_map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
+  // Parked requests by (engine id, request id).
+  absl::flat_hash_map<std::pair<std::string, std::string>, Parked> parked_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex park_mu_;  // serializes Park/Resume/Release (they change parked_ around store I/O)
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   WorkerPool workers_;

@@ -544,6 +544,86 @@ TEST_F(KvtierdTest, TenantTokensDecideTheNamespaceAndGuardEngines) {
   EXPECT_EQ(RunCommand(ctl + " status", &out), 1) << "no token: " << out;
 }
 
+TEST_F(KvtierdTest, ParkResumeAndReleaseAPausedRequest) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 16);
+  for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, 40 + i);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  auto park = [&](const std::string& id, std::vector<uint32_t> pages, bool append,
+                  v1::ParkResponse* resp) {
+    v1::ParkRequest req;
+    req.set_engine_id(reg.engine_id());
+    req.set_request_id(id);
+    for (uint32_t p : pages) req.add_page_indices(p);
+    req.set_append(append);
+    req.set_num_tokens(61);
+    if (!append) req.set_user_data("sampling-state");
+    grpc::ClientContext ctx;
+    return stub_->Park(Context(&ctx), req, resp);
+  };
+  v1::ParkResponse pr;
+  ASSERT_TRUE(park("req-1", {0, 1, 2}, false, &pr).ok());
+  EXPECT_EQ(pr.parked_pages(), 3u);
+  EXPECT_EQ(park("req-1", {3}, false, &pr).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  ASSERT_TRUE(park("req-1", {3}, true, &pr).ok());
+  EXPECT_EQ(pr.parked_pages(), 4u);
+  EXPECT_EQ(park("req-2", {3}, true, &pr).error_code(), grpc::StatusCode::NOT_FOUND);
+  // All or nothing: one bad page index parks nothing.
+  EXPECT_EQ(park("req-3", {0, 99}, false, &pr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Parked pages are not prefix blocks.
+  EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 1, 4).hit_pages(), 0u);
+
+  auto resume = [&](const std::string& id, std::vector<uint32_t> pages, uint32_t first,
+                    v1::ResumeResponse* resp) {
+    v1::ResumeRequest req;
+    req.set_engine_id(reg.engine_id());
+    req.set_request_id(id);
+    for (uint32_t p : pages) req.add_page_indices(p);
+    req.set_first_page(first);
+    grpc::ClientContext ctx;
+    return stub_->Resume(Context(&ctx), req, resp);
+  };
+  v1::ResumeResponse rr;
+  EXPECT_EQ(resume("req-3", {8}, 0, &rr).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(resume("req-1", {8, 9, 10, 11, 12}, 0, &rr).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT)
+      << "more pages than parked";
+  ASSERT_TRUE(resume("req-1", {8, 9}, 0, &rr).ok());  // the first half
+  EXPECT_FALSE(rr.released());
+  ASSERT_TRUE(resume("req-1", {10, 11}, 2, &rr).ok());  // the rest: released
+  EXPECT_TRUE(rr.released());
+  EXPECT_EQ(rr.parked_pages(), 4u);
+  EXPECT_EQ(rr.num_tokens(), 61u);
+  EXPECT_EQ(rr.user_data(), "sampling-state");
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(engine.Bytes(8 + i) == engine.RoundTrip(i)) << "parked page " << i;
+  }
+  EXPECT_EQ(resume("req-1", {8}, 0, &rr).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  ASSERT_TRUE(park("req-4", {0, 1}, false, &pr).ok());
+  {
+    v1::ReleaseRequest req;
+    req.set_engine_id(reg.engine_id());
+    req.add_request_ids("req-4");
+    req.add_request_ids("req-4");
+    grpc::ClientContext ctx;
+    v1::ReleaseResponse resp;
+    ASSERT_TRUE(stub_->Release(Context(&ctx), req, &resp).ok());
+    EXPECT_EQ(resp.results(0).code(), v1::ITEM_CODE_OK);
+    EXPECT_EQ(resp.results(1).code(), v1::ITEM_CODE_NOT_FOUND);
+    EXPECT_GT(resp.freed_bytes(), 0u);
+  }
+  ASSERT_TRUE(park("req-5", {0}, false, &pr).ok());
+  {
+    v1::UnregisterRequest req;
+    req.set_engine_id(reg.engine_id());
+    grpc::ClientContext ctx;
+    v1::UnregisterResponse resp;
+    ASSERT_TRUE(stub_->Unregister(Context(&ctx), req, &resp).ok());
+    EXPECT_EQ(resp.released_parked_requests(), 1u);
+  }
+}
+
 // The child of AClientThatDiesLeavesTheDaemonHealthyAndIsReleased (a separate process: gRPC
 // does not survive fork).
 int DyingClient(const std::string& socket, const std::string& dir) {
