@@ -243,6 +243,7 @@ uint32_t KvTierService::Remove(const std::string& engine_id, const char* why) {
     while (engine->active > 0) idle_cv_.Wait(&mu_);
   }
   const uint32_t released = ReleaseParked(engine_id, absl::InfiniteFuture());
+  DropPins(engine_id, nullptr, absl::InfiniteFuture());
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why,
              released > 0 ? absl::StrCat("; released ", released, " parked requests") : "");
   return released;
@@ -261,6 +262,7 @@ void KvTierService::LeaseLoop() {
     }
     for (const std::string& id : expired) Remove(id, "lease expired");
     ReleaseParked("", absl::Now());
+    DropPins("", nullptr, absl::Now());
   }
 }
 
@@ -309,6 +311,7 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   SetDuration(options_.min_lease, limits->mutable_min_lease_ttl());
   SetDuration(options_.max_lease, limits->mutable_max_lease_ttl());
   SetDuration(options_.max_park_ttl, limits->mutable_max_park_ttl());
+  SetDuration(options_.max_pin_ttl, limits->mutable_max_pin_ttl());
   limits->set_max_park_user_data_bytes(options_.max_park_user_data_bytes);
   resp->set_draining(draining_);
   return Finish(ctx, absl::OkStatus());
@@ -496,15 +499,17 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
                            "%d block hashes (at most %d per request)", req->block_hashes_size(),
                            options_.max_items_per_request)));
   }
-  if (req->has_pin_ttl()) {
-    return Finish(ctx, absl::UnimplementedError("pinning on lookup is not served yet"));
+  if (req->has_pin_ttl() && req->scope_case() != v1::LookupRequest::kEngineId) {
+    return Finish(ctx, absl::InvalidArgumentError("pin_ttl needs the engine_id scope"));
   }
   store::NamespaceId ns = 0;
+  std::shared_ptr<Engine> lookup_engine;
   if (req->scope_case() == v1::LookupRequest::kEngineId) {
     absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
     if (!engine.ok()) return Finish(ctx, engine.status());
     ns = (*engine)->ns;
     Leave(*engine);
+    lookup_engine = *engine;
   } else if (req->scope_case() == v1::LookupRequest::kNamespaceId) {
     ns = req->namespace_id();
     absl::StatusOr<std::string> caller = Caller(ctx);
@@ -534,8 +539,18 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
     chain.push_back(*hash);
   }
   std::vector<index::Tier> tiers;
-  resp->set_hit_pages(static_cast<uint32_t>(store_->LookupChain(ns, chain, &tiers)));
+  const size_t hits = store_->LookupChain(ns, chain, &tiers);
+  resp->set_hit_pages(static_cast<uint32_t>(hits));
   for (index::Tier t : tiers) resp->add_tiers(TierToProto(t));
+  if (req->has_pin_ttl() && hits > 0) {
+    chain.resize(hits);
+    google::protobuf::RepeatedPtrField<v1::ItemResult> results;
+    const absl::Time expires = PinBlocks(
+        *lookup_engine, chain,
+        absl::Seconds(req->pin_ttl().seconds()) + absl::Nanoseconds(req->pin_ttl().nanos()),
+        &results);
+    SetTime(expires, resp->mutable_pin_expires_at());
+  }
   return Finish(ctx, absl::OkStatus());
 }
 
@@ -1132,6 +1147,115 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
     return absl::OkStatus();
   });
   return reactor;
+}
+
+// ---- Pin, Unpin ----
+
+absl::Time KvTierService::PinBlocks(const Engine& engine,
+                                    const std::vector<index::BlockHash>& hashes, absl::Duration ttl,
+                                    google::protobuf::RepeatedPtrField<v1::ItemResult>* out) {
+  if (ttl <= absl::ZeroDuration()) ttl = options_.default_pin_ttl;
+  ttl = std::min(ttl, options_.max_pin_ttl);
+  const absl::Time expires = absl::Now() + ttl;
+  for (const index::BlockHash& h : hashes) {
+    v1::ItemResult* result = out->Add();
+    const auto key = std::make_pair(engine.id, h);
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = pins_.find(key);
+      if (it != pins_.end()) {  // pinned already: extend, do not stack
+        it->second.expires = std::max(it->second.expires, expires);
+        result->set_tier(TierToProto(it->second.hold.served_from()));
+        continue;
+      }
+    }
+    absl::StatusOr<std::optional<store::PinnedBlock>> hold = store_->Hold({engine.ns, h});
+    if (!hold.ok() || !hold->has_value()) {
+      SetItemResult(hold.ok() ? absl::NotFoundError("") : hold.status(), result);
+      result->clear_message();
+      continue;
+    }
+    result->set_tier(TierToProto((*hold)->served_from()));
+    absl::MutexLock lock(&mu_);
+    pins_.try_emplace(key, HeldPin{std::move(**hold), expires});
+  }
+  return expires;
+}
+
+uint32_t KvTierService::DropPins(const std::string& engine_id,
+                                 const std::vector<index::BlockHash>* hashes, absl::Time now) {
+  std::vector<HeldPin> dropped;  // released outside mu_ (the store takes its own lock)
+  {
+    absl::MutexLock lock(&mu_);
+    if (hashes != nullptr) {
+      for (const index::BlockHash& h : *hashes) {
+        auto it = pins_.find(std::make_pair(engine_id, h));
+        if (it == pins_.end()) continue;
+        dropped.push_back(std::move(it->second));
+        pins_.erase(it);
+      }
+    } else {
+      for (auto it = pins_.begin(); it != pins_.end();) {
+        const bool match =
+            engine_id.empty() ? it->second.expires < now : it->first.first == engine_id;
+        if (match) {
+          dropped.push_back(std::move(it->second));
+          pins_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  return static_cast<uint32_t>(dropped.size());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Pin(grpc::CallbackServerContext* ctx,
+                                             const v1::PinRequest* req, v1::PinResponse* resp) {
+  if (req->block_hashes_size() > static_cast<int>(options_.max_items_per_request)) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                           "%d block hashes (at most %d per request)", req->block_hashes_size(),
+                           options_.max_items_per_request)));
+  }
+  std::vector<index::BlockHash> hashes;
+  for (int i = 0; i < req->block_hashes_size(); ++i) {
+    absl::StatusOr<index::BlockHash> h = HashFromProto(req->block_hashes(i));
+    if (!h.ok()) {
+      return Finish(ctx, absl::InvalidArgumentError(
+                             absl::StrCat("block_hashes[", i, "]: ", h.status().message())));
+    }
+    hashes.push_back(*h);
+  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return Finish(ctx, entered.status());
+  const absl::Duration ttl =
+      req->has_ttl() ? absl::Seconds(req->ttl().seconds()) + absl::Nanoseconds(req->ttl().nanos())
+                     : options_.default_pin_ttl;
+  SetTime(PinBlocks(**entered, hashes, ttl, resp->mutable_results()), resp->mutable_expires_at());
+  Leave(*entered);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Unpin(grpc::CallbackServerContext* ctx,
+                                               const v1::UnpinRequest* req,
+                                               v1::UnpinResponse* resp) {
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return Finish(ctx, entered.status());
+  for (int i = 0; i < req->block_hashes_size(); ++i) {
+    v1::ItemResult* result = resp->add_results();
+    absl::StatusOr<index::BlockHash> h = HashFromProto(req->block_hashes(i));
+    if (!h.ok()) {
+      SetItemResult(h.status(), result);
+      continue;
+    }
+    const std::vector<index::BlockHash> one = {*h};
+    if (DropPins((*entered)->id, &one, absl::Now()) == 0) {
+      result->set_code(v1::ITEM_CODE_FAILED_PRECONDITION);
+      result->set_message("this engine holds no pin on the block");
+    }
+  }
+  Leave(*entered);
+  return Finish(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,

@@ -3,8 +3,8 @@
 // so that gRPC's threads never block on encoding, decoding or disk reads. Engines hold leases;
 // an engine whose lease expires is unregistered as Unregister does. This first version serves host
 // pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat layouts)
-// through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin and
-// WatchEvents are not served yet.
+// through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin (and
+// Lookup's pin_ttl) hold blocks for a lease; WatchEvents is not served yet.
 #ifndef KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 #define KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 
@@ -43,6 +43,8 @@ struct ServiceOptions {
   absl::Duration default_park_ttl = absl::Minutes(10);
   absl::Duration max_park_ttl = absl::Hours(1);
   uint32_t max_park_user_data_bytes = 4096;
+  absl::Duration default_pin_ttl = absl::Seconds(30);
+  absl::Duration max_pin_ttl = absl::Minutes(10);
   absl::Duration lease_check_interval = absl::Milliseconds(200);
   uint32_t worker_threads = 4;
   std::string node_name;
@@ -114,6 +116,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
                                  v1::ParkResponse* resp) override;
   grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* ctx, const v1::ResumeRequest* req,
                                    v1::ResumeResponse* resp) override;
+  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* ctx, const v1::PinRequest* req,
+                                v1::PinResponse* resp) override;
+  grpc::ServerUnaryReactor* Unpin(grpc::CallbackServerContext* ctx, const v1::UnpinRequest* req,
+                                  v1::UnpinResponse* resp) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx, const v1::ReleaseRequest* req,
                                     v1::ReleaseResponse* resp) override;
 
@@ -166,6 +172,19 @@ class KvTierService final : public v1::KvTier::CallbackService {
   };
   static index::BlockHash ParkHash(const std::string& engine_id, const std::string& request_id,
                                    uint64_t position);
+  // Pins `hashes` of the engine's namespace for `ttl` (extending pins it holds); fills one
+  // result per hash. Returns when the pins expire.
+  absl::Time PinBlocks(const Engine& engine, const std::vector<index::BlockHash>& hashes,
+                       absl::Duration ttl, google::protobuf::RepeatedPtrField<v1::ItemResult>* out);
+  // Drops the engine's pins (all of them when `hashes` is null) and expired pins of any engine
+  // (engine_id empty). Returns how many were dropped.
+  uint32_t DropPins(const std::string& engine_id, const std::vector<index::BlockHash>* hashes,
+                    absl::Time now);
+  struct HeldPin {
+    store::PinnedBlock hold;
+    absl::Time expires;
+  };
+
   // Removes the parked request's blocks; returns the bytes freed.
   uint64_t DropParked(const Parked& parked);
   // Releases every parked request of `engine_id` (or, when empty, every expired one).
@@ -199,7 +218,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
   absl::flat_hash_map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
   // Parked requests by (engine id, request id).
   absl::flat_hash_map<std::pair<std::string, std::string>, Parked> parked_ ABSL_GUARDED_BY(mu_);
-  absl::Mutex park_mu_;  // serializes Park/Resume/Release (they change parked_ around store I/O)
+  absl::Mutex park_mu_;
+  // Pins by (engine id, block hash): a store hold and its expiry.
+  absl::flat_hash_map<std::pair<std::string, index::BlockHash>, HeldPin> pins_ ABSL_GUARDED_BY(
+      mu_);  // serializes Park/Resume/Release (they change parked_ around store I/O)
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   WorkerPool workers_;

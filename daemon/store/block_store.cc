@@ -1034,6 +1034,21 @@ void BlockStore::Unpin(void* raw, std::optional<uint64_t> staging, uint64_t stag
   s.changed_cv.SignalAll();
 }
 
+absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Hold(const BlockKey& key) {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  auto it = s.map.find(key);
+  if (it == s.map.end() || it->second->writing) return std::nullopt;
+  Entry* e = it->second.get();
+  ++e->pins;
+  ++s.pinned;
+  PinnedBlock held;
+  held.store_ = this;
+  held.entry_ = e;
+  held.served_from_ = e->gpu ? Tier::kGpu : e->host ? Tier::kHost : Tier::kDisk;
+  return std::optional<PinnedBlock>(std::move(held));
+}
+
 absl::StatusOr<std::optional<uint64_t>> BlockStore::Read(const BlockKey& key,
                                                          absl::Span<uint8_t> dst) {
   KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, Acquire(key));

@@ -238,6 +238,11 @@ class BlockStore {
   // Unavailable when there is no host memory to stage a disk read. Blocks on the disk read.
   absl::StatusOr<std::optional<PinnedBlock>> Acquire(const BlockKey& key);
 
+  // Holds the block in its tier (no demotion, eviction or removal of its copies) until the
+  // returned handle is destroyed, without reading it: the handle's bytes() are empty. nullopt on
+  // a miss. Does not count as a read. Never blocks on I/O.
+  absl::StatusOr<std::optional<PinnedBlock>> Hold(const BlockKey& key);
+
   // Copies the block into `dst` (at least its size). Returns the block size, or nullopt on a
   // miss; InvalidArgument when dst is too small. Blocks as Acquire.
   absl::StatusOr<std::optional<uint64_t>> Read(const BlockKey& key, absl::Span<uint8_t> dst);

@@ -624,6 +624,82 @@ TEST_F(KvtierdTest, ParkResumeAndReleaseAPausedRequest) {
   }
 }
 
+TEST_F(KvtierdTest, PinsHoldBlocksForALease) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 8);
+  for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, i);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  EXPECT_EQ(Offload(*stub_, reg.engine_id(), 1, 0, 4).stored_pages(), 4u);
+  auto pinned = [&] {
+    v1::StatsRequest req;
+    grpc::ClientContext ctx;
+    v1::StatsResponse resp;
+    EXPECT_TRUE(stub_->Stats(Context(&ctx), req, &resp).ok());
+    for (const v1::TierStats& t : resp.tiers()) {
+      if (t.tier() == v1::TIER_HOST) return t.pinned_blocks();
+    }
+    return uint64_t{0};
+  };
+  auto pin = [&](std::vector<uint32_t> blocks, v1::PinResponse* resp) {
+    v1::PinRequest req;
+    req.set_engine_id(reg.engine_id());
+    for (uint32_t b : blocks) req.add_block_hashes(Hash(1, b));
+    grpc::ClientContext ctx;
+    return stub_->Pin(Context(&ctx), req, resp);
+  };
+  v1::PinResponse pr;
+  ASSERT_TRUE(pin({0, 1, 2, 3, 9}, &pr).ok());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(pr.results(i).code(), v1::ITEM_CODE_OK);
+    EXPECT_EQ(pr.results(i).tier(), v1::TIER_HOST);
+  }
+  EXPECT_EQ(pr.results(4).code(), v1::ITEM_CODE_NOT_FOUND);
+  EXPECT_EQ(pinned(), 4u);
+  ASSERT_TRUE(pin({0, 1}, &pr).ok());
+  EXPECT_EQ(pinned(), 4u) << "pinning again extends, it does not stack";
+  {
+    v1::UnpinRequest req;
+    req.set_engine_id(reg.engine_id());
+    req.add_block_hashes(Hash(1, 0));
+    req.add_block_hashes(Hash(1, 0));
+    grpc::ClientContext ctx;
+    v1::UnpinResponse resp;
+    ASSERT_TRUE(stub_->Unpin(Context(&ctx), req, &resp).ok());
+    EXPECT_EQ(resp.results(0).code(), v1::ITEM_CODE_OK);
+    EXPECT_EQ(resp.results(1).code(), v1::ITEM_CODE_FAILED_PRECONDITION);
+  }
+  EXPECT_EQ(pinned(), 3u);
+  {
+    v1::LookupRequest req;
+    req.set_engine_id(reg.engine_id());
+    for (uint32_t i = 0; i < 4; ++i) req.add_block_hashes(Hash(1, i));
+    req.mutable_pin_ttl()->set_seconds(60);
+    grpc::ClientContext ctx;
+    v1::LookupResponse resp;
+    ASSERT_TRUE(stub_->Lookup(Context(&ctx), req, &resp).ok());
+    EXPECT_EQ(resp.hit_pages(), 4u);
+    EXPECT_TRUE(resp.has_pin_expires_at());
+  }
+  EXPECT_EQ(pinned(), 4u);
+  // One more pin; Unregister then drops every pin of the engine.
+  {
+    v1::PinRequest req;
+    req.set_engine_id(reg.engine_id());
+    req.add_block_hashes(Hash(1, 0));
+    grpc::ClientContext ctx;
+    v1::PinResponse resp;
+    ASSERT_TRUE(stub_->Pin(Context(&ctx), req, &resp).ok());
+  }
+  {
+    v1::UnregisterRequest req;
+    req.set_engine_id(reg.engine_id());
+    grpc::ClientContext ctx;
+    v1::UnregisterResponse resp;
+    ASSERT_TRUE(stub_->Unregister(Context(&ctx), req, &resp).ok());
+  }
+  EXPECT_EQ(pinned(), 0u) << "an engine's pins end with it";
+}
+
 // The child of AClientThatDiesLeavesTheDaemonHealthyAndIsReleased (a separate process: gRPC
 // does not survive fork).
 int DyingClient(const std::string& socket, const std::string& dir) {
