@@ -248,6 +248,25 @@ void CloseIpcMemory(void* ptr) {
 #endif
 }
 
+absl::StatusOr<uint64_t> AllocationBytesFrom(const void* ptr) {
+#if KVTIER_WITH_CUDA
+  uint64_t base = 0, size = 0;
+  if (int err = internal::AllocationRange(const_cast<void*>(ptr), &base, &size); err != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%p is not in a device allocation (%s)", ptr,
+                        err >= 10000 ? absl::StrCat("CUresult ", err - 10000) : CudaText(err)));
+  }
+  const uint64_t p = reinterpret_cast<uint64_t>(ptr);
+  if (p < base || p >= base + size) {
+    return absl::InvalidArgumentError(absl::StrFormat("%p is not in a device allocation", ptr));
+  }
+  return base + size - p;
+#else
+  (void)ptr;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
 absl::StatusOr<int> DeviceByUuid(absl::string_view uuid) {
   auto devices = ListDevices();
   if (!devices.ok()) return devices.status();

@@ -89,6 +89,11 @@ absl::StatusOr<std::string> ExportIpcMemory(void* ptr);
 absl::StatusOr<void*> OpenIpcMemory(int device, absl::string_view handle);
 void CloseIpcMemory(void* ptr);  // logs CUDA errors
 
+// The bytes of the device allocation that contains `ptr` from `ptr` to its end (so a range
+// [ptr, ptr + n) is inside one allocation iff n <= the result). InvalidArgument when `ptr` is in
+// no allocation; Unimplemented without CUDA.
+absl::StatusOr<uint64_t> AllocationBytesFrom(const void* ptr);
+
 // The ordinal of the device with this 16-byte UUID. NotFound when this process does not see it.
 absl::StatusOr<int> DeviceByUuid(absl::string_view uuid);
 

@@ -1,5 +1,6 @@
 // CUDA runtime queries behind kernels/device.h. Returns cudaError_t values as int so the
 // wrapper in device.cc needs no CUDA headers.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -81,6 +82,25 @@ int IpcOpen(const unsigned char* handle, void** ptr) {
 }
 
 int IpcClose(void* ptr) { return static_cast<int>(cudaIpcCloseMemHandle(ptr)); }
+
+int AllocationRange(void* ptr, uint64_t* base, uint64_t* size) {
+  using GetRange = CUresult(CUDAAPI*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
+                                                     cudaEnableDefault, &found);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  if (fn == nullptr || found != cudaDriverEntryPointSuccess) {
+    return static_cast<int>(cudaErrorNotSupported);
+  }
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  const CUresult r = reinterpret_cast<GetRange>(fn)(&b, &n, reinterpret_cast<CUdeviceptr>(ptr));
+  if (r != CUDA_SUCCESS) return 10000 + static_cast<int>(r);
+  *base = static_cast<uint64_t>(b);
+  *size = static_cast<uint64_t>(n);
+  return 0;
+}
 
 static_assert(sizeof(cudaIpcMemHandle_t) == 64, "the contract's IPC handles are 64 bytes");
 

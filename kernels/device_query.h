@@ -47,6 +47,10 @@ int IpcExport(void* ptr, unsigned char* handle);
 int IpcOpen(const unsigned char* handle, void** ptr);
 // cudaIpcCloseMemHandle.
 int IpcClose(void* ptr);
+// cuMemGetAddressRange through the runtime's driver entry point (no libcuda link): the base and
+// size of the allocation that contains `ptr`. Returns a cudaError_t value, or 10000 + the CUresult
+// when the driver call fails.
+int AllocationRange(void* ptr, uint64_t* base, uint64_t* size);
 // The CUDA runtime's description of an error code.
 const char* ErrorString(int error);
 

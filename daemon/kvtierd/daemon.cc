@@ -1,6 +1,7 @@
 // kvtierd: store + gRPC server + signals.
 #include "daemon/kvtierd/daemon.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -67,6 +69,36 @@ absl::Status ClearStaleSocket(const std::string& path) {
         absl::StrFormat("cannot remove the stale socket %s: %s", path, io::ErrnoText(errno)));
   }
   return absl::OkStatus();
+}
+
+// 32 random bytes kept in `path` (mode 0600), created on first use: the daemon's hash-root key.
+absl::StatusOr<std::string> LoadOrCreateKey(const std::string& path) {
+  std::string key(32, '\0');
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const ssize_t n = read(fd, key.data(), key.size());
+    close(fd);
+    if (n != static_cast<ssize_t>(key.size())) {
+      return absl::DataLossError(absl::StrFormat("%s is not a 32-byte key", path));
+    }
+    return key;
+  }
+  if (errno != ENOENT) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot read %s: %s", path, io::ErrnoText(errno)));
+  }
+  std::random_device rd;
+  for (char& c : key) c = static_cast<char>(rd());
+  fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || write(fd, key.data(), key.size()) != static_cast<ssize_t>(key.size()) ||
+      fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot create %s: %s", path, io::ErrnoText(err)));
+  }
+  close(fd);
+  return key;
 }
 
 absl::StatusOr<store::BlockStoreOptions> StoreOptions(const Config& c) {
@@ -161,6 +193,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   so.min_lease = absl::Seconds(config.min_lease_seconds);
   so.max_lease = absl::Seconds(config.max_lease_seconds);
   so.worker_threads = config.workers;
+  if (config.host_persistent) so.forbidden_pool_files.push_back("/dev/shm/" + config.host_shm_name);
   if (!config.auth_tokens_file.empty()) {
     absl::StatusOr<std::unique_ptr<service::TokenAuth>> auth =
         service::TokenAuth::Load(config.auth_tokens_file, config.auth_admin_tenants);
@@ -168,6 +201,9 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     KVTIER_LOG(kInfo, "authentication on: ", (*auth)->size(), " tokens from ",
                config.auth_tokens_file);
     so.auth = std::move(*auth);
+    absl::StatusOr<std::string> key = LoadOrCreateKey(config.state_dir + "/hash-root.key");
+    if (!key.ok()) return key.status();
+    so.hash_root_key = std::move(*key);
   }
   auto service = std::make_unique<service::KvTierService>(store->get(), so);
 

@@ -1,4 +1,6 @@
 // kvtierd: the per-node kvtier daemon. See docs/CONFIG.md and `kvtierd --help`.
+#include <signal.h>
+
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
     std::cout << "kvtierd: configuration is valid\n";
     return 0;
   }
+  signal(SIGPIPE, SIG_IGN);                 // a peer that goes away is an error return, not a crash
   kvtier::kvtierd::BlockShutdownSignals();  // before any thread starts
   absl::Status st = kvtier::kvtierd::Run(*config, {file, overrides});
   if (!st.ok()) {

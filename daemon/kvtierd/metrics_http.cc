@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -237,9 +238,16 @@ void MetricsHttpServer::Serve(int fd) {
   timeval timeout{2, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  // One deadline for the whole request: a slow client must not hold the only thread.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   std::string request;
   char buf[2048];
   while (request.find("\r\n\r\n") == std::string::npos && request.size() < 8192) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
     const ssize_t n = read(fd, buf, sizeof(buf));
     if (n <= 0) break;
     request.append(buf, static_cast<size_t>(n));
@@ -278,7 +286,7 @@ void MetricsHttpServer::Serve(int fd) {
   if (method != "HEAD") response += body;
   size_t sent = 0;
   while (sent < response.size()) {
-    const ssize_t n = write(fd, response.data() + sent, response.size() - sent);
+    const ssize_t n = send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }

@@ -65,8 +65,6 @@ absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Load(const std::string& pa
       return absl::InvalidArgumentError(absl::StrFormat(
           "auth.tokens_file %s line %d: this token hash is listed twice", path, number));
     }
-    std::string& secret = auth->secrets_[std::string(fields[0])];
-    secret = HashToken(secret + key);  // every token of a tenant contributes
   }
   for (std::string& a : admin_tenants) auth->admins_.insert(std::move(a));
   return auth;
@@ -86,11 +84,6 @@ absl::StatusOr<std::string> TokenAuth::Authenticate(const grpc::CallbackServerCo
   auto tenant = tenants_.find(HashToken(value));
   if (tenant == tenants_.end()) return absl::UnauthenticatedError("unknown token");
   return tenant->second;
-}
-
-std::string TokenAuth::Secret(const std::string& tenant) const {
-  auto it = secrets_.find(tenant);
-  return it == secrets_.end() ? "" : it->second;
 }
 
 }  // namespace kvtier::service

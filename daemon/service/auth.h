@@ -28,8 +28,6 @@ class TokenAuth {
   // known token.
   absl::StatusOr<std::string> Authenticate(const grpc::CallbackServerContext& ctx) const;
   bool IsAdmin(const std::string& tenant) const { return admins_.contains(tenant); }
-  // A per-tenant secret for hash roots (derived from the token hashes; "" for unknown tenants).
-  std::string Secret(const std::string& tenant) const;
   size_t size() const { return tenants_.size(); }
 
   // "sha256:<hex>" of a token, as the file lists it.
@@ -37,7 +35,6 @@ class TokenAuth {
 
  private:
   absl::flat_hash_map<std::string, std::string> tenants_;  // sha256 hex -> tenant
-  absl::flat_hash_map<std::string, std::string> secrets_;  // tenant -> secret
   absl::flat_hash_set<std::string> admins_;
 };
 

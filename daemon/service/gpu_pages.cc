@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/crc32c.h"
 #include "common/status_macros.h"
@@ -33,7 +34,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Open(const std::string& 
   if (slots == 0)
     return absl::InvalidArgumentError(absl::StrFormat("pool '%s': 0 slots", pool_name));
   if (static_cast<unsigned __int128>(slots) * slot_bytes > memory.size_bytes()) {
-    return absl::InvalidArgumentError(
+    return absl::FailedPreconditionError(
         absl::StrFormat("pool '%s': size_bytes %d is below %d slots of %d bytes", pool_name,
                         memory.size_bytes(), slots, slot_bytes));
   }
@@ -47,6 +48,17 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Open(const std::string& 
   if (!mapping.ok()) {
     return absl::Status(mapping.status().code(),
                         absl::StrFormat("pool '%s': %s", pool_name, mapping.status().message()));
+  }
+  // The pool must lie inside the allocation the handle names: otherwise Offload would read and
+  // Onboard write whatever else this process has mapped on the device.
+  absl::StatusOr<uint64_t> available = kernels::AllocationBytesFrom(*mapping);
+  if (!available.ok() || memory.base_offset_bytes() > *available ||
+      memory.size_bytes() > *available - memory.base_offset_bytes()) {
+    kernels::CloseIpcMemory(*mapping);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pool '%s': base_offset_bytes %d + size_bytes %d exceed the shared allocation (%s)",
+        pool_name, memory.base_offset_bytes(), memory.size_bytes(),
+        available.ok() ? absl::StrCat(*available, " bytes") : available.status().message()));
   }
   std::unique_ptr<DevicePool> pool(new DevicePool());
   pool->mapping_ = *mapping;

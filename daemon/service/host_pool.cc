@@ -3,9 +3,11 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,7 +39,8 @@ absl::Status ErrnoStatus(int err, const std::string& what) {
 
 absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     const std::string& pool_name, const v1::SharedMemoryFile& file, uint32_t slots,
-    uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs) {
+    uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs,
+    const std::string& required_subdir, const std::vector<std::pair<dev_t, ino_t>>& forbidden) {
   std::string path;
   if (file.has_shm_name()) {
     const std::string& name = file.shm_name();
@@ -58,23 +61,6 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     return absl::InvalidArgumentError(
         absl::StrFormat("pool '%s': shared_memory needs a path or a shm_name", pool_name));
   }
-  char resolved[PATH_MAX];
-  if (realpath(path.c_str(), resolved) == nullptr) {
-    return ErrnoStatus(errno, absl::StrFormat("pool '%s': %s", pool_name, path));
-  }
-  const std::string real = resolved;
-  bool allowed = false;
-  for (const std::string& dir : allowed_dirs) {
-    char dir_resolved[PATH_MAX];
-    if (realpath(dir.c_str(), dir_resolved) == nullptr) continue;
-    const std::string prefix = absl::StrCat(dir_resolved, "/");
-    allowed = allowed || absl::StartsWith(real, prefix);
-  }
-  if (!allowed) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("pool '%s': %s is outside the directories the daemon maps pools from (%s)",
-                        pool_name, real, absl::StrJoin(allowed_dirs, ", ")));
-  }
   if (file.offset_bytes() % 4096 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "pool '%s': offset_bytes %d is not a multiple of 4096", pool_name, file.offset_bytes()));
@@ -84,17 +70,64 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   }
   const unsigned __int128 needed = static_cast<unsigned __int128>(slots) * slot_bytes;
   if (needed > file.size_bytes()) {
-    return absl::InvalidArgumentError(
+    return absl::FailedPreconditionError(
         absl::StrFormat("pool '%s': size_bytes %d is below %d slots of %d bytes", pool_name,
                         file.size_bytes(), slots, slot_bytes));
   }
-  const int fd = open(real.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrFormat("pool '%s': open %s", pool_name, real));
+  // Opened beneath an allowed directory with openat2: no symlink anywhere on the way and no ".."
+  // out of it, so nothing can swap a path component between a check and the open.
+  int fd = -1;
+  bool inside = false;
+  for (const std::string& configured : allowed_dirs) {
+    std::string dir = configured;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    if (!absl::StartsWith(path, dir + "/")) continue;
+    const std::string rel = path.substr(dir.size() + 1);
+    if (!required_subdir.empty() && !absl::StartsWith(rel, required_subdir + "/")) continue;
+    inside = true;
+    const int dirfd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) continue;
+    struct open_how how {};
+    how.flags = O_RDWR | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+    fd = static_cast<int>(syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof(how)));
+    const int err = errno;
+    close(dirfd);
+    if (fd < 0) {
+      if (err == ELOOP || err == EXDEV) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "pool '%s': %s goes through a symlink or out of %s", pool_name, path, dir));
+      }
+      return ErrnoStatus(err, absl::StrFormat("pool '%s': open %s", pool_name, path));
+    }
+    break;
+  }
+  if (!inside) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pool '%s': %s is outside the directories the daemon maps pools from (%s)%s", pool_name,
+        path, absl::StrJoin(allowed_dirs, ", "),
+        required_subdir.empty()
+            ? ""
+            : absl::StrCat("; with authentication on, pools live in the tenant's subdirectory ",
+                           required_subdir, "/ of one of them")));
+  }
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("pool '%s': the pool directory of %s cannot be opened", pool_name, path));
+  }
+  const std::string& real = path;
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int err = errno;
     close(fd);
     return ErrnoStatus(err, absl::StrFormat("pool '%s': stat %s", pool_name, real));
+  }
+  for (const auto& [dev, ino] : forbidden) {
+    if (st.st_dev == dev && st.st_ino == ino) {
+      close(fd);
+      return absl::PermissionDeniedError(
+          absl::StrFormat("pool '%s': %s is a file of the daemon itself", pool_name, path));
+    }
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
@@ -111,8 +144,8 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   void* mapping = mmap(nullptr, file.size_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                        static_cast<off_t>(file.offset_bytes()));
   const int err = errno;
-  close(fd);
   if (mapping == MAP_FAILED) {
+    close(fd);
     return ErrnoStatus(err, absl::StrFormat("pool '%s': mmap %s", pool_name, real));
   }
   std::unique_ptr<HostPool> pool(new HostPool());
@@ -122,11 +155,24 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   pool->base_ = static_cast<uint8_t*>(mapping);
   pool->slots_ = slots;
   pool->slot_bytes_ = slot_bytes;
+  pool->fd_ = fd;
+  pool->end_ = end;
   return pool;
 }
 
 HostPool::~HostPool() {
   if (mapping_ != nullptr) munmap(mapping_, mapping_bytes_);
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status HostPool::CheckIntact() const {
+  struct stat st;
+  if (fstat(fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) < end_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the pool file %s shrank below the registered range (%d bytes); register again", path_,
+        end_));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvtier::service

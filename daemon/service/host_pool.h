@@ -5,9 +5,12 @@
 #ifndef KVTIER_DAEMON_SERVICE_HOST_POOL_H_
 #define KVTIER_DAEMON_SERVICE_HOST_POOL_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,9 +24,19 @@ class HostPool {
   // `allowed_dirs` or not absolute, a bad shm name, an offset that is not a multiple of 4096, a
   // size below slots * slot_bytes or beyond the end of the file; NotFound when the file does not
   // exist; PermissionDenied when the daemon may not open it; Internal for other errors.
+  // The file is opened beneath an allowed directory (and inside `required_subdir` of it when not
+  // empty: the tenant's directory with authentication on) with no symlink on the way; files in
+  // `forbidden` (device, inode: the daemon's own) are refused (PermissionDenied). A range that
+  // does not hold the slots is FailedPrecondition.
   static absl::StatusOr<std::unique_ptr<HostPool>> Map(
       const std::string& pool_name, const v1::SharedMemoryFile& file, uint32_t slots,
-      uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs);
+      uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs,
+      const std::string& required_subdir = "",
+      const std::vector<std::pair<dev_t, ino_t>>& forbidden = {});
+  // FailedPrecondition when the file shrank below the mapped range since Map (touching the
+  // mapping then would raise SIGBUS). Checked before every batch; an engine that shrinks its file
+  // during a batch can still crash the daemon, so engines must not truncate registered pools.
+  absl::Status CheckIntact() const;
   ~HostPool();
   HostPool(const HostPool&) = delete;
   HostPool& operator=(const HostPool&) = delete;
@@ -42,6 +55,8 @@ class HostPool {
   uint8_t* base_ = nullptr;
   uint32_t slots_ = 0;
   uint64_t slot_bytes_ = 0;
+  int fd_ = -1;
+  uint64_t end_ = 0;  // offset + size of the mapped range in the file
 };
 
 }  // namespace kvtier::service

@@ -2,6 +2,7 @@
 #include "daemon/service/kvtier_service.h"
 
 #include <openssl/sha.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "daemon/service/proto_convert.h"
 #include "kernels/device.h"
 #include "kvtier/v1/namespace.pb.h"
@@ -152,6 +154,10 @@ KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options)
   do {
     incarnation_ = (uint64_t{rd()} << 32) | rd();
   } while (incarnation_ == 0);
+  for (const std::string& path : options_.forbidden_pool_files) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) forbidden_.emplace_back(st.st_dev, st.st_ino);
+  }
   if (options_.node_name.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -166,6 +172,12 @@ KvTierService::~KvTierService() {
     stop_ = true;
   }
   lease_thread_.join();
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    waiters.swap(waiters_);
+  }
+  for (auto& w : waiters) w.first.join();  // their engines' work finishes on the workers
 }
 
 void KvTierService::RunOnWorker(grpc::ServerUnaryReactor* reactor,
@@ -195,10 +207,12 @@ size_t KvTierService::engine_count() const {
   return engines_.size();
 }
 
-std::shared_ptr<KvTierService::Engine> KvTierService::Enter(const std::string& engine_id) {
+std::shared_ptr<KvTierService::Engine> KvTierService::Enter(const std::string& engine_id,
+                                                            const std::string* tenant) {
   absl::MutexLock lock(&mu_);
   auto it = engines_.find(engine_id);
   if (it == engines_.end()) return nullptr;
+  if (tenant != nullptr && it->second->tenant != *tenant) return nullptr;  // no renewal either
   it->second->expires = absl::Now() + it->second->lease;
   ++it->second->active;
   return it->second;
@@ -213,16 +227,20 @@ absl::StatusOr<std::shared_ptr<KvTierService::Engine>> KvTierService::EnterFor(
     grpc::CallbackServerContext* ctx, const std::string& engine_id) {
   absl::StatusOr<std::string> caller = Caller(ctx);
   if (!caller.ok()) return caller.status();
-  std::shared_ptr<Engine> engine = Enter(engine_id);
+  std::shared_ptr<Engine> engine = Enter(engine_id, options_.auth != nullptr ? &*caller : nullptr);
   if (engine == nullptr) {
+    bool other_tenant = false;
+    {
+      absl::MutexLock lock(&mu_);
+      other_tenant = engines_.contains(engine_id);
+    }
+    if (other_tenant) {
+      return absl::PermissionDeniedError(
+          absl::StrFormat("engine '%s' belongs to another tenant", engine_id));
+    }
     return absl::NotFoundError(absl::StrFormat(
         "engine '%s' is not registered (unregistered, lease expired, or daemon restarted)",
         engine_id));
-  }
-  if (options_.auth != nullptr && engine->tenant != *caller) {
-    Leave(engine);
-    return absl::PermissionDeniedError(
-        absl::StrFormat("engine '%s' belongs to another tenant", engine_id));
   }
   return engine;
 }
@@ -232,12 +250,15 @@ void KvTierService::Leave(const std::shared_ptr<Engine>& engine) {
   if (--engine->active == 0) idle_cv_.SignalAll();
 }
 
-uint32_t KvTierService::Remove(const std::string& engine_id, const char* why) {
+uint32_t KvTierService::Remove(const std::string& engine_id, const char* why,
+                               bool only_if_expired) {
   std::shared_ptr<Engine> engine;
   {
     absl::MutexLock lock(&mu_);
     auto it = engines_.find(engine_id);
     if (it == engines_.end()) return 0;
+    // The lease thread's list may be stale: a KeepAlive since then keeps the engine.
+    if (only_if_expired && it->second->expires >= absl::Now()) return 0;
     engine = std::move(it->second);
     engines_.erase(it);
     while (engine->active > 0) idle_cv_.Wait(&mu_);
@@ -260,7 +281,7 @@ void KvTierService::LeaseLoop() {
         if (engine->expires < now) expired.push_back(id);
       }
     }
-    for (const std::string& id : expired) Remove(id, "lease expired");
+    for (const std::string& id : expired) Remove(id, "lease expired", /*only_if_expired=*/true);
     ReleaseParked("", absl::Now());
     DropPins("", nullptr, absl::Now());
   }
@@ -326,6 +347,14 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
                           CheckLength("model", req->model(), 256, true),
                           CheckLength("partition", req->partition(), 64, false)}) {
     if (!st.ok()) return Finish(ctx, st);
+  }
+  // Authenticated before any pool is opened: an unknown caller learns nothing about files.
+  absl::StatusOr<std::string> caller = Caller(ctx);
+  if (!caller.ok()) return Finish(ctx, caller.status());
+  if (options_.auth != nullptr && !req->tenant().empty() && req->tenant() != *caller) {
+    return Finish(ctx,
+                  absl::PermissionDeniedError(absl::StrFormat(
+                      "the token authenticates tenant '%s', not '%s'", *caller, req->tenant())));
   }
   if (!req->has_layout()) return Finish(ctx, absl::InvalidArgumentError("layout is required"));
   auto engine = std::make_shared<Engine>();
@@ -394,26 +423,20 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
                     absl::InvalidArgumentError(absl::StrFormat(
                         "pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name())));
     }
-    absl::StatusOr<std::unique_ptr<HostPool>> pool =
-        HostPool::Map(reg.name(), reg.shared_memory(), reg.slots(),
-                      engine->layout.pools[index].slot_bytes, options_.pool_dirs);
+    // With authentication on, a tenant's pools live in its own subdirectory.
+    absl::StatusOr<std::unique_ptr<HostPool>> pool = HostPool::Map(
+        reg.name(), reg.shared_memory(), reg.slots(), engine->layout.pools[index].slot_bytes,
+        options_.pool_dirs, options_.auth != nullptr ? *caller : "", forbidden_);
     if (!pool.ok()) return Finish(ctx, pool.status());
     engine->pools[index] = std::move(*pool);
     engine->slots = std::min(engine->slots, reg.slots());
-  }
-  absl::StatusOr<std::string> caller = Caller(ctx);
-  if (!caller.ok()) return Finish(ctx, caller.status());
-  if (options_.auth != nullptr && !req->tenant().empty() && req->tenant() != *caller) {
-    return Finish(ctx,
-                  absl::PermissionDeniedError(absl::StrFormat(
-                      "the token authenticates tenant '%s', not '%s'", *caller, req->tenant())));
   }
   const std::string tenant =
       options_.auth != nullptr ? *caller : (req->tenant().empty() ? "default" : req->tenant());
   const uint64_t fingerprint = codec::LayoutFingerprint(engine->layout);
   const DerivedNamespace ns =
       DeriveNamespace(tenant, req->model(), req->partition(), fingerprint, *spec,
-                      options_.auth != nullptr ? options_.auth->Secret(tenant) : "");
+                      options_.auth != nullptr ? options_.hash_root_key + tenant : "");
   engine->tenant = tenant;
   engine->ns = ns.id;
   v1::Namespace* ns_proto = resp->mutable_ns();
@@ -467,10 +490,27 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
   }
   // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, resp, id = req->engine_id()] {
+  absl::MutexLock lock(&mu_);
+  for (auto it = waiters_.begin(); it != waiters_.end();) {  // join the finished ones
+    if (it->second->load()) {
+      it->first.join();
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  ++in_flight_;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread waiter([this, reactor, resp, done, id = req->engine_id()] {
     resp->set_released_parked_requests(Remove(id, "unregistered by the client"));
-    return absl::OkStatus();
+    reactor->Finish(grpc::Status::OK);
+    {
+      absl::MutexLock lock(&mu_);
+      if (--in_flight_ == 0) idle_cv_.SignalAll();
+    }
+    done->store(true);
   });
+  waiters_.emplace_back(std::move(waiter), std::move(done));
   return reactor;
 }
 
@@ -508,8 +548,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
     absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
     if (!engine.ok()) return Finish(ctx, engine.status());
     ns = (*engine)->ns;
-    Leave(*engine);
-    lookup_engine = *engine;
+    lookup_engine = *engine;  // left after pinning, so Remove's DropPins sees the pins
   } else if (req->scope_case() == v1::LookupRequest::kNamespaceId) {
     ns = req->namespace_id();
     absl::StatusOr<std::string> caller = Caller(ctx);
@@ -533,6 +572,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   for (int i = 0; i < req->block_hashes_size(); ++i) {
     absl::StatusOr<index::BlockHash> hash = HashFromProto(req->block_hashes(i));
     if (!hash.ok()) {
+      if (lookup_engine != nullptr) Leave(lookup_engine);
       return Finish(ctx, absl::InvalidArgumentError(
                              absl::StrCat("block_hashes[", i, "]: ", hash.status().message())));
     }
@@ -551,6 +591,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
         &results);
     SetTime(expires, resp->mutable_pin_expires_at());
   }
+  if (lookup_engine != nullptr) Leave(lookup_engine);
   return Finish(ctx, absl::OkStatus());
 }
 
@@ -568,6 +609,12 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOnWorker(reactor, [this, engine, req, resp] {
+    // Checked again on the worker: a Drain that began after the RPC arrived waits for this
+    // request (it is counted in flight), which then writes nothing.
+    if (draining_) {
+      Leave(engine);
+      return absl::UnavailableError("the daemon is draining");
+    }
     if (engine->gpu != nullptr) {
       DoOffloadGpu(*engine, *req, resp);
     } else {
@@ -579,11 +626,23 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   return reactor;
 }
 
+absl::Status KvTierService::CheckPools(const Engine& engine) {
+  for (const std::unique_ptr<HostPool>& pool : engine.pools) {
+    if (pool != nullptr) KVTIER_RETURN_IF_ERROR(pool->CheckIntact());
+  }
+  return absl::OkStatus();
+}
+
 void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& req,
                               v1::OffloadResponse* resp) {
+  if (absl::Status intact = CheckPools(engine); !intact.ok()) {
+    for (int i = 0; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
+    return;
+  }
   store::PutOptions put;
-  put.durable = req.durable();
-  put.wait_durable = req.durable() && req.ack() == v1::WRITE_ACK_DURABLE;
+  // WRITE_ACK_DURABLE implies durable (cache.proto).
+  put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
+  put.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
   uint32_t stored = 0;
   for (int i = 0; i < req.items_size(); ++i) {
     const v1::OffloadItem& item = req.items(i);
@@ -663,6 +722,10 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
 
 void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& req,
                               v1::OnboardResponse* resp) {
+  if (absl::Status intact = CheckPools(engine); !intact.ok()) {
+    for (int i = 0; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
+    return;
+  }
   absl::flat_hash_set<uint32_t> destinations;
   bool stopped = false;
   uint32_t onboarded = 0;
@@ -740,8 +803,9 @@ size_t SealThreads() {
 void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req,
                                  v1::OffloadResponse* resp) {
   store::PutOptions put;
-  put.durable = req.durable();
-  put.wait_durable = req.durable() && req.ack() == v1::WRITE_ACK_DURABLE;
+  // WRITE_ACK_DURABLE implies durable (cache.proto).
+  put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
+  put.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
   const uint64_t block_bytes = engine.codec->block_bytes();
   for (int i = 0; i < req.items_size(); ++i) resp->add_results();
   uint32_t stored = 0;
@@ -952,6 +1016,10 @@ grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOnWorker(reactor, [this, engine, req, resp] {
+    if (draining_) {  // see Offload
+      Leave(engine);
+      return absl::UnavailableError("the daemon is draining");
+    }
     absl::Status st = DoPark(*engine, *req, resp);
     Leave(engine);
     return st;
@@ -1001,10 +1069,23 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
     partial.hashes = hashes;
     partial.block_bytes = engine.codec->block_bytes();
     DropParked(partial);  // all or nothing
-    const absl::StatusCode code =
-        r.code() == v1::ITEM_CODE_INVALID_ARGUMENT     ? absl::StatusCode::kInvalidArgument
-        : r.code() == v1::ITEM_CODE_RESOURCE_EXHAUSTED ? absl::StatusCode::kResourceExhausted
-                                                       : absl::StatusCode::kInternal;
+    absl::StatusCode code = absl::StatusCode::kInternal;
+    switch (r.code()) {
+      case v1::ITEM_CODE_INVALID_ARGUMENT:
+        code = absl::StatusCode::kInvalidArgument;
+        break;
+      case v1::ITEM_CODE_RESOURCE_EXHAUSTED:
+        code = absl::StatusCode::kResourceExhausted;
+        break;
+      case v1::ITEM_CODE_UNAVAILABLE:
+        code = absl::StatusCode::kUnavailable;
+        break;
+      case v1::ITEM_CODE_FAILED_PRECONDITION:
+        code = absl::StatusCode::kFailedPrecondition;
+        break;
+      default:
+        break;
+    }
     return absl::Status(
         code, absl::StrFormat("page_indices[%d]: %s (nothing was parked)", i, r.message()));
   }
@@ -1013,6 +1094,19 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
                     : options_.default_park_ttl;
   ttl = std::clamp(ttl, absl::Seconds(1), options_.max_park_ttl);
   absl::MutexLock lock(&mu_);
+  auto existing = parked_.find(key);
+  if (req.append() && (existing == parked_.end() || existing->second.hashes.size() != first)) {
+    // Expired (or released) while the pages were written: do not start a new request with them.
+    Parked orphan;
+    orphan.ns = engine.ns;
+    orphan.hashes = hashes;
+    orphan.block_bytes = engine.codec->block_bytes();
+    mu_.Unlock();
+    DropParked(orphan);
+    mu_.Lock();
+    return absl::NotFoundError(absl::StrFormat(
+        "request '%s' expired or was released while pages were appended", req.request_id()));
+  }
   Parked& parked = parked_[key];
   parked.engine_id = engine.id;
   parked.ns = engine.ns;
@@ -1087,6 +1181,9 @@ absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeReque
     if (r.code() == v1::ITEM_CODE_OK) continue;
     if (r.code() == v1::ITEM_CODE_INVALID_ARGUMENT) {
       return absl::InvalidArgumentError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
+    }
+    if (r.code() == v1::ITEM_CODE_UNAVAILABLE) {  // transient (no staging memory): retry
+      return absl::UnavailableError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
     }
     // A parked block that is gone (evicted) or failed its checksum: the engine recomputes.
     return absl::DataLossError(absl::StrFormat(
@@ -1261,9 +1358,10 @@ grpc::ServerUnaryReactor* KvTierService::Unpin(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                                                const v1::StatsRequest* req,
                                                v1::StatsResponse* resp) {
-  if (absl::StatusOr<std::string> caller = Caller(ctx); !caller.ok()) {
-    return Finish(ctx, caller.status());
-  }
+  absl::StatusOr<std::string> caller = Caller(ctx);
+  if (!caller.ok()) return Finish(ctx, caller.status());
+  // With authentication on, a tenant sees its own engines and namespaces (tiers are shared).
+  const bool filtered = options_.auth != nullptr && !options_.auth->IsAdmin(*caller);
   const store::StoreStats stats = store_->Stats();
   resp->set_incarnation_id(incarnation_);
   const absl::Time now = absl::Now();
@@ -1317,7 +1415,7 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     resp->set_registered_engines(static_cast<uint32_t>(engines_.size()));
     for (const auto& [id, engine] : engines_) {
       ++engines_per_ns[engine->ns];
-      if (!req->include_engines()) continue;
+      if (!req->include_engines() || (filtered && engine->tenant != *caller)) continue;
       v1::EngineInfo* info = resp->add_engines();
       info->set_engine_id(engine->id);
       info->set_engine_name(engine->name);
@@ -1329,9 +1427,12 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
   }
   if (req->include_namespaces()) {
     for (const auto& [id, record] : store_->Namespaces()) {
+      v1::Namespace described;
+      if (!described.ParseFromString(record.first)) continue;
+      if (filtered && described.tenant() != *caller) continue;
       v1::NamespaceStats* ns = resp->add_namespaces();
       ns->set_namespace_id(id);
-      ns->mutable_ns()->ParseFromString(record.first);
+      *ns->mutable_ns() = described;
       ns->set_quota_bytes(record.second);
       auto it = engines_per_ns.find(id);
       ns->set_engines(it == engines_per_ns.end() ? 0 : it->second);

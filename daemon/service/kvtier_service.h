@@ -52,6 +52,11 @@ struct ServiceOptions {
   // Tenant tokens; null: authentication off (one tenant per request's `tenant` field, "default"
   // when empty).
   std::shared_ptr<const TokenAuth> auth;
+  // With authentication on, mixed into every tenant's hash root so that roots cannot be computed
+  // outside the daemon (kvtierd keeps it in <state_dir>/hash-root.key).
+  std::string hash_root_key;
+  // Files engines may not register as pools (the daemon's persistent host arena).
+  std::vector<std::string> forbidden_pool_files;
 };
 
 // A fixed set of threads running queued closures in order of submission.
@@ -148,7 +153,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
 
  private:
   // The engine, its lease renewed and a request counted as active; nullptr when unknown.
-  std::shared_ptr<Engine> Enter(const std::string& engine_id);
+  // With `tenant`, only an engine of that tenant (nullptr otherwise, and no renewal).
+  std::shared_ptr<Engine> Enter(const std::string& engine_id, const std::string* tenant = nullptr);
   // Enter for the caller of `ctx`: Unauthenticated without a valid token (authentication on),
   // NotFound for an unknown engine, PermissionDenied for another tenant's engine.
   absl::StatusOr<std::shared_ptr<Engine>> EnterFor(grpc::CallbackServerContext* ctx,
@@ -156,7 +162,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
   void Leave(const std::shared_ptr<Engine>& engine);
   // Removes the engine, waits until no request works on its pools, releases its parked requests
   // (returns how many).
-  uint32_t Remove(const std::string& engine_id, const char* why);
+  // With only_if_expired, an engine whose lease was renewed meanwhile stays.
+  uint32_t Remove(const std::string& engine_id, const char* why, bool only_if_expired = false);
   void LeaseLoop();
 
   // A paused request's pages, stored as blocks under hashes derived from (engine, request id,
@@ -193,6 +200,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
   absl::Status DoResume(const Engine& engine, const v1::ResumeRequest& req,
                         v1::ResumeResponse* resp);
 
+  // FailedPrecondition when a host pool's file shrank since registration.
+  static absl::Status CheckPools(const Engine& engine);
   void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp);
   void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
   // The GPU-pool forms: one kernel pass per batch, sealed on the host.
@@ -224,14 +233,19 @@ class KvTierService final : public v1::KvTier::CallbackService {
       mu_);  // serializes Park/Resume/Release (they change parked_ around store I/O)
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
+  // Unregister calls waiting for an engine's work (never on a worker: the work may be queued
+  // behind them); each with a flag set when it is done, so finished ones are joined.
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> waiters_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<dev_t, ino_t>> forbidden_;  // of options_.forbidden_pool_files
   WorkerPool workers_;
   std::thread lease_thread_;
 };
 
 // The namespace id and hash root the server derives for a namespace tuple: SHA-256 of a tagged
 // encoding of (tenant, model, partition, layout fingerprint, codec); the id is its first 8 bytes
-// (little-endian, never 0), the root SHA-256 of a second tag, the id and `secret` (the tenant's
-// secret when authentication is on).
+// (little-endian, never 0), the root SHA-256 of a second tag, the id and `secret` (the daemon's
+// hash-root key and the tenant, when authentication is on).
 struct DerivedNamespace {
   uint64_t id = 0;
   std::string hash_root;  // 32 bytes

@@ -166,7 +166,13 @@ TEST_F(KvtierdGpuTest, RejectsWhatTheGpuPathCannotTake) {
   expect(req, grpc::StatusCode::UNIMPLEMENTED, "GPU kernels");
   req = engine.Request("nvfp4");
   req.mutable_pools(0)->mutable_cuda_ipc()->set_size_bytes(1024);
-  expect(req, grpc::StatusCode::INVALID_ARGUMENT, "size_bytes");
+  expect(req, grpc::StatusCode::FAILED_PRECONDITION, "size_bytes");
+  req = engine.Request("nvfp4");
+  req.mutable_pools(0)->mutable_cuda_ipc()->set_base_offset_bytes(1ull << 30);
+  expect(req, grpc::StatusCode::INVALID_ARGUMENT, "exceed the shared allocation");
+  req = engine.Request("nvfp4");
+  req.mutable_pools(0)->mutable_cuda_ipc()->set_size_bytes(1ull << 40);
+  expect(req, grpc::StatusCode::INVALID_ARGUMENT, "exceed the shared allocation");
   // A layout that is not flat (a gap before the last buffer).
   req = engine.Request("nvfp4");
   v1::PageLayout* layout = req.mutable_layout();

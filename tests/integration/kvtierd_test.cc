@@ -3,6 +3,8 @@
 // isolate namespaces; bad requests are rejected with precise statuses and change nothing; a client
 // that dies leaves the daemon healthy and its registration released when the lease runs out;
 // SIGTERM under load loses no block acknowledged as durable; metrics and probes answer over HTTP.
+#include <sys/stat.h>
+
 #include <atomic>
 
 #include "daemon/service/auth.h"
@@ -189,9 +191,14 @@ TEST_F(KvtierdTest, BadRequestsGetPreciseStatusesAndChangeNothing) {
   bad = engine.Request();
   bad.mutable_pools(0)->mutable_shared_memory()->set_path("/etc/passwd");
   expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "outside the directories");
+  // A symlink inside an allowed directory that leads elsewhere is not followed.
+  ASSERT_EQ(symlink(dir_->File("pool-a").c_str(), dir_->File("pool-link").c_str()), 0);
+  bad = engine.Request();
+  bad.mutable_pools(0)->mutable_shared_memory()->set_path(dir_->File("pool-link"));
+  expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "symlink");
   bad = engine.Request();
   bad.mutable_pools(0)->set_slots(1000);
-  expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "size_bytes");
+  expect_register(bad, grpc::StatusCode::FAILED_PRECONDITION, "size_bytes");
   bad = engine.Request();
   bad.clear_model();
   expect_register(bad, grpc::StatusCode::INVALID_ARGUMENT, "model");
@@ -481,7 +488,11 @@ TEST_F(KvtierdTest, TenantTokensDecideTheNamespaceAndGuardEngines) {
     if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
     return ctx;
   };
-  TestEngine a(dir_->File("pool-a"), 8), b(dir_->File("pool-b"), 8);
+  // With authentication on, a tenant's pools live in its subdirectory of an allowed directory.
+  ASSERT_EQ(mkdir(dir_->File("alice").c_str(), 0700), 0);
+  ASSERT_EQ(mkdir(dir_->File("bob").c_str(), 0700), 0);
+  TestEngine a(dir_->File("alice/pool-a"), 8), b(dir_->File("bob/pool-b"), 8);
+  TestEngine stray(dir_->File("pool-stray"), 8);
   for (uint32_t i = 0; i < 4; ++i) a.Fill(i, i);
   auto register_as = [&](TestEngine& e, const std::string& token, const std::string& tenant,
                          v1::RegisterEngineResponse* resp) {
@@ -493,6 +504,11 @@ TEST_F(KvtierdTest, TenantTokensDecideTheNamespaceAndGuardEngines) {
   EXPECT_EQ(register_as(a, "wrong", "", &unused).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(register_as(a, "token-a", "bob", &unused).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(register_as(b, "token-a", "", &unused).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << "alice may not map bob's pool";
+  EXPECT_EQ(register_as(stray, "token-a", "", &unused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT)
+      << "a pool outside the tenant's subdirectory";
   ASSERT_TRUE(register_as(a, "token-a", "", &ra).ok());
   ASSERT_TRUE(register_as(b, "token-b", "", &rb).ok());
   EXPECT_EQ(ra.ns().tenant(), "alice");
