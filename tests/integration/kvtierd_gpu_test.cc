@@ -180,8 +180,8 @@ TEST_F(KvtierdGpuTest, RejectsWhatTheGpuPathCannotTake) {
   layout->mutable_pools(0)->set_slot_bytes(layout->pools(0).slot_bytes() + 4096);
   v1::BufferSpec* last = layout->mutable_buffers(layout->buffers_size() - 1);
   last->set_offset_bytes(last->offset_bytes() + 4096);
-  req.mutable_pools(0)->mutable_cuda_ipc()->set_size_bytes(8 * layout->pools(0).slot_bytes());
-  req.mutable_pools(0)->set_slots(4);
+  req.mutable_pools(0)->mutable_cuda_ipc()->set_size_bytes(4 * layout->pools(0).slot_bytes());
+  req.mutable_pools(0)->set_slots(4);  // 4 larger slots still fit the 8-page allocation
   expect(req, grpc::StatusCode::INVALID_ARGUMENT, "flat");
   // The daemon still serves a good registration.
   grpc::ClientContext ctx;
