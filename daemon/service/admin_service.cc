@@ -13,12 +13,6 @@
 namespace kvtier::service {
 namespace {
 
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpc(status));
-  return reactor;
-}
-
 // OK when the caller may use the admin service (always, with authentication off).
 absl::Status CheckAdmin(const KvTierService& service, grpc::CallbackServerContext* ctx) {
   absl::StatusOr<std::string> caller = service.Caller(ctx);
@@ -28,12 +22,6 @@ absl::Status CheckAdmin(const KvTierService& service, grpc::CallbackServerContex
         absl::StrFormat("tenant '%s' may not use the admin service (auth.admin_tenants)", *caller));
   }
   return absl::OkStatus();
-}
-
-void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
-  const int64_t ns = absl::ToInt64Nanoseconds(d);
-  out->set_seconds(ns / 1000000000);
-  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
 }
 
 // The registered namespaces the selector names. InvalidArgument without a selector.
@@ -81,12 +69,12 @@ absl::StatusOr<std::vector<store::NamespaceId>> Select(const store::BlockStore& 
 grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext* ctx,
                                                     const v1::ClearRequest* req,
                                                     v1::ClearResponse* resp) {
-  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return Finish(ctx, st);
+  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
   if (req->tier() != v1::TIER_UNSPECIFIED) {
-    return Finish(ctx, absl::UnimplementedError("clearing one tier only is not served yet"));
+    return FinishWith(ctx, absl::UnimplementedError("clearing one tier only is not served yet"));
   }
   absl::StatusOr<std::vector<store::NamespaceId>> ids = Select(*store_, req->namespaces());
-  if (!ids.ok()) return Finish(ctx, ids.status());
+  if (!ids.ok()) return FinishWith(ctx, ids.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   service_->RunOnWorker(reactor, [this, ids = std::move(*ids), resp]() -> absl::Status {
     for (store::NamespaceId id : ids) {
@@ -105,13 +93,13 @@ grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext* ctx,
                                                      const v1::VerifyRequest* req,
                                                      v1::VerifyResponse* resp) {
-  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return Finish(ctx, st);
+  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
   if (req->tier() != v1::TIER_UNSPECIFIED || req->has_namespaces() || req->report_only() ||
       req->max_blocks() != 0) {
-    return Finish(ctx,
-                  absl::UnimplementedError(
-                      "this version verifies every block of every tier and removes corrupt "
-                      "ones; tier, namespaces, report_only and max_blocks are not served yet"));
+    return FinishWith(ctx,
+                      absl::UnimplementedError(
+                          "this version verifies every block of every tier and removes corrupt "
+                          "ones; tier, namespaces, report_only and max_blocks are not served yet"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   service_->RunOnWorker(reactor, [this, resp]() -> absl::Status {
@@ -133,13 +121,13 @@ grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* KvTierAdminService::Drain(grpc::CallbackServerContext* ctx,
                                                     const v1::DrainRequest* req,
                                                     v1::DrainResponse* resp) {
-  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return Finish(ctx, st);
+  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
   if (req->cancel()) {
     service_->EndDrain();
     KVTIER_LOG(kInfo, "admin: drain cancelled; accepting work again");
     resp->set_drained(false);
     resp->set_registered_engines(static_cast<uint32_t>(service_->engine_count()));
-    return Finish(ctx, absl::OkStatus());
+    return FinishWith(ctx, absl::OkStatus());
   }
   service_->BeginDrain();
   KVTIER_LOG(kInfo, "admin: draining",

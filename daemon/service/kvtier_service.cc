@@ -23,28 +23,6 @@ namespace {
 
 constexpr uint32_t kApiVersion = 1;
 
-void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
-  const int64_t ns = absl::ToInt64Nanoseconds(d);
-  out->set_seconds(ns / 1000000000);
-  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
-}
-
-void SetTime(absl::Time t, google::protobuf::Timestamp* out) {
-  const int64_t ns = absl::ToUnixNanos(t);
-  out->set_seconds(ns / 1000000000);
-  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
-}
-
-absl::Duration FromProto(const google::protobuf::Duration& d) {
-  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
-}
-
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpc(status));
-  return reactor;
-}
-
 absl::Status CheckLength(absl::string_view field, const std::string& value, size_t max,
                          bool required) {
   if (required && value.empty()) {
@@ -125,15 +103,6 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
 
 // ---- Engine ----
 
-codec::HotPageView KvTierService::Engine::View(uint32_t page) const {
-  codec::HotPageView view;
-  view.base.reserve(layout.buffers.size());
-  for (const codec::BufferSpec& b : layout.buffers) {
-    view.base.push_back(pools[b.pool]->slot(page) + b.offset_bytes);
-  }
-  return view;
-}
-
 codec::MutableHotPageView KvTierService::Engine::MutableView(uint32_t page) const {
   codec::MutableHotPageView view;
   view.base.reserve(layout.buffers.size());
@@ -141,6 +110,17 @@ codec::MutableHotPageView KvTierService::Engine::MutableView(uint32_t page) cons
     view.base.push_back(pools[b.pool]->slot(page) + b.offset_bytes);
   }
   return view;
+}
+
+codec::HotPageView KvTierService::Engine::View(uint32_t page) const {
+  codec::MutableHotPageView bases = MutableView(page);
+  return codec::HotPageView{{bases.base.begin(), bases.base.end()}};
+}
+
+absl::Status KvTierService::Engine::CheckPage(uint32_t page) const {
+  if (page < slots) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("page index %d out of range for the engine's pools (%d slots)", page, slots));
 }
 
 // ---- Service ----
@@ -293,13 +273,13 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   const uint32_t min = req->min_api_version() == 0 ? 1 : req->min_api_version();
   const uint32_t max = req->max_api_version() == 0 ? min : req->max_api_version();
   if (max < min) {
-    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                           "max_api_version %d is below min_api_version %d", max, min)));
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "max_api_version %d is below min_api_version %d", max, min)));
   }
   if (min > kApiVersion || max < kApiVersion) {
-    return Finish(ctx, absl::FailedPreconditionError(absl::StrFormat(
-                           "the client speaks API versions %d..%d, this server only %d", min, max,
-                           kApiVersion)));
+    return FinishWith(ctx, absl::FailedPreconditionError(absl::StrFormat(
+                               "the client speaks API versions %d..%d, this server only %d", min,
+                               max, kApiVersion)));
   }
   resp->set_api_version(kApiVersion);
   resp->set_server_min_api_version(kApiVersion);
@@ -335,43 +315,43 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   SetDuration(options_.max_pin_ttl, limits->mutable_max_pin_ttl());
   limits->set_max_park_user_data_bytes(options_.max_park_user_data_bytes);
   resp->set_draining(draining_);
-  return Finish(ctx, absl::OkStatus());
+  return FinishWith(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerContext* ctx,
                                                         const v1::RegisterEngineRequest* req,
                                                         v1::RegisterEngineResponse* resp) {
-  if (draining_) return Finish(ctx, absl::UnavailableError("the daemon is draining"));
+  if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
   for (absl::Status st : {CheckLength("engine_name", req->engine_name(), 128, false),
                           CheckLength("tenant", req->tenant(), 128, false),
                           CheckLength("model", req->model(), 256, true),
                           CheckLength("partition", req->partition(), 64, false)}) {
-    if (!st.ok()) return Finish(ctx, st);
+    if (!st.ok()) return FinishWith(ctx, st);
   }
   // Authenticated before any pool is opened: an unknown caller learns nothing about files.
   absl::StatusOr<std::string> caller = Caller(ctx);
-  if (!caller.ok()) return Finish(ctx, caller.status());
+  if (!caller.ok()) return FinishWith(ctx, caller.status());
   if (options_.auth != nullptr && !req->tenant().empty() && req->tenant() != *caller) {
-    return Finish(ctx,
-                  absl::PermissionDeniedError(absl::StrFormat(
-                      "the token authenticates tenant '%s', not '%s'", *caller, req->tenant())));
+    return FinishWith(
+        ctx, absl::PermissionDeniedError(absl::StrFormat(
+                 "the token authenticates tenant '%s', not '%s'", *caller, req->tenant())));
   }
-  if (!req->has_layout()) return Finish(ctx, absl::InvalidArgumentError("layout is required"));
+  if (!req->has_layout()) return FinishWith(ctx, absl::InvalidArgumentError("layout is required"));
   auto engine = std::make_shared<Engine>();
   absl::StatusOr<codec::PageLayout> layout = LayoutFromProto(req->layout());
-  if (!layout.ok()) return Finish(ctx, layout.status());
+  if (!layout.ok()) return FinishWith(ctx, layout.status());
   engine->layout = std::move(*layout);
   absl::StatusOr<codec::CodecSpec> spec = CodecFromProto(req->codec(), options_.default_codec);
-  if (!spec.ok()) return Finish(ctx, spec.status());
+  if (!spec.ok()) return FinishWith(ctx, spec.status());
   absl::StatusOr<std::unique_ptr<codec::Codec>> codec = codec::Codec::Create(engine->layout, *spec);
-  if (!codec.ok()) return Finish(ctx, codec.status());
+  if (!codec.ok()) return FinishWith(ctx, codec.status());
   engine->codec = std::move(*codec);
   // Every layout pool exactly once.
   engine->pools.resize(engine->layout.pools.size());
   if (req->pools_size() != static_cast<int>(engine->layout.pools.size())) {
-    return Finish(ctx, absl::InvalidArgumentError(
-                           absl::StrFormat("%d pools registered for a layout of %d pools",
-                                           req->pools_size(), engine->layout.pools.size())));
+    return FinishWith(ctx, absl::InvalidArgumentError(
+                               absl::StrFormat("%d pools registered for a layout of %d pools",
+                                               req->pools_size(), engine->layout.pools.size())));
   }
   engine->slots = UINT32_MAX;
   for (const v1::PoolRegistration& reg : req->pools()) {
@@ -380,38 +360,39 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
       ++index;
     }
     if (index == engine->layout.pools.size()) {
-      return Finish(ctx, absl::InvalidArgumentError(
-                             absl::StrFormat("pool '%s' is not a pool of the layout", reg.name())));
+      return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                                 "pool '%s' is not a pool of the layout", reg.name())));
     }
     if (engine->pools[index] != nullptr) {
-      return Finish(ctx, absl::InvalidArgumentError(
-                             absl::StrFormat("pool '%s' is registered twice", reg.name())));
+      return FinishWith(ctx, absl::InvalidArgumentError(
+                                 absl::StrFormat("pool '%s' is registered twice", reg.name())));
     }
     if (reg.has_cuda_ipc()) {
       if (engine->layout.pools.size() != 1) {
-        return Finish(ctx, absl::UnimplementedError(absl::StrFormat(
-                               "pool '%s': GPU engines register one pool (a flat layout); this "
-                               "layout has %d",
-                               reg.name(), engine->layout.pools.size())));
+        return FinishWith(ctx, absl::UnimplementedError(absl::StrFormat(
+                                   "pool '%s': GPU engines register one pool (a flat layout); this "
+                                   "layout has %d",
+                                   reg.name(), engine->layout.pools.size())));
       }
       if (!kernels::BuiltWithCuda()) {
-        return Finish(ctx, absl::UnimplementedError(absl::StrFormat(
-                               "pool '%s': this kvtierd was built without CUDA and serves host "
-                               "pools (shared_memory) only",
-                               reg.name())));
+        return FinishWith(ctx, absl::UnimplementedError(absl::StrFormat(
+                                   "pool '%s': this kvtierd was built without CUDA and serves host "
+                                   "pools (shared_memory) only",
+                                   reg.name())));
       }
       if (!store_->HostTierDeviceAccessible()) {
-        return Finish(ctx, absl::FailedPreconditionError(absl::StrFormat(
-                               "pool '%s': GPU pools need the host tier pinned with CUDA (host.pin "
-                               "auto or cuda on a machine with a GPU)",
-                               reg.name())));
+        return FinishWith(ctx,
+                          absl::FailedPreconditionError(absl::StrFormat(
+                              "pool '%s': GPU pools need the host tier pinned with CUDA (host.pin "
+                              "auto or cuda on a machine with a GPU)",
+                              reg.name())));
       }
       absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Open(
           reg.name(), reg.cuda_ipc(), reg.slots(), engine->layout.pools[index].slot_bytes);
-      if (!pool.ok()) return Finish(ctx, pool.status());
+      if (!pool.ok()) return FinishWith(ctx, pool.status());
       absl::StatusOr<std::unique_ptr<GpuPageCodec>> gpu =
           GpuPageCodec::Create(engine->codec->plan(), (*pool)->device());
-      if (!gpu.ok()) return Finish(ctx, gpu.status());
+      if (!gpu.ok()) return FinishWith(ctx, gpu.status());
       engine->device_pool = std::move(*pool);
       engine->gpu = std::move(*gpu);
       engine->slots = std::min(engine->slots, reg.slots());
@@ -419,15 +400,15 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
       continue;
     }
     if (!reg.has_shared_memory()) {
-      return Finish(ctx,
-                    absl::InvalidArgumentError(absl::StrFormat(
-                        "pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name())));
+      return FinishWith(
+          ctx, absl::InvalidArgumentError(absl::StrFormat(
+                   "pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name())));
     }
     // With authentication on, a tenant's pools live in its own subdirectory.
     absl::StatusOr<std::unique_ptr<HostPool>> pool = HostPool::Map(
         reg.name(), reg.shared_memory(), reg.slots(), engine->layout.pools[index].slot_bytes,
         options_.pool_dirs, options_.auth != nullptr ? *caller : "", forbidden_);
-    if (!pool.ok()) return Finish(ctx, pool.status());
+    if (!pool.ok()) return FinishWith(ctx, pool.status());
     engine->pools[index] = std::move(*pool);
     engine->slots = std::min(engine->slots, reg.slots());
   }
@@ -446,10 +427,10 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   ns_proto->set_layout_fingerprint(fingerprint);
   CodecToProto(*spec, ns_proto->mutable_codec());
   if (absl::Status st = store_->PutNamespace(ns.id, ns_proto->SerializeAsString(), 0); !st.ok()) {
-    return Finish(ctx, st);
+    return FinishWith(ctx, st);
   }
   absl::Duration lease =
-      req->has_lease_ttl() ? FromProto(req->lease_ttl()) : options_.default_lease;
+      req->has_lease_ttl() ? DurationFromProto(req->lease_ttl()) : options_.default_lease;
   lease = std::clamp(lease, options_.min_lease, options_.max_lease);
   engine->lease = lease;
   engine->hot_page_bytes = engine->layout.HotBytes();
@@ -459,8 +440,8 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   {
     absl::MutexLock lock(&mu_);
     if (engines_.size() >= options_.max_engines) {
-      return Finish(ctx, absl::ResourceExhaustedError(absl::StrFormat(
-                             "%d engines are registered (max_engines)", engines_.size())));
+      return FinishWith(ctx, absl::ResourceExhaustedError(absl::StrFormat(
+                                 "%d engines are registered (max_engines)", engines_.size())));
     }
     engine->expires = absl::Now() + lease;
     engines_[engine->id] = engine;
@@ -477,7 +458,7 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   resp->set_hot_page_bytes(engine->hot_page_bytes);
   resp->set_cold_block_bytes(engine->codec->block_bytes());
   resp->set_incarnation_id(incarnation_);
-  return Finish(ctx, absl::OkStatus());
+  return FinishWith(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext* ctx,
@@ -485,7 +466,7 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
                                                     v1::UnregisterResponse* resp) {
   {
     absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
-    if (!engine.ok()) return Finish(ctx, engine.status());
+    if (!engine.ok()) return FinishWith(ctx, engine.status());
     Leave(*engine);
   }
   // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
@@ -518,7 +499,7 @@ grpc::ServerUnaryReactor* KvTierService::KeepAlive(grpc::CallbackServerContext* 
                                                    const v1::KeepAliveRequest* req,
                                                    v1::KeepAliveResponse* resp) {
   absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return Finish(ctx, entered.status());
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   {
     absl::MutexLock lock(&mu_);
@@ -528,31 +509,31 @@ grpc::ServerUnaryReactor* KvTierService::KeepAlive(grpc::CallbackServerContext* 
   SetDuration(engine->lease, resp->mutable_lease_ttl());
   resp->set_draining(draining_);
   resp->set_incarnation_id(incarnation_);
-  return Finish(ctx, absl::OkStatus());
+  return FinishWith(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx,
                                                 const v1::LookupRequest* req,
                                                 v1::LookupResponse* resp) {
   if (req->block_hashes_size() > static_cast<int>(options_.max_items_per_request)) {
-    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                           "%d block hashes (at most %d per request)", req->block_hashes_size(),
-                           options_.max_items_per_request)));
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "%d block hashes (at most %d per request)", req->block_hashes_size(),
+                               options_.max_items_per_request)));
   }
   if (req->has_pin_ttl() && req->scope_case() != v1::LookupRequest::kEngineId) {
-    return Finish(ctx, absl::InvalidArgumentError("pin_ttl needs the engine_id scope"));
+    return FinishWith(ctx, absl::InvalidArgumentError("pin_ttl needs the engine_id scope"));
   }
   store::NamespaceId ns = 0;
   std::shared_ptr<Engine> lookup_engine;
   if (req->scope_case() == v1::LookupRequest::kEngineId) {
     absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
-    if (!engine.ok()) return Finish(ctx, engine.status());
+    if (!engine.ok()) return FinishWith(ctx, engine.status());
     ns = (*engine)->ns;
     lookup_engine = *engine;  // left after pinning, so Remove's DropPins sees the pins
   } else if (req->scope_case() == v1::LookupRequest::kNamespaceId) {
     ns = req->namespace_id();
     absl::StatusOr<std::string> caller = Caller(ctx);
-    if (!caller.ok()) return Finish(ctx, caller.status());
+    if (!caller.ok()) return FinishWith(ctx, caller.status());
     bool known = false, allowed = options_.auth == nullptr;
     for (const auto& [id, record] : store_->Namespaces()) {
       if (id != ns) continue;
@@ -562,10 +543,11 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
           allowed || (described.ParseFromString(record.first) && described.tenant() == *caller);
     }
     if (!known || !allowed) {  // another tenant's namespace looks unknown
-      return Finish(ctx, absl::NotFoundError(absl::StrFormat("namespace %016x is unknown", ns)));
+      return FinishWith(ctx,
+                        absl::NotFoundError(absl::StrFormat("namespace %016x is unknown", ns)));
     }
   } else {
-    return Finish(ctx, absl::InvalidArgumentError("engine_id or namespace_id is required"));
+    return FinishWith(ctx, absl::InvalidArgumentError("engine_id or namespace_id is required"));
   }
   std::vector<index::BlockHash> chain;
   chain.reserve(req->block_hashes_size());
@@ -573,8 +555,8 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
     absl::StatusOr<index::BlockHash> hash = HashFromProto(req->block_hashes(i));
     if (!hash.ok()) {
       if (lookup_engine != nullptr) Leave(lookup_engine);
-      return Finish(ctx, absl::InvalidArgumentError(
-                             absl::StrCat("block_hashes[", i, "]: ", hash.status().message())));
+      return FinishWith(ctx, absl::InvalidArgumentError(
+                                 absl::StrCat("block_hashes[", i, "]: ", hash.status().message())));
     }
     chain.push_back(*hash);
   }
@@ -585,27 +567,25 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   if (req->has_pin_ttl() && hits > 0) {
     chain.resize(hits);
     google::protobuf::RepeatedPtrField<v1::ItemResult> results;
-    const absl::Time expires = PinBlocks(
-        *lookup_engine, chain,
-        absl::Seconds(req->pin_ttl().seconds()) + absl::Nanoseconds(req->pin_ttl().nanos()),
-        &results);
+    const absl::Time expires =
+        PinBlocks(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
     SetTime(expires, resp->mutable_pin_expires_at());
   }
   if (lookup_engine != nullptr) Leave(lookup_engine);
-  return Finish(ctx, absl::OkStatus());
+  return FinishWith(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ctx,
                                                  const v1::OffloadRequest* req,
                                                  v1::OffloadResponse* resp) {
-  if (draining_) return Finish(ctx, absl::UnavailableError("the daemon is draining"));
+  if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
   if (req->items_size() > static_cast<int>(options_.max_items_per_request)) {
-    return Finish(ctx, absl::InvalidArgumentError(
-                           absl::StrFormat("%d items (at most %d per request)", req->items_size(),
-                                           options_.max_items_per_request)));
+    return FinishWith(ctx, absl::InvalidArgumentError(
+                               absl::StrFormat("%d items (at most %d per request)",
+                                               req->items_size(), options_.max_items_per_request)));
   }
   absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return Finish(ctx, entered.status());
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOnWorker(reactor, [this, engine, req, resp] {
@@ -652,11 +632,8 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
       SetItemResult(hash.status(), result);
       continue;
     }
-    if (item.page_index() >= engine.slots) {
-      SetItemResult(absl::InvalidArgumentError(absl::StrFormat(
-                        "page index %d out of range for the engine's pools (%d slots)",
-                        item.page_index(), engine.slots)),
-                    result);
+    if (absl::Status page = engine.CheckPage(item.page_index()); !page.ok()) {
+      SetItemResult(page, result);
       continue;
     }
     const store::BlockKey key{engine.ns, *hash};
@@ -700,12 +677,12 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
                                                  const v1::OnboardRequest* req,
                                                  v1::OnboardResponse* resp) {
   if (req->items_size() > static_cast<int>(options_.max_items_per_request)) {
-    return Finish(ctx, absl::InvalidArgumentError(
-                           absl::StrFormat("%d items (at most %d per request)", req->items_size(),
-                                           options_.max_items_per_request)));
+    return FinishWith(ctx, absl::InvalidArgumentError(
+                               absl::StrFormat("%d items (at most %d per request)",
+                                               req->items_size(), options_.max_items_per_request)));
   }
   absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return Finish(ctx, entered.status());
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOnWorker(reactor, [this, engine, req, resp] {
@@ -740,10 +717,8 @@ void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& re
     absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
     if (!hash.ok()) {
       invalid = hash.status();
-    } else if (item.page_index() >= engine.slots) {
-      invalid = absl::InvalidArgumentError(
-          absl::StrFormat("page index %d out of range for the engine's pools (%d slots)",
-                          item.page_index(), engine.slots));
+    } else if (!engine.CheckPage(item.page_index()).ok()) {
+      invalid = engine.CheckPage(item.page_index());
     } else if (!destinations.insert(item.page_index()).second) {
       invalid = absl::InvalidArgumentError(
           absl::StrFormat("page index %d is the destination of an earlier item of this request",
@@ -824,11 +799,8 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
         SetItemResult(hash.status(), result);
         continue;
       }
-      if (item.page_index() >= engine.slots) {
-        SetItemResult(absl::InvalidArgumentError(absl::StrFormat(
-                          "page index %d out of range for the engine's pools (%d slots)",
-                          item.page_index(), engine.slots)),
-                      result);
+      if (absl::Status page = engine.CheckPage(item.page_index()); !page.ok()) {
+        SetItemResult(page, result);
         continue;
       }
       absl::StatusOr<store::HostReservation> r = store_->Reserve({engine.ns, *hash}, block_bytes);
@@ -895,10 +867,8 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
       absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
       if (!hash.ok()) {
         st = hash.status();
-      } else if (item.page_index() >= engine.slots) {
-        st = absl::InvalidArgumentError(
-            absl::StrFormat("page index %d out of range for the engine's pools (%d slots)",
-                            item.page_index(), engine.slots));
+      } else if (!engine.CheckPage(item.page_index()).ok()) {
+        st = engine.CheckPage(item.page_index());
       } else if (!destinations.insert(item.page_index()).second) {
         st = absl::InvalidArgumentError(
             absl::StrFormat("page index %d is the destination of an earlier item of this request",
@@ -950,416 +920,11 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
   cold_bytes_onboarded_ += resp->cold_bytes_read();
 }
 
-// ---- Park, Resume, Release ----
-
-index::BlockHash KvTierService::ParkHash(const std::string& engine_id,
-                                         const std::string& request_id, uint64_t position) {
-  std::string text = "kvtier-park-v1";
-  for (const std::string* part : {&engine_id, &request_id}) {
-    const uint32_t n = static_cast<uint32_t>(part->size());
-    text.append(reinterpret_cast<const char*>(&n), sizeof(n));
-    text.append(*part);
-  }
-  text.append(reinterpret_cast<const char*>(&position), sizeof(position));
-  index::BlockHash hash;
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), hash.data());
-  return hash;
-}
-
-uint64_t KvTierService::DropParked(const Parked& parked) {
-  uint64_t freed = 0;
-  for (const index::BlockHash& h : parked.hashes) {
-    absl::StatusOr<bool> removed = store_->Remove({parked.ns, h});
-    if (removed.ok() && *removed) freed += parked.block_bytes;
-  }
-  return freed;
-}
-
-uint32_t KvTierService::ReleaseParked(const std::string& engine_id, absl::Time now) {
-  std::vector<Parked> dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      const bool match =
-          engine_id.empty() ? it->second.expires < now : it->second.engine_id == engine_id;
-      if (match) {
-        dropped.push_back(std::move(it->second));
-        parked_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (const Parked& p : dropped) DropParked(p);
-  return static_cast<uint32_t>(dropped.size());
-}
-
-grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
-                                              const v1::ParkRequest* req, v1::ParkResponse* resp) {
-  if (draining_) return Finish(ctx, absl::UnavailableError("the daemon is draining"));
-  if (req->request_id().empty() || req->request_id().size() > 128) {
-    return Finish(ctx, absl::InvalidArgumentError("request_id must have 1 to 128 bytes"));
-  }
-  if (req->page_indices_size() == 0 ||
-      req->page_indices_size() > static_cast<int>(options_.max_items_per_request)) {
-    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                           "page_indices has %d entries (1 to %d)", req->page_indices_size(),
-                           options_.max_items_per_request)));
-  }
-  if (req->user_data().size() > options_.max_park_user_data_bytes) {
-    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                           "user_data has %d bytes (at most %d)", req->user_data().size(),
-                           options_.max_park_user_data_bytes)));
-  }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return Finish(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, engine, req, resp] {
-    if (draining_) {  // see Offload
-      Leave(engine);
-      return absl::UnavailableError("the daemon is draining");
-    }
-    absl::Status st = DoPark(*engine, *req, resp);
-    Leave(engine);
-    return st;
-  });
-  return reactor;
-}
-
-absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& req,
-                                   v1::ParkResponse* resp) {
-  absl::MutexLock serial(&park_mu_);
-  const auto key = std::make_pair(engine.id, req.request_id());
-  uint64_t first = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = parked_.find(key);
-    if (it != parked_.end() && !req.append()) {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "request '%s' is already parked (set append to add pages)", req.request_id()));
-    }
-    if (it == parked_.end() && req.append()) {
-      return absl::NotFoundError(
-          absl::StrFormat("append: nothing is parked under request '%s'", req.request_id()));
-    }
-    if (it != parked_.end()) first = it->second.hashes.size();
-  }
-  // The pages go through the ordinary offload path under derived hashes, all or nothing.
-  v1::OffloadRequest off;
-  off.set_engine_id(engine.id);
-  std::vector<index::BlockHash> hashes;
-  for (int i = 0; i < req.page_indices_size(); ++i) {
-    hashes.push_back(ParkHash(engine.id, req.request_id(), first + i));
-    v1::OffloadItem* item = off.add_items();
-    item->set_block_hash(std::string(hashes.back().begin(), hashes.back().end()));
-    item->set_page_index(req.page_indices(i));
-  }
-  v1::OffloadResponse result;
-  if (engine.gpu != nullptr) {
-    DoOffloadGpu(engine, off, &result);
-  } else {
-    DoOffload(engine, off, &result);
-  }
-  for (int i = 0; i < result.results_size(); ++i) {
-    const v1::ItemResult& r = result.results(i);
-    if (r.code() == v1::ITEM_CODE_OK || r.code() == v1::ITEM_CODE_ALREADY_STORED) continue;
-    Parked partial;
-    partial.ns = engine.ns;
-    partial.hashes = hashes;
-    partial.block_bytes = engine.codec->block_bytes();
-    DropParked(partial);  // all or nothing
-    absl::StatusCode code = absl::StatusCode::kInternal;
-    switch (r.code()) {
-      case v1::ITEM_CODE_INVALID_ARGUMENT:
-        code = absl::StatusCode::kInvalidArgument;
-        break;
-      case v1::ITEM_CODE_RESOURCE_EXHAUSTED:
-        code = absl::StatusCode::kResourceExhausted;
-        break;
-      case v1::ITEM_CODE_UNAVAILABLE:
-        code = absl::StatusCode::kUnavailable;
-        break;
-      case v1::ITEM_CODE_FAILED_PRECONDITION:
-        code = absl::StatusCode::kFailedPrecondition;
-        break;
-      default:
-        break;
-    }
-    return absl::Status(
-        code, absl::StrFormat("page_indices[%d]: %s (nothing was parked)", i, r.message()));
-  }
-  absl::Duration ttl =
-      req.has_ttl() ? absl::Seconds(req.ttl().seconds()) + absl::Nanoseconds(req.ttl().nanos())
-                    : options_.default_park_ttl;
-  ttl = std::clamp(ttl, absl::Seconds(1), options_.max_park_ttl);
-  absl::MutexLock lock(&mu_);
-  auto existing = parked_.find(key);
-  if (req.append() && (existing == parked_.end() || existing->second.hashes.size() != first)) {
-    // Expired (or released) while the pages were written: do not start a new request with them.
-    Parked orphan;
-    orphan.ns = engine.ns;
-    orphan.hashes = hashes;
-    orphan.block_bytes = engine.codec->block_bytes();
-    mu_.Unlock();
-    DropParked(orphan);
-    mu_.Lock();
-    return absl::NotFoundError(absl::StrFormat(
-        "request '%s' expired or was released while pages were appended", req.request_id()));
-  }
-  Parked& parked = parked_[key];
-  parked.engine_id = engine.id;
-  parked.ns = engine.ns;
-  parked.block_bytes = engine.codec->block_bytes();
-  parked.hashes.insert(parked.hashes.end(), hashes.begin(), hashes.end());
-  parked.num_tokens = req.num_tokens();
-  if (!req.user_data().empty() || !req.append()) parked.user_data = req.user_data();
-  parked.expires = absl::Now() + ttl;
-  resp->set_parked_pages(static_cast<uint32_t>(parked.hashes.size()));
-  resp->set_cold_bytes(parked.hashes.size() * parked.block_bytes);
-  SetTime(parked.expires, resp->mutable_expires_at());
-  resp->set_tier(v1::TIER_HOST);
-  return absl::OkStatus();
-}
-
-grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx,
-                                                const v1::ResumeRequest* req,
-                                                v1::ResumeResponse* resp) {
-  if (req->page_indices_size() > static_cast<int>(options_.max_items_per_request)) {
-    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                           "page_indices has %d entries (at most %d)", req->page_indices_size(),
-                           options_.max_items_per_request)));
-  }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return Finish(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, engine, req, resp] {
-    absl::Status st = DoResume(*engine, *req, resp);
-    Leave(engine);
-    return st;
-  });
-  return reactor;
-}
-
-absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeRequest& req,
-                                     v1::ResumeResponse* resp) {
-  absl::MutexLock serial(&park_mu_);
-  const auto key = std::make_pair(engine.id, req.request_id());
-  Parked parked;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = parked_.find(key);
-    if (it == parked_.end()) {
-      return absl::NotFoundError(absl::StrFormat(
-          "nothing is parked under request '%s' (never parked, released or expired)",
-          req.request_id()));
-    }
-    parked = it->second;
-  }
-  const uint64_t end = uint64_t{req.first_page()} + req.page_indices_size();
-  if (end > parked.hashes.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat("pages [%d, %d) asked for; %d are parked",
-                                                      req.first_page(), end, parked.hashes.size()));
-  }
-  v1::OnboardRequest on;
-  on.set_engine_id(engine.id);
-  for (int i = 0; i < req.page_indices_size(); ++i) {
-    const index::BlockHash& h = parked.hashes[req.first_page() + i];
-    v1::OnboardItem* item = on.add_items();
-    item->set_block_hash(std::string(h.begin(), h.end()));
-    item->set_page_index(req.page_indices(i));
-  }
-  v1::OnboardResponse result;
-  if (engine.gpu != nullptr) {
-    DoOnboardGpu(engine, on, &result);
-  } else {
-    DoOnboard(engine, on, &result);
-  }
-  for (int i = 0; i < result.results_size(); ++i) {
-    const v1::ItemResult& r = result.results(i);
-    if (r.code() == v1::ITEM_CODE_OK) continue;
-    if (r.code() == v1::ITEM_CODE_INVALID_ARGUMENT) {
-      return absl::InvalidArgumentError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
-    }
-    if (r.code() == v1::ITEM_CODE_UNAVAILABLE) {  // transient (no staging memory): retry
-      return absl::UnavailableError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
-    }
-    // A parked block that is gone (evicted) or failed its checksum: the engine recomputes.
-    return absl::DataLossError(absl::StrFormat(
-        "parked page %d of request '%s' is lost (%s); recompute it", req.first_page() + i,
-        req.request_id(), r.code() == v1::ITEM_CODE_NOT_FOUND ? "evicted" : r.message()));
-  }
-  resp->set_resumed_pages(result.onboarded_pages());
-  resp->set_parked_pages(static_cast<uint32_t>(parked.hashes.size()));
-  resp->set_num_tokens(parked.num_tokens);
-  resp->set_user_data(parked.user_data);
-  if (!req.keep_parked() && end == parked.hashes.size()) {
-    {
-      absl::MutexLock lock(&mu_);
-      parked_.erase(key);
-    }
-    DropParked(parked);
-    resp->set_released(true);
-  } else {
-    absl::MutexLock lock(&mu_);
-    auto it = parked_.find(key);
-    if (it != parked_.end()) it->second.expires = absl::Now() + options_.default_park_ttl;
-  }
-  return absl::OkStatus();
-}
-
-grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ctx,
-                                                 const v1::ReleaseRequest* req,
-                                                 v1::ReleaseResponse* resp) {
-  if (req->request_ids_size() > static_cast<int>(options_.max_items_per_request)) {
-    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat("%d request ids (at most %d)",
-                                                                  req->request_ids_size(),
-                                                                  options_.max_items_per_request)));
-  }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return Finish(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, engine, req, resp] {
-    absl::MutexLock serial(&park_mu_);
-    for (const std::string& id : req->request_ids()) {
-      std::optional<Parked> parked;
-      {
-        absl::MutexLock lock(&mu_);
-        auto it = parked_.find(std::make_pair(engine->id, id));
-        if (it != parked_.end()) {
-          parked = std::move(it->second);
-          parked_.erase(it);
-        }
-      }
-      v1::ItemResult* result = resp->add_results();
-      if (!parked.has_value()) {
-        result->set_code(v1::ITEM_CODE_NOT_FOUND);
-        continue;
-      }
-      resp->set_freed_bytes(resp->freed_bytes() + DropParked(*parked));
-    }
-    Leave(engine);
-    return absl::OkStatus();
-  });
-  return reactor;
-}
-
-// ---- Pin, Unpin ----
-
-absl::Time KvTierService::PinBlocks(const Engine& engine,
-                                    const std::vector<index::BlockHash>& hashes, absl::Duration ttl,
-                                    google::protobuf::RepeatedPtrField<v1::ItemResult>* out) {
-  if (ttl <= absl::ZeroDuration()) ttl = options_.default_pin_ttl;
-  ttl = std::min(ttl, options_.max_pin_ttl);
-  const absl::Time expires = absl::Now() + ttl;
-  for (const index::BlockHash& h : hashes) {
-    v1::ItemResult* result = out->Add();
-    const auto key = std::make_pair(engine.id, h);
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = pins_.find(key);
-      if (it != pins_.end()) {  // pinned already: extend, do not stack
-        it->second.expires = std::max(it->second.expires, expires);
-        result->set_tier(TierToProto(it->second.hold.served_from()));
-        continue;
-      }
-    }
-    absl::StatusOr<std::optional<store::PinnedBlock>> hold = store_->Hold({engine.ns, h});
-    if (!hold.ok() || !hold->has_value()) {
-      SetItemResult(hold.ok() ? absl::NotFoundError("") : hold.status(), result);
-      result->clear_message();
-      continue;
-    }
-    result->set_tier(TierToProto((*hold)->served_from()));
-    absl::MutexLock lock(&mu_);
-    pins_.try_emplace(key, HeldPin{std::move(**hold), expires});
-  }
-  return expires;
-}
-
-uint32_t KvTierService::DropPins(const std::string& engine_id,
-                                 const std::vector<index::BlockHash>* hashes, absl::Time now) {
-  std::vector<HeldPin> dropped;  // released outside mu_ (the store takes its own lock)
-  {
-    absl::MutexLock lock(&mu_);
-    if (hashes != nullptr) {
-      for (const index::BlockHash& h : *hashes) {
-        auto it = pins_.find(std::make_pair(engine_id, h));
-        if (it == pins_.end()) continue;
-        dropped.push_back(std::move(it->second));
-        pins_.erase(it);
-      }
-    } else {
-      for (auto it = pins_.begin(); it != pins_.end();) {
-        const bool match =
-            engine_id.empty() ? it->second.expires < now : it->first.first == engine_id;
-        if (match) {
-          dropped.push_back(std::move(it->second));
-          pins_.erase(it++);
-        } else {
-          ++it;
-        }
-      }
-    }
-  }
-  return static_cast<uint32_t>(dropped.size());
-}
-
-grpc::ServerUnaryReactor* KvTierService::Pin(grpc::CallbackServerContext* ctx,
-                                             const v1::PinRequest* req, v1::PinResponse* resp) {
-  if (req->block_hashes_size() > static_cast<int>(options_.max_items_per_request)) {
-    return Finish(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                           "%d block hashes (at most %d per request)", req->block_hashes_size(),
-                           options_.max_items_per_request)));
-  }
-  std::vector<index::BlockHash> hashes;
-  for (int i = 0; i < req->block_hashes_size(); ++i) {
-    absl::StatusOr<index::BlockHash> h = HashFromProto(req->block_hashes(i));
-    if (!h.ok()) {
-      return Finish(ctx, absl::InvalidArgumentError(
-                             absl::StrCat("block_hashes[", i, "]: ", h.status().message())));
-    }
-    hashes.push_back(*h);
-  }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return Finish(ctx, entered.status());
-  const absl::Duration ttl =
-      req->has_ttl() ? absl::Seconds(req->ttl().seconds()) + absl::Nanoseconds(req->ttl().nanos())
-                     : options_.default_pin_ttl;
-  SetTime(PinBlocks(**entered, hashes, ttl, resp->mutable_results()), resp->mutable_expires_at());
-  Leave(*entered);
-  return Finish(ctx, absl::OkStatus());
-}
-
-grpc::ServerUnaryReactor* KvTierService::Unpin(grpc::CallbackServerContext* ctx,
-                                               const v1::UnpinRequest* req,
-                                               v1::UnpinResponse* resp) {
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return Finish(ctx, entered.status());
-  for (int i = 0; i < req->block_hashes_size(); ++i) {
-    v1::ItemResult* result = resp->add_results();
-    absl::StatusOr<index::BlockHash> h = HashFromProto(req->block_hashes(i));
-    if (!h.ok()) {
-      SetItemResult(h.status(), result);
-      continue;
-    }
-    const std::vector<index::BlockHash> one = {*h};
-    if (DropPins((*entered)->id, &one, absl::Now()) == 0) {
-      result->set_code(v1::ITEM_CODE_FAILED_PRECONDITION);
-      result->set_message("this engine holds no pin on the block");
-    }
-  }
-  Leave(*entered);
-  return Finish(ctx, absl::OkStatus());
-}
-
 grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                                                const v1::StatsRequest* req,
                                                v1::StatsResponse* resp) {
   absl::StatusOr<std::string> caller = Caller(ctx);
-  if (!caller.ok()) return Finish(ctx, caller.status());
+  if (!caller.ok()) return FinishWith(ctx, caller.status());
   // With authentication on, a tenant sees its own engines and namespaces (tiers are shared).
   const bool filtered = options_.auth != nullptr && !options_.auth->IsAdmin(*caller);
   const store::StoreStats stats = store_->Stats();
@@ -1438,7 +1003,7 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
       ns->set_engines(it == engines_per_ns.end() ? 0 : it->second);
     }
   }
-  return Finish(ctx, absl::OkStatus());
+  return FinishWith(ctx, absl::OkStatus());
 }
 
 }  // namespace kvtier::service

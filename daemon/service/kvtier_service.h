@@ -149,6 +149,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
 
     codec::HotPageView View(uint32_t page) const;
     codec::MutableHotPageView MutableView(uint32_t page) const;
+    // InvalidArgument naming the page unless it is below the smallest pool's slot count.
+    absl::Status CheckPage(uint32_t page) const;
   };
 
  private:

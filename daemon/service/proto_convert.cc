@@ -204,6 +204,28 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpc(status));
+  return reactor;
+}
+
+void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+void SetTime(absl::Time t, google::protobuf::Timestamp* out) {
+  const int64_t ns = absl::ToUnixNanos(t);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+absl::Duration DurationFromProto(const google::protobuf::Duration& d) {
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+}
+
 v1::ItemCode ItemCodeFor(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kOk:

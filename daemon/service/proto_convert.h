@@ -8,9 +8,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "codec/codec_spec.h"
 #include "codec/page_layout.h"
 #include "daemon/index/block_record.h"
+#include "google/protobuf/duration.pb.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 #include "kvtier/v1/common.pb.h"
 #include "kvtier/v1/layout.pb.h"
@@ -36,6 +41,12 @@ absl::StatusOr<index::BlockHash> HashFromProto(absl::string_view bytes);
 
 // The status as a gRPC status (same code and message).
 grpc::Status ToGrpc(const absl::Status& status);
+// Finishes a unary callback RPC at once with `status`; returns its reactor.
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* ctx, const absl::Status& status);
+
+void SetDuration(absl::Duration d, google::protobuf::Duration* out);
+void SetTime(absl::Time t, google::protobuf::Timestamp* out);
+absl::Duration DurationFromProto(const google::protobuf::Duration& d);
 // The closest item code of a store status.
 v1::ItemCode ItemCodeFor(const absl::Status& status);
 void SetItemResult(const absl::Status& status, v1::ItemResult* out);

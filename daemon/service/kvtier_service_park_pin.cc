@@ -1,0 +1,419 @@
+// KvTierService: Park, Resume and Release of paused requests, and Pin and Unpin of blocks; the
+// rest of the service is in kvtier_service.cc.
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/service/kvtier_service.h"
+#include "daemon/service/proto_convert.h"
+
+namespace kvtier::service {
+
+// ---- Park, Resume, Release ----
+
+index::BlockHash KvTierService::ParkHash(const std::string& engine_id,
+                                         const std::string& request_id, uint64_t position) {
+  std::string text = "kvtier-park-v1";
+  for (const std::string* part : {&engine_id, &request_id}) {
+    const uint32_t n = static_cast<uint32_t>(part->size());
+    text.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    text.append(*part);
+  }
+  text.append(reinterpret_cast<const char*>(&position), sizeof(position));
+  index::BlockHash hash;
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), hash.data());
+  return hash;
+}
+
+uint64_t KvTierService::DropParked(const Parked& parked) {
+  uint64_t freed = 0;
+  for (const index::BlockHash& h : parked.hashes) {
+    absl::StatusOr<bool> removed = store_->Remove({parked.ns, h});
+    if (removed.ok() && *removed) freed += parked.block_bytes;
+  }
+  return freed;
+}
+
+uint32_t KvTierService::ReleaseParked(const std::string& engine_id, absl::Time now) {
+  std::vector<Parked> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      const bool match =
+          engine_id.empty() ? it->second.expires < now : it->second.engine_id == engine_id;
+      if (match) {
+        dropped.push_back(std::move(it->second));
+        parked_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const Parked& p : dropped) DropParked(p);
+  return static_cast<uint32_t>(dropped.size());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
+                                              const v1::ParkRequest* req, v1::ParkResponse* resp) {
+  if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
+  if (req->request_id().empty() || req->request_id().size() > 128) {
+    return FinishWith(ctx, absl::InvalidArgumentError("request_id must have 1 to 128 bytes"));
+  }
+  if (req->page_indices_size() == 0 ||
+      req->page_indices_size() > static_cast<int>(options_.max_items_per_request)) {
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "page_indices has %d entries (1 to %d)", req->page_indices_size(),
+                               options_.max_items_per_request)));
+  }
+  if (req->user_data().size() > options_.max_park_user_data_bytes) {
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "user_data has %d bytes (at most %d)", req->user_data().size(),
+                               options_.max_park_user_data_bytes)));
+  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOnWorker(reactor, [this, engine, req, resp] {
+    if (draining_) {  // see Offload
+      Leave(engine);
+      return absl::UnavailableError("the daemon is draining");
+    }
+    absl::Status st = DoPark(*engine, *req, resp);
+    Leave(engine);
+    return st;
+  });
+  return reactor;
+}
+
+absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& req,
+                                   v1::ParkResponse* resp) {
+  absl::MutexLock serial(&park_mu_);
+  const auto key = std::make_pair(engine.id, req.request_id());
+  uint64_t first = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = parked_.find(key);
+    if (it != parked_.end() && !req.append()) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "request '%s' is already parked (set append to add pages)", req.request_id()));
+    }
+    if (it == parked_.end() && req.append()) {
+      return absl::NotFoundError(
+          absl::StrFormat("append: nothing is parked under request '%s'", req.request_id()));
+    }
+    if (it != parked_.end()) first = it->second.hashes.size();
+  }
+  // The pages go through the ordinary offload path under derived hashes, all or nothing.
+  v1::OffloadRequest off;
+  off.set_engine_id(engine.id);
+  std::vector<index::BlockHash> hashes;
+  for (int i = 0; i < req.page_indices_size(); ++i) {
+    hashes.push_back(ParkHash(engine.id, req.request_id(), first + i));
+    v1::OffloadItem* item = off.add_items();
+    item->set_block_hash(std::string(hashes.back().begin(), hashes.back().end()));
+    item->set_page_index(req.page_indices(i));
+  }
+  v1::OffloadResponse result;
+  if (engine.gpu != nullptr) {
+    DoOffloadGpu(engine, off, &result);
+  } else {
+    DoOffload(engine, off, &result);
+  }
+  for (int i = 0; i < result.results_size(); ++i) {
+    const v1::ItemResult& r = result.results(i);
+    if (r.code() == v1::ITEM_CODE_OK || r.code() == v1::ITEM_CODE_ALREADY_STORED) continue;
+    Parked partial;
+    partial.ns = engine.ns;
+    partial.hashes = hashes;
+    partial.block_bytes = engine.codec->block_bytes();
+    DropParked(partial);  // all or nothing
+    absl::StatusCode code = absl::StatusCode::kInternal;
+    switch (r.code()) {
+      case v1::ITEM_CODE_INVALID_ARGUMENT:
+        code = absl::StatusCode::kInvalidArgument;
+        break;
+      case v1::ITEM_CODE_RESOURCE_EXHAUSTED:
+        code = absl::StatusCode::kResourceExhausted;
+        break;
+      case v1::ITEM_CODE_UNAVAILABLE:
+        code = absl::StatusCode::kUnavailable;
+        break;
+      case v1::ITEM_CODE_FAILED_PRECONDITION:
+        code = absl::StatusCode::kFailedPrecondition;
+        break;
+      default:
+        break;
+    }
+    return absl::Status(
+        code, absl::StrFormat("page_indices[%d]: %s (nothing was parked)", i, r.message()));
+  }
+  absl::Duration ttl = req.has_ttl() ? DurationFromProto(req.ttl()) : options_.default_park_ttl;
+  ttl = std::clamp(ttl, absl::Seconds(1), options_.max_park_ttl);
+  absl::MutexLock lock(&mu_);
+  auto existing = parked_.find(key);
+  if (req.append() && (existing == parked_.end() || existing->second.hashes.size() != first)) {
+    // Expired (or released) while the pages were written: do not start a new request with them.
+    Parked orphan;
+    orphan.ns = engine.ns;
+    orphan.hashes = hashes;
+    orphan.block_bytes = engine.codec->block_bytes();
+    mu_.Unlock();
+    DropParked(orphan);
+    mu_.Lock();
+    return absl::NotFoundError(absl::StrFormat(
+        "request '%s' expired or was released while pages were appended", req.request_id()));
+  }
+  Parked& parked = parked_[key];
+  parked.engine_id = engine.id;
+  parked.ns = engine.ns;
+  parked.block_bytes = engine.codec->block_bytes();
+  parked.hashes.insert(parked.hashes.end(), hashes.begin(), hashes.end());
+  parked.num_tokens = req.num_tokens();
+  if (!req.user_data().empty() || !req.append()) parked.user_data = req.user_data();
+  parked.expires = absl::Now() + ttl;
+  resp->set_parked_pages(static_cast<uint32_t>(parked.hashes.size()));
+  resp->set_cold_bytes(parked.hashes.size() * parked.block_bytes);
+  SetTime(parked.expires, resp->mutable_expires_at());
+  resp->set_tier(v1::TIER_HOST);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx,
+                                                const v1::ResumeRequest* req,
+                                                v1::ResumeResponse* resp) {
+  if (req->page_indices_size() > static_cast<int>(options_.max_items_per_request)) {
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "page_indices has %d entries (at most %d)", req->page_indices_size(),
+                               options_.max_items_per_request)));
+  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOnWorker(reactor, [this, engine, req, resp] {
+    absl::Status st = DoResume(*engine, *req, resp);
+    Leave(engine);
+    return st;
+  });
+  return reactor;
+}
+
+absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeRequest& req,
+                                     v1::ResumeResponse* resp) {
+  absl::MutexLock serial(&park_mu_);
+  const auto key = std::make_pair(engine.id, req.request_id());
+  Parked parked;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = parked_.find(key);
+    if (it == parked_.end()) {
+      return absl::NotFoundError(absl::StrFormat(
+          "nothing is parked under request '%s' (never parked, released or expired)",
+          req.request_id()));
+    }
+    parked = it->second;
+  }
+  const uint64_t end = uint64_t{req.first_page()} + req.page_indices_size();
+  if (end > parked.hashes.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("pages [%d, %d) asked for; %d are parked",
+                                                      req.first_page(), end, parked.hashes.size()));
+  }
+  v1::OnboardRequest on;
+  on.set_engine_id(engine.id);
+  for (int i = 0; i < req.page_indices_size(); ++i) {
+    const index::BlockHash& h = parked.hashes[req.first_page() + i];
+    v1::OnboardItem* item = on.add_items();
+    item->set_block_hash(std::string(h.begin(), h.end()));
+    item->set_page_index(req.page_indices(i));
+  }
+  v1::OnboardResponse result;
+  if (engine.gpu != nullptr) {
+    DoOnboardGpu(engine, on, &result);
+  } else {
+    DoOnboard(engine, on, &result);
+  }
+  for (int i = 0; i < result.results_size(); ++i) {
+    const v1::ItemResult& r = result.results(i);
+    if (r.code() == v1::ITEM_CODE_OK) continue;
+    if (r.code() == v1::ITEM_CODE_INVALID_ARGUMENT) {
+      return absl::InvalidArgumentError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
+    }
+    if (r.code() == v1::ITEM_CODE_UNAVAILABLE) {  // transient (no staging memory): retry
+      return absl::UnavailableError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
+    }
+    // A parked block that is gone (evicted) or failed its checksum: the engine recomputes.
+    return absl::DataLossError(absl::StrFormat(
+        "parked page %d of request '%s' is lost (%s); recompute it", req.first_page() + i,
+        req.request_id(), r.code() == v1::ITEM_CODE_NOT_FOUND ? "evicted" : r.message()));
+  }
+  resp->set_resumed_pages(result.onboarded_pages());
+  resp->set_parked_pages(static_cast<uint32_t>(parked.hashes.size()));
+  resp->set_num_tokens(parked.num_tokens);
+  resp->set_user_data(parked.user_data);
+  if (!req.keep_parked() && end == parked.hashes.size()) {
+    {
+      absl::MutexLock lock(&mu_);
+      parked_.erase(key);
+    }
+    DropParked(parked);
+    resp->set_released(true);
+  } else {
+    absl::MutexLock lock(&mu_);
+    auto it = parked_.find(key);
+    if (it != parked_.end()) it->second.expires = absl::Now() + options_.default_park_ttl;
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ctx,
+                                                 const v1::ReleaseRequest* req,
+                                                 v1::ReleaseResponse* resp) {
+  if (req->request_ids_size() > static_cast<int>(options_.max_items_per_request)) {
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "%d request ids (at most %d)", req->request_ids_size(),
+                               options_.max_items_per_request)));
+  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
+  std::shared_ptr<Engine> engine = std::move(*entered);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOnWorker(reactor, [this, engine, req, resp] {
+    absl::MutexLock serial(&park_mu_);
+    for (const std::string& id : req->request_ids()) {
+      std::optional<Parked> parked;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = parked_.find(std::make_pair(engine->id, id));
+        if (it != parked_.end()) {
+          parked = std::move(it->second);
+          parked_.erase(it);
+        }
+      }
+      v1::ItemResult* result = resp->add_results();
+      if (!parked.has_value()) {
+        result->set_code(v1::ITEM_CODE_NOT_FOUND);
+        continue;
+      }
+      resp->set_freed_bytes(resp->freed_bytes() + DropParked(*parked));
+    }
+    Leave(engine);
+    return absl::OkStatus();
+  });
+  return reactor;
+}
+
+// ---- Pin, Unpin ----
+
+absl::Time KvTierService::PinBlocks(const Engine& engine,
+                                    const std::vector<index::BlockHash>& hashes, absl::Duration ttl,
+                                    google::protobuf::RepeatedPtrField<v1::ItemResult>* out) {
+  if (ttl <= absl::ZeroDuration()) ttl = options_.default_pin_ttl;
+  ttl = std::min(ttl, options_.max_pin_ttl);
+  const absl::Time expires = absl::Now() + ttl;
+  for (const index::BlockHash& h : hashes) {
+    v1::ItemResult* result = out->Add();
+    const auto key = std::make_pair(engine.id, h);
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = pins_.find(key);
+      if (it != pins_.end()) {  // pinned already: extend, do not stack
+        it->second.expires = std::max(it->second.expires, expires);
+        result->set_tier(TierToProto(it->second.hold.served_from()));
+        continue;
+      }
+    }
+    absl::StatusOr<std::optional<store::PinnedBlock>> hold = store_->Hold({engine.ns, h});
+    if (!hold.ok() || !hold->has_value()) {
+      SetItemResult(hold.ok() ? absl::NotFoundError("") : hold.status(), result);
+      result->clear_message();
+      continue;
+    }
+    result->set_tier(TierToProto((*hold)->served_from()));
+    absl::MutexLock lock(&mu_);
+    pins_.try_emplace(key, HeldPin{std::move(**hold), expires});
+  }
+  return expires;
+}
+
+uint32_t KvTierService::DropPins(const std::string& engine_id,
+                                 const std::vector<index::BlockHash>* hashes, absl::Time now) {
+  std::vector<HeldPin> dropped;  // released outside mu_ (the store takes its own lock)
+  {
+    absl::MutexLock lock(&mu_);
+    if (hashes != nullptr) {
+      for (const index::BlockHash& h : *hashes) {
+        auto it = pins_.find(std::make_pair(engine_id, h));
+        if (it == pins_.end()) continue;
+        dropped.push_back(std::move(it->second));
+        pins_.erase(it);
+      }
+    } else {
+      for (auto it = pins_.begin(); it != pins_.end();) {
+        const bool match =
+            engine_id.empty() ? it->second.expires < now : it->first.first == engine_id;
+        if (match) {
+          dropped.push_back(std::move(it->second));
+          pins_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  return static_cast<uint32_t>(dropped.size());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Pin(grpc::CallbackServerContext* ctx,
+                                             const v1::PinRequest* req, v1::PinResponse* resp) {
+  if (req->block_hashes_size() > static_cast<int>(options_.max_items_per_request)) {
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "%d block hashes (at most %d per request)", req->block_hashes_size(),
+                               options_.max_items_per_request)));
+  }
+  std::vector<index::BlockHash> hashes;
+  for (int i = 0; i < req->block_hashes_size(); ++i) {
+    absl::StatusOr<index::BlockHash> h = HashFromProto(req->block_hashes(i));
+    if (!h.ok()) {
+      return FinishWith(ctx, absl::InvalidArgumentError(
+                                 absl::StrCat("block_hashes[", i, "]: ", h.status().message())));
+    }
+    hashes.push_back(*h);
+  }
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
+  const absl::Duration ttl =
+      req->has_ttl() ? DurationFromProto(req->ttl()) : options_.default_pin_ttl;
+  SetTime(PinBlocks(**entered, hashes, ttl, resp->mutable_results()), resp->mutable_expires_at());
+  Leave(*entered);
+  return FinishWith(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KvTierService::Unpin(grpc::CallbackServerContext* ctx,
+                                               const v1::UnpinRequest* req,
+                                               v1::UnpinResponse* resp) {
+  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
+  for (int i = 0; i < req->block_hashes_size(); ++i) {
+    v1::ItemResult* result = resp->add_results();
+    absl::StatusOr<index::BlockHash> h = HashFromProto(req->block_hashes(i));
+    if (!h.ok()) {
+      SetItemResult(h.status(), result);
+      continue;
+    }
+    const std::vector<index::BlockHash> one = {*h};
+    if (DropPins((*entered)->id, &one, absl::Now()) == 0) {
+      result->set_code(v1::ITEM_CODE_FAILED_PRECONDITION);
+      result->set_message("this engine holds no pin on the block");
+    }
+  }
+  Leave(*entered);
+  return FinishWith(ctx, absl::OkStatus());
+}
+
+}  // namespace kvtier::service
