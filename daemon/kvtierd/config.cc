@@ -1,16 +1,22 @@
 // kvtierd's configuration: the embedded default, YAML overlays and validation.
 #include "daemon/kvtierd/config.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "daemon/io/posix_file.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kvtier::kvtierd {
@@ -34,6 +40,24 @@ server:
   max_engines: 1024
   # On SIGTERM: how long in-flight requests may take before they are cancelled (0 to 3600).
   shutdown_grace_seconds: 10
+  # Deadline of a unary RPC whose client sets none (0 to 86400 seconds; 0: none): a request still
+  # waiting for a worker past it fails DEADLINE_EXCEEDED. A client's own deadline is kept.
+  default_deadline_seconds: 60
+
+tcp:
+  # host:port of a second gRPC listener, for clients on other hosts ("[::1]:50051" for IPv6, quoted
+  # in YAML; port 0 picks a free port). The port is written to <state_dir>/tcp.port. "": off.
+  listen: ""
+  tls:
+    # PEM server certificate chain and its private key (absolute paths, read at start); required
+    # when listen is set, unless insecure is true.
+    cert_file: ""
+    key_file: ""
+    # PEM CA bundle; when set, clients must present a certificate signed by it (mutual TLS).
+    client_ca_file: ""
+  # Plain-text TCP instead of TLS, for tests only: refused unless listen's host is 127.0.0.1,
+  # [::1] or localhost.
+  insecure: false
 
 # Where the index (RocksDB) and, by default, the disk tier live. Created when missing.
 state_dir: /var/lib/kvtier
@@ -83,6 +107,11 @@ disk:
 index:
   # When index writes are synced: none, batch (group commit every few ms), always.
   sync: batch
+
+events:
+  # Cache events kept for WatchEvents clients that resume after a sequence (1 to 16777216); a
+  # client further behind gets EventsLost. One event holds up to 4096 block hashes.
+  retain: 65536
 
 metrics:
   # host:port of the HTTP listener for /metrics, /healthz and /readyz; "" turns it off.
@@ -231,6 +260,73 @@ class Reader {
   absl::Status status_;
 };
 
+// Splits "host:port" or "[v6 address]:port" (the host keeps its brackets). False when `text` is
+// neither, or the port is not 0 to 65535.
+bool SplitHostPort(const std::string& text, std::string* host, uint32_t* port) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  *host = text.substr(0, colon);
+  const bool bracketed = (*host)[0] == '[';
+  if (bracketed != (host->back() == ']') || (bracketed && host->size() < 3) ||
+      (!bracketed && host->find(':') != std::string::npos)) {
+    return false;
+  }
+  const std::string digits = text.substr(colon + 1);
+  if (digits.empty() || digits.size() > 5 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  *port = static_cast<uint32_t>(std::stoul(digits));
+  return *port <= 65535;
+}
+
+// The contents of the PEM file `path`, which must hold `marker` (part of the line that starts
+// the block it needs; `what` names that block). The message of an error names the path and says
+// why, with the errno text.
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view marker,
+                                    absl::string_view what) {
+  constexpr size_t kMaxBytes = 1 << 20;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot read %s: %s", path, io::ErrnoText(errno)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrFormat("%s is not a regular file", path));
+  }
+  std::string text;
+  char buf[16384];
+  while (text.size() <= kMaxBytes) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cannot read %s: %s", path, io::ErrnoText(err)));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (text.size() > kMaxBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is larger than 1 MiB; not a PEM file", path));
+  }
+  if (!absl::StrContains(text, marker)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is not a PEM %s (no '%s' in it)", path, what, marker));
+  }
+  if (absl::StrContains(text, "ENCRYPTED PRIVATE KEY-----") ||
+      absl::StrContains(text, "Proc-Type: 4,ENCRYPTED")) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is encrypted; kvtierd needs an unencrypted PEM key", path));
+  }
+  return text;
+}
+
 }  // namespace
 
 absl::string_view DefaultConfigYaml() { return kDefaultConfig; }
@@ -326,6 +422,7 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   c.max_items_per_request = static_cast<uint32_t>(r.Uint("server.max_items_per_request", 1, 65536));
   c.max_engines = static_cast<uint32_t>(r.Uint("server.max_engines", 1, 65536));
   c.shutdown_grace_seconds = r.Double("server.shutdown_grace_seconds", 0, 3600);
+  c.default_deadline = absl::Seconds(r.Double("server.default_deadline_seconds", 0, 86400));
   c.state_dir = r.String("state_dir");
   if (c.state_dir.empty() || c.state_dir[0] != '/') {
     r.Fail("state_dir", absl::StrFormat("'%s' is not an absolute path", c.state_dir));
@@ -395,6 +492,72 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   if (!c.metrics_listen.empty() && c.metrics_listen.rfind(':') == std::string::npos) {
     r.Fail("metrics.listen", absl::StrFormat("'%s' is not host:port", c.metrics_listen));
   }
+  c.tcp_listen = r.String("tcp.listen");
+  c.tcp_tls_cert_file = r.String("tcp.tls.cert_file");
+  c.tcp_tls_key_file = r.String("tcp.tls.key_file");
+  c.tcp_tls_client_ca_file = r.String("tcp.tls.client_ca_file");
+  c.tcp_insecure = r.Bool("tcp.insecure");
+  for (const auto& [field, path] :
+       {std::pair{"tcp.tls.cert_file", &c.tcp_tls_cert_file},
+        std::pair{"tcp.tls.key_file", &c.tcp_tls_key_file},
+        std::pair{"tcp.tls.client_ca_file", &c.tcp_tls_client_ca_file}}) {
+    if (!path->empty() && (*path)[0] != '/') {
+      r.Fail(field, absl::StrFormat("'%s' is not an absolute path", *path));
+    }
+  }
+  if (c.tcp_tls_cert_file.empty() != c.tcp_tls_key_file.empty()) {
+    r.Fail(c.tcp_tls_cert_file.empty() ? "tcp.tls.cert_file" : "tcp.tls.key_file",
+           "tcp.tls.cert_file and tcp.tls.key_file go together; one is set, the other is not");
+  }
+  if (!c.tcp_tls_client_ca_file.empty() && c.tcp_tls_cert_file.empty()) {
+    r.Fail("tcp.tls.client_ca_file", "needs tcp.tls.cert_file and tcp.tls.key_file");
+  }
+  if (!c.tcp_listen.empty()) {
+    std::string host;
+    uint32_t port = 0;
+    const bool tls = !c.tcp_tls_cert_file.empty();
+    if (!SplitHostPort(c.tcp_listen, &host, &port)) {
+      r.Fail("tcp.listen",
+             absl::StrFormat("'%s' is not host:port (IPv6: \"[::1]:50051\")", c.tcp_listen));
+    } else if (c.tcp_insecure && tls) {
+      r.Fail("tcp.insecure", "true conflicts with tcp.tls.cert_file: TLS or plain text, not both");
+    } else if (c.tcp_insecure && host != "127.0.0.1" && host != "[::1]" && host != "localhost") {
+      r.Fail("tcp.insecure",
+             absl::StrFormat("plain text is only allowed on 127.0.0.1, [::1] or localhost, not on "
+                             "'%s'; use tcp.tls",
+                             host));
+    } else if (!c.tcp_insecure && !tls) {
+      r.Fail("tcp.listen",
+             "needs tcp.tls.cert_file and tcp.tls.key_file (or, for tests on a loopback address, "
+             "tcp.insecure: true)");
+    }
+    if (tls && r.status().ok()) {
+      const struct {
+        const char* field;
+        const std::string* path;
+        const char* marker;
+        const char* what;
+        std::string* pem;
+      } files[] = {
+          {"tcp.tls.cert_file", &c.tcp_tls_cert_file, "-----BEGIN CERTIFICATE-----", "certificate",
+           &c.tcp_tls_cert_pem},
+          {"tcp.tls.key_file", &c.tcp_tls_key_file, "PRIVATE KEY-----", "private key",
+           &c.tcp_tls_key_pem},
+          {"tcp.tls.client_ca_file", &c.tcp_tls_client_ca_file, "-----BEGIN CERTIFICATE-----",
+           "CA certificate", &c.tcp_tls_client_ca_pem},
+      };
+      for (const auto& f : files) {
+        if (f.path->empty()) continue;
+        absl::StatusOr<std::string> pem = ReadPem(*f.path, f.marker, f.what);
+        if (!pem.ok()) {
+          r.Fail(f.field, std::string(pem.status().message()));
+        } else {
+          *f.pem = std::move(*pem);
+        }
+      }
+    }
+  }
+  c.events_retain = static_cast<uint32_t>(r.Uint("events.retain", 1, 16u << 20));
   c.log_level = r.String("log.level");
   if (c.log_level != "info" && c.log_level != "warning" && c.log_level != "error") {
     r.Fail("log.level", absl::StrFormat("'%s' is not info, warning or error", c.log_level));

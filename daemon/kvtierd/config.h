@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "codec/codec_spec.h"
 #include "daemon/index/block_index.h"
 #include "daemon/store/host_arena.h"
@@ -24,6 +25,9 @@ struct Config {
   uint32_t max_items_per_request = 0;
   uint32_t max_engines = 0;
   double shutdown_grace_seconds = 0;
+  // server.default_deadline_seconds: the deadline of an RPC whose client set none; zero: none.
+  // The service's to apply (gRPC has no server-side default deadline).
+  absl::Duration default_deadline = absl::ZeroDuration();
   // state
   std::string state_dir;
   // pools
@@ -49,7 +53,14 @@ struct Config {
   // index
   index::SyncPolicy sync = index::SyncPolicy::kBatch;
   // metrics
+  uint32_t events_retain = 0;  // events.retain: events kept for WatchEvents replay
   std::string metrics_listen;  // host:port; empty: off
+  // tcp: a second gRPC listener
+  std::string tcp_listen;  // host:port; empty: off
+  std::string tcp_tls_cert_file, tcp_tls_key_file, tcp_tls_client_ca_file;
+  // The files' contents, read when the configuration is loaded (empty where the path is).
+  std::string tcp_tls_cert_pem, tcp_tls_key_pem, tcp_tls_client_ca_pem;
+  bool tcp_insecure = false;  // plain text; only on a loopback host
   // log
   std::string log_level;
   // auth
@@ -60,9 +71,10 @@ struct Config {
 // The embedded default configuration, as YAML with comments.
 absl::string_view DefaultConfigYaml();
 
-// Loads the default, then `file` (when not empty), then each "dotted.key=value" of `overrides`.
-// InvalidArgument names the field (and the file and line for YAML errors); NotFound when `file`
-// does not exist.
+// Loads the default, then `file` (when not empty), then each "dotted.key=value" of `overrides`,
+// and reads the tcp.tls files. InvalidArgument names the field (and the file and line for YAML
+// errors; the path and the errno text for a tcp.tls file that cannot be read); NotFound when
+// `file` does not exist. Blocks on the file system.
 absl::StatusOr<Config> LoadConfig(const std::string& file,
                                   const std::vector<std::string>& overrides);
 

@@ -101,6 +101,33 @@ absl::StatusOr<std::string> LoadOrCreateKey(const std::string& path) {
   return key;
 }
 
+// The credentials of the tcp.listen port: TLS with the configured certificate (and, with a client
+// CA, verified client certificates), or plain text where tcp.insecure allows it.
+std::shared_ptr<grpc::ServerCredentials> TcpCredentials(const Config& c) {
+  if (c.tcp_insecure) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options(
+      c.tcp_tls_client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                      : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = c.tcp_tls_client_ca_pem;
+  options.pem_key_cert_pairs.push_back({c.tcp_tls_key_pem, c.tcp_tls_cert_pem});
+  return grpc::SslServerCredentials(options);
+}
+
+// Writes `port` to `path` (through a temporary file and a rename, so readers never see a part).
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  const std::string text = absl::StrCat(port, "\n");
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+      close(fd) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    if (fd >= 0) unlink(tmp.c_str());
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot write %s: %s", path, io::ErrnoText(err)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<store::BlockStoreOptions> StoreOptions(const Config& c) {
   store::BlockStoreOptions o;
   o.index_path = c.state_dir + "/index";
@@ -176,9 +203,18 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     if (absl::Status st = MakeDirs(socket_dir, "socket"); !st.ok()) return st;
   }
   if (absl::Status st = ClearStaleSocket(config.socket); !st.ok()) return st;
+  const std::string port_file = config.state_dir + "/tcp.port";
+  unlink(port_file.c_str());  // a previous run's port
+
+  // The event log outlives the store that feeds it (recovery's events included).
+  uint64_t incarnation = 0;
+  std::random_device rd;
+  while (incarnation == 0) incarnation = (uint64_t{rd()} << 32) | rd();
+  service::EventLog events(incarnation, config.events_retain);
 
   absl::StatusOr<store::BlockStoreOptions> store_options = StoreOptions(config);
   if (!store_options.ok()) return store_options.status();
+  store_options->events = &events;
   absl::StatusOr<std::unique_ptr<store::BlockStore>> store =
       store::BlockStore::Open(*store_options);
   if (!store.ok()) return store.status();
@@ -193,6 +229,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   so.min_lease = absl::Seconds(config.min_lease_seconds);
   so.max_lease = absl::Seconds(config.max_lease_seconds);
   so.worker_threads = config.workers;
+  so.default_deadline = config.default_deadline;
+  so.events = &events;
   if (config.host_persistent) so.forbidden_pool_files.push_back("/dev/shm/" + config.host_shm_name);
   if (!config.auth_tokens_file.empty()) {
     absl::StatusOr<std::unique_ptr<service::TokenAuth>> auth =
@@ -209,17 +247,48 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // The TCP port goes first: BuildAndStart stops at the first port it cannot bind, so a failed
+  // start with no TCP port selected is the TCP listener's failure.
+  int tcp_port = 0;
+  if (!config.tcp_listen.empty()) {
+    builder.AddListeningPort(config.tcp_listen, TcpCredentials(config), &tcp_port);
+  }
   builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
   builder.RegisterService(service.get());
   auto admin = std::make_unique<service::KvTierAdminService>(store->get(), service.get());
   builder.RegisterService(admin.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_request_bytes));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr && !config.tcp_listen.empty() && tcp_port == 0) {
+    return absl::UnavailableError(absl::StrFormat(
+        "tcp.listen: cannot listen on %s (address in use, not local or not resolvable%s; see the "
+        "gRPC log above)",
+        config.tcp_listen,
+        config.tcp_insecure ? "" : ", or tcp.tls.cert_file and key_file refused as a pair"));
+  }
   if (server == nullptr) {
     return absl::UnavailableError(
         absl::StrFormat("cannot listen on unix:%s (see the gRPC log above)", config.socket));
   }
   chmod(config.socket.c_str(), 0660);
+  std::string tcp_address;
+  if (!config.tcp_listen.empty()) {
+    tcp_address =
+        absl::StrCat(config.tcp_listen.substr(0, config.tcp_listen.rfind(':')), ":", tcp_port);
+    const char* mode = config.tcp_insecure                    ? "plain text"
+                       : config.tcp_tls_client_ca_pem.empty() ? "tls"
+                                                              : "tls, client certificates required";
+    KVTIER_LOG(kInfo, "listening on tcp ", tcp_address, " (", mode, ")");
+    if (config.auth_tokens_file.empty() && config.tcp_tls_client_ca_pem.empty()) {
+      KVTIER_LOG(kWarning, "tcp ", tcp_address,
+                 " has neither auth.tokens_file nor tcp.tls.client_ca_file: every client that "
+                 "reaches it can use every tenant and the admin service");
+    }
+    if (absl::Status st = WritePortFile(port_file, tcp_port); !st.ok()) {
+      server->Shutdown();
+      return st;
+    }
+  }
 
   std::unique_ptr<MetricsHttpServer> metrics;
   if (!config.metrics_listen.empty()) {
@@ -232,6 +301,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     metrics = std::move(*m);
   }
   KVTIER_LOG(kInfo, "kvtierd ready: unix:", config.socket,
+             tcp_address.empty() ? "" : absl::StrCat(", tcp ", tcp_address),
              metrics ? absl::StrCat(", metrics on http://", metrics->address()) : "",
              absl::StrFormat(", incarnation %016x", service->incarnation()));
 
@@ -265,6 +335,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     KVTIER_LOG(kWarning, "requests still running after ", config.shutdown_grace_seconds,
                " s; cancelling them");
   }
+  events.Close();  // WatchEvents streams end with UNAVAILABLE
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server->Wait();
   metrics.reset();
@@ -273,6 +344,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   absl::Status flushed = (*store)->Flush();
   store->reset();
   unlink(config.socket.c_str());
+  if (!tcp_address.empty()) unlink(port_file.c_str());
   if (!flushed.ok()) return flushed;
   KVTIER_LOG(kInfo, "kvtierd stopped cleanly");
   return absl::OkStatus();

@@ -1,7 +1,8 @@
-// The kvtierd process: opens the store from a Config, serves the gRPC services on the configured
-// Unix socket (with server reflection) and the metrics endpoint, and handles signals: SIGTERM and
-// SIGINT drain and stop (in-flight requests finish within shutdown_grace_seconds, the index is
-// flushed), SIGHUP reloads the settings that are safe to change while running (log.level).
+// The kvtierd process: opens the event log and the store from a Config, serves the gRPC services
+// on the configured Unix socket and optional TCP (TLS) listener (with server reflection) and the
+// metrics endpoint, and handles signals: SIGTERM and SIGINT drain and stop (event streams end,
+// in-flight requests finish within shutdown_grace_seconds, the index is flushed), SIGHUP reloads
+// the settings that are safe to change while running (log.level).
 #ifndef KVTIER_DAEMON_KVTIERD_DAEMON_H_
 #define KVTIER_DAEMON_KVTIERD_DAEMON_H_
 

@@ -71,10 +71,14 @@ class Writer {
 
 }  // namespace
 
-std::string RenderMetrics(const store::StoreStats& s, size_t engines, bool ready) {
+std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& service, bool ready) {
   Writer w;
   w.Gauge("kvtier_ready", "1 while the daemon accepts new work, 0 while draining.", ready ? 1 : 0);
-  w.Gauge("kvtier_engines", "Engines registered now.", static_cast<double>(engines));
+  w.Gauge("kvtier_engines", "Engines registered now.", static_cast<double>(service.engines));
+  w.Gauge("kvtier_event_streams", "WatchEvents streams open now.",
+          static_cast<double>(service.event_streams));
+  w.Counter("kvtier_events_total", "Cache events reported by the store (one per block).",
+            service.store_events);
   w.PerTier("kvtier_tier_capacity_bytes", "gauge", "Capacity of each tier in bytes.", s,
             &store::TierStats::capacity_bytes);
   w.PerTier("kvtier_tier_used_bytes", "gauge", "Bytes of allocated slots in each tier.", s,
@@ -266,7 +270,13 @@ void MetricsHttpServer::Serve(int fd) {
     body = "only GET\n";
   } else if (path == "/metrics") {
     type = "text/plain; version=0.0.4; charset=utf-8";
-    body = RenderMetrics(store_->Stats(), service_->engine_count(), ready_);
+    ServiceGauges gauges;
+    gauges.engines = service_->engine_count();
+    if (const service::EventLog* events = service_->events(); events != nullptr) {
+      gauges.event_streams = events->listener_count();
+      gauges.store_events = events->logged_store_events();
+    }
+    body = RenderMetrics(store_->Stats(), gauges, ready_);
   } else if (path == "/healthz") {
     body = "ok\n";
   } else if (path == "/readyz") {

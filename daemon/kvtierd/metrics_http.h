@@ -17,7 +17,12 @@
 namespace kvtier::kvtierd {
 
 // The Prometheus text exposition of the store's and service's state.
-std::string RenderMetrics(const store::StoreStats& stats, size_t engines, bool ready);
+struct ServiceGauges {
+  size_t engines = 0;
+  size_t event_streams = 0;
+  uint64_t store_events = 0;
+};
+std::string RenderMetrics(const store::StoreStats& stats, const ServiceGauges& service, bool ready);
 
 class MetricsHttpServer {
  public:

@@ -1,9 +1,11 @@
-// KvTierAdminService: Clear, Verify, Drain.
+// KvTierAdminService: Evict, Clear, Verify, Drain.
 #include "daemon/service/admin_service.h"
 
 #include <chrono>
+#include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
@@ -64,29 +66,123 @@ absl::StatusOr<std::vector<store::NamespaceId>> Select(const store::BlockStore& 
       "a namespace selector is required (namespace_id, match, or all = true)");
 }
 
+// The store tier a request names; nullopt for TIER_UNSPECIFIED. InvalidArgument otherwise.
+absl::StatusOr<std::optional<index::Tier>> TierFromProto(v1::Tier tier) {
+  switch (tier) {
+    case v1::TIER_UNSPECIFIED:
+      return std::optional<index::Tier>();
+    case v1::TIER_GPU:
+      return std::optional<index::Tier>(index::Tier::kGpu);
+    case v1::TIER_HOST:
+      return std::optional<index::Tier>(index::Tier::kHost);
+    case v1::TIER_DISK:
+      return std::optional<index::Tier>(index::Tier::kDisk);
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat("unknown tier %d", tier));
+  }
+}
+
 }  // namespace
+
+grpc::ServerUnaryReactor* KvTierAdminService::Evict(grpc::CallbackServerContext* ctx,
+                                                    const v1::EvictRequest* req,
+                                                    v1::EvictResponse* resp) {
+  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
+  absl::StatusOr<std::optional<index::Tier>> tier = TierFromProto(req->tier());
+  if (!tier.ok()) return FinishWith(ctx, tier.status());
+  absl::StatusOr<std::vector<store::NamespaceId>> ids = Select(*store_, req->namespaces());
+  if (!ids.ok()) return FinishWith(ctx, ids.status());
+  store::BlockStore::EvictRequest evict;
+  evict.namespaces = std::move(*ids);
+  evict.tier = *tier;
+  evict.drop = req->drop() || !tier->has_value();
+  switch (req->amount_case()) {
+    case v1::EvictRequest::kBlockCount:
+      evict.max_blocks = req->block_count();
+      break;
+    case v1::EvictRequest::kByteCount:
+      evict.max_bytes = req->byte_count();
+      break;
+    case v1::EvictRequest::kHashes:
+      if (req->namespaces().selector_case() != v1::NamespaceSelector::kNamespaceId) {
+        return FinishWith(
+            ctx, absl::InvalidArgumentError("evicting by hash needs namespaces.namespace_id"));
+      }
+      if (req->hashes().hashes_size() == 0 || req->hashes().hashes_size() > 4096) {
+        return FinishWith(
+            ctx, absl::InvalidArgumentError(absl::StrFormat("hashes: %d given, 1 to 4096 allowed",
+                                                            req->hashes().hashes_size())));
+      }
+      for (int i = 0; i < req->hashes().hashes_size(); ++i) {
+        absl::StatusOr<index::BlockHash> hash = HashFromProto(req->hashes().hashes(i));
+        if (!hash.ok()) {
+          return FinishWith(ctx, absl::InvalidArgumentError(
+                                     absl::StrCat("hashes[", i, "]: ", hash.status().message())));
+        }
+        evict.hashes.push_back(*hash);
+      }
+      break;
+    default:
+      break;
+  }
+  if (req->amount_case() == v1::EvictRequest::AMOUNT_NOT_SET ||
+      (req->amount_case() == v1::EvictRequest::kBlockCount && req->block_count() == 0) ||
+      (req->amount_case() == v1::EvictRequest::kByteCount && req->byte_count() == 0)) {
+    return FinishWith(ctx, absl::InvalidArgumentError(
+                               "an amount is required: block_count >= 1, byte_count >= 1 or "
+                               "hashes"));
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  service_->RunOnWorker(ctx, reactor, [this, evict = std::move(evict), resp]() -> absl::Status {
+    absl::StatusOr<store::BlockStore::EvictReport> report = store_->Evict(evict);
+    if (!report.ok()) return report.status();
+    resp->set_evicted_blocks(report->evicted_blocks);
+    resp->set_evicted_bytes(report->evicted_bytes);
+    resp->set_demoted_blocks(report->demoted_blocks);
+    resp->set_skipped_pinned_blocks(report->skipped_busy);
+    for (const absl::Status& st : report->results) SetItemResult(st, resp->add_results());
+    KVTIER_LOG(kInfo, "admin: evicted ", report->evicted_blocks, " blocks (",
+               report->demoted_blocks, " demoted, ", report->skipped_busy, " skipped as busy)");
+    return absl::OkStatus();
+  });
+  return reactor;
+}
 
 grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext* ctx,
                                                     const v1::ClearRequest* req,
                                                     v1::ClearResponse* resp) {
   if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
-  if (req->tier() != v1::TIER_UNSPECIFIED) {
-    return FinishWith(ctx, absl::UnimplementedError("clearing one tier only is not served yet"));
-  }
+  absl::StatusOr<std::optional<index::Tier>> tier = TierFromProto(req->tier());
+  if (!tier.ok()) return FinishWith(ctx, tier.status());
   absl::StatusOr<std::vector<store::NamespaceId>> ids = Select(*store_, req->namespaces());
   if (!ids.ok()) return FinishWith(ctx, ids.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  service_->RunOnWorker(reactor, [this, ids = std::move(*ids), resp]() -> absl::Status {
-    for (store::NamespaceId id : ids) {
-      absl::StatusOr<uint64_t> removed = store_->ClearNamespace(id);
-      if (!removed.ok()) return removed.status();
-      resp->set_removed_blocks(resp->removed_blocks() + *removed);
-      resp->set_cleared_namespaces(resp->cleared_namespaces() + 1);
-      KVTIER_LOG(kInfo, "admin: cleared namespace ", absl::StrFormat("%016x", id), " (", *removed,
-                 " blocks)");
-    }
-    return absl::OkStatus();
-  });
+  service_->RunOnWorker(
+      ctx, reactor, [this, ids = std::move(*ids), tier = *tier, resp]() -> absl::Status {
+        if (tier.has_value()) {
+          // One tier: its copies are dropped (blocks with another copy stay); events per block.
+          store::BlockStore::EvictRequest evict;
+          evict.namespaces = ids;
+          evict.tier = tier;
+          evict.max_blocks = UINT64_MAX;
+          evict.drop = true;
+          absl::StatusOr<store::BlockStore::EvictReport> report = store_->Evict(evict);
+          if (!report.ok()) return report.status();
+          resp->set_cleared_namespaces(static_cast<uint32_t>(ids.size()));
+          resp->set_removed_blocks(report->evicted_blocks);
+          resp->set_removed_bytes(report->evicted_bytes);
+          return absl::OkStatus();
+        }
+        for (store::NamespaceId id : ids) {
+          absl::StatusOr<uint64_t> removed = store_->ClearNamespace(id);
+          if (!removed.ok()) return removed.status();
+          resp->set_removed_blocks(resp->removed_blocks() + *removed);
+          resp->set_cleared_namespaces(resp->cleared_namespaces() + 1);
+          KVTIER_LOG(kInfo, "admin: cleared namespace ", absl::StrFormat("%016x", id), " (",
+                     *removed, " blocks)");
+        }
+        return absl::OkStatus();
+      });
   return reactor;
 }
 
@@ -102,7 +198,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext
                           "ones; tier, namespaces, report_only and max_blocks are not served yet"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  service_->RunOnWorker(reactor, [this, resp]() -> absl::Status {
+  service_->RunOnWorker(ctx, reactor, [this, resp]() -> absl::Status {
     absl::StatusOr<store::BlockStore::VerifyReport> report = store_->Verify();
     if (!report.ok()) return report.status();
     resp->set_checked_blocks(report->blocks);

@@ -1,8 +1,8 @@
 // KvTierAdminService: the operator service (kvtier.v1.KvTierAdmin) over the store and the engine
-// service: Clear (namespaces by id, by tenant/model/partition, or all), Verify (a scrub of every
-// stored block), Drain (stop taking writes, finish in-flight work, optionally write the host tier
-// to disk) and its cancel. Evict is not served yet (UNIMPLEMENTED). Blocking work runs on the
-// engine service's workers.
+// service: Evict (by count, bytes or hash, from a tier or the cache), Clear (namespaces by id, by
+// tenant/model/partition, or all; one tier or every tier), Verify (a scrub of every stored block),
+// Drain (stop taking writes, finish in-flight work, optionally write the host tier to disk) and
+// its cancel. Blocking work runs on the engine service's workers.
 #ifndef KVTIER_DAEMON_SERVICE_ADMIN_SERVICE_H_
 #define KVTIER_DAEMON_SERVICE_ADMIN_SERVICE_H_
 
@@ -22,6 +22,8 @@ class KvTierAdminService final : public v1::KvTierAdmin::CallbackService {
       : store_(store), service_(service) {}
   ~KvTierAdminService();  // joins the threads of Drain calls
 
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
+                                  v1::EvictResponse* resp) override;
   grpc::ServerUnaryReactor* Clear(grpc::CallbackServerContext* ctx, const v1::ClearRequest* req,
                                   v1::ClearResponse* resp) override;
   grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* ctx, const v1::VerifyRequest* req,

@@ -91,7 +91,8 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
   DerivedNamespace out;
-  for (int i = 0; i < 8; ++i) out.id |= uint64_t{digest[i]} << (8 * i);
+  // 32 bits: the store's namespace ids (and its index keys) are 32-bit.
+  for (int i = 0; i < 4; ++i) out.id |= uint64_t{digest[i]} << (8 * i);
   if (out.id == 0) out.id = 1;
   std::string root = "kvtier-hash-root-v1";
   root.append(reinterpret_cast<const char*>(&out.id), sizeof(out.id));
@@ -134,6 +135,7 @@ KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options)
   do {
     incarnation_ = (uint64_t{rd()} << 32) | rd();
   } while (incarnation_ == 0);
+  if (options_.events != nullptr) incarnation_ = options_.events->incarnation();
   for (const std::string& path : options_.forbidden_pool_files) {
     struct stat st;
     if (stat(path.c_str(), &st) == 0) forbidden_.emplace_back(st.st_dev, st.st_ino);
@@ -160,14 +162,31 @@ KvTierService::~KvTierService() {
   for (auto& w : waiters) w.first.join();  // their engines' work finishes on the workers
 }
 
-void KvTierService::RunOnWorker(grpc::ServerUnaryReactor* reactor,
+void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
                                 std::function<absl::Status()> work) {
   {
     absl::MutexLock lock(&mu_);
     ++in_flight_;
   }
-  workers_.Submit([this, reactor, work = std::move(work)] {
-    reactor->Finish(ToGrpc(work()));
+  const absl::Time queued = absl::Now();
+  // gRPC cancels a call whose own deadline passes; the default applies to calls without one.
+  const bool client_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
+  workers_.Submit([this, ctx, reactor, queued, client_deadline, work = std::move(work)] {
+    const absl::Duration waited = absl::Now() - queued;
+    absl::Status status;
+    if (ctx->IsCancelled()) {
+      status = absl::CancelledError(absl::StrFormat(
+          "the call was cancelled or its deadline passed while it waited %s for a worker",
+          absl::FormatDuration(waited)));
+    } else if (!client_deadline && options_.default_deadline > absl::ZeroDuration() &&
+               waited > options_.default_deadline) {
+      status = absl::DeadlineExceededError(absl::StrFormat(
+          "waited %s for a worker, past the server's default deadline of %s (the call set none)",
+          absl::FormatDuration(waited), absl::FormatDuration(options_.default_deadline)));
+    } else {
+      status = work();
+    }
+    reactor->Finish(ToGrpc(status));
     absl::MutexLock lock(&mu_);
     if (--in_flight_ == 0) idle_cv_.SignalAll();
   });
@@ -230,24 +249,25 @@ void KvTierService::Leave(const std::shared_ptr<Engine>& engine) {
   if (--engine->active == 0) idle_cv_.SignalAll();
 }
 
-uint32_t KvTierService::Remove(const std::string& engine_id, const char* why,
-                               bool only_if_expired) {
+std::pair<uint32_t, uint32_t> KvTierService::Remove(const std::string& engine_id, const char* why,
+                                                    bool only_if_expired) {
   std::shared_ptr<Engine> engine;
   {
     absl::MutexLock lock(&mu_);
     auto it = engines_.find(engine_id);
-    if (it == engines_.end()) return 0;
+    if (it == engines_.end()) return {0, 0};
     // The lease thread's list may be stale: a KeepAlive since then keeps the engine.
-    if (only_if_expired && it->second->expires >= absl::Now()) return 0;
+    if (only_if_expired && it->second->expires >= absl::Now()) return {0, 0};
     engine = std::move(it->second);
     engines_.erase(it);
     while (engine->active > 0) idle_cv_.Wait(&mu_);
   }
   const uint32_t released = ReleaseParked(engine_id, absl::InfiniteFuture());
-  DropPins(engine_id, nullptr, absl::InfiniteFuture());
+  const uint32_t pins = DropPins(engine_id, nullptr, absl::InfiniteFuture());
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why,
-             released > 0 ? absl::StrCat("; released ", released, " parked requests") : "");
-  return released;
+             released > 0 ? absl::StrCat("; released ", released, " parked requests") : "",
+             pins > 0 ? absl::StrCat("; released ", pins, " pins") : "");
+  return {released, pins};
 }
 
 void KvTierService::LeaseLoop() {
@@ -483,7 +503,9 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
   ++in_flight_;
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread waiter([this, reactor, resp, done, id = req->engine_id()] {
-    resp->set_released_parked_requests(Remove(id, "unregistered by the client"));
+    const auto [parked, pins] = Remove(id, "unregistered by the client");
+    resp->set_released_parked_requests(parked);
+    resp->set_released_pins(pins);
     reactor->Finish(grpc::Status::OK);
     {
       absl::MutexLock lock(&mu_);
@@ -588,7 +610,7 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, engine, req, resp] {
+  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
     // Checked again on the worker: a Drain that began after the RPC arrived waits for this
     // request (it is counted in flight), which then writes nothing.
     if (draining_) {
@@ -614,7 +636,7 @@ absl::Status KvTierService::CheckPools(const Engine& engine) {
 }
 
 void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& req,
-                              v1::OffloadResponse* resp) {
+                              v1::OffloadResponse* resp, bool parked) {
   if (absl::Status intact = CheckPools(engine); !intact.ok()) {
     for (int i = 0; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
     return;
@@ -623,6 +645,8 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
   // WRITE_ACK_DURABLE implies durable (cache.proto).
   put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
   put.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
+  put.silent = parked;
+  put.origin = engine.id;
   uint32_t stored = 0;
   for (int i = 0; i < req.items_size(); ++i) {
     const v1::OffloadItem& item = req.items(i);
@@ -685,7 +709,7 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, engine, req, resp] {
+  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
     if (engine->gpu != nullptr) {
       DoOnboardGpu(*engine, *req, resp);
     } else {
@@ -776,11 +800,13 @@ size_t SealThreads() {
 }  // namespace
 
 void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req,
-                                 v1::OffloadResponse* resp) {
+                                 v1::OffloadResponse* resp, bool parked) {
   store::PutOptions put;
   // WRITE_ACK_DURABLE implies durable (cache.proto).
   put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
   put.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
+  put.silent = parked;
+  put.origin = engine.id;
   const uint64_t block_bytes = engine.codec->block_bytes();
   for (int i = 0; i < req.items_size(); ++i) resp->add_results();
   uint32_t stored = 0;

@@ -4,7 +4,7 @@
 // an engine whose lease expires is unregistered as Unregister does. This first version serves host
 // pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat layouts)
 // through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin (and
-// Lookup's pin_ttl) hold blocks for a lease; WatchEvents is not served yet.
+// Lookup's pin_ttl) hold blocks for a lease; WatchEvents streams the EventLog.
 #ifndef KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 #define KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 
@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "codec/codec.h"
 #include "daemon/service/auth.h"
+#include "daemon/service/event_log.h"
 #include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
 #include "daemon/store/block_store.h"
@@ -47,6 +48,9 @@ struct ServiceOptions {
   absl::Duration max_pin_ttl = absl::Minutes(10);
   absl::Duration lease_check_interval = absl::Milliseconds(200);
   uint32_t worker_threads = 4;
+  // A unary call whose client set no deadline gets this one (zero: none): work still queued for
+  // a worker when it passes fails with DEADLINE_EXCEEDED instead of running. Streams are exempt.
+  absl::Duration default_deadline = absl::Seconds(60);
   std::string node_name;
   std::string version = "0.1.0";
   // Tenant tokens; null: authentication off (one tenant per request's `tenant` field, "default"
@@ -57,6 +61,10 @@ struct ServiceOptions {
   std::string hash_root_key;
   // Files engines may not register as pools (the daemon's persistent host arena).
   std::vector<std::string> forbidden_pool_files;
+  // The event log the store feeds, for WatchEvents; borrowed, must outlive the service. Its
+  // incarnation is the service's. Null: WatchEvents fails with FAILED_PRECONDITION and the
+  // incarnation is drawn at random.
+  EventLog* events = nullptr;
 };
 
 // A fixed set of threads running queued closures in order of submission.
@@ -86,6 +94,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // Waits until no request runs on the workers, or `timeout` passes; true when idle.
   bool WaitIdle(absl::Duration timeout);
   uint64_t incarnation() const { return incarnation_; }
+  const EventLog* events() const { return options_.events; }
   size_t engine_count() const;
 
   // The caller's tenant when authentication is on; "" when it is off. Unauthenticated otherwise.
@@ -95,8 +104,11 @@ class KvTierService final : public v1::KvTier::CallbackService {
     return options_.auth == nullptr || options_.auth->IsAdmin(tenant);
   }
 
-  // Runs `work` on a worker (counted as in flight), then finishes the RPC with its status.
-  void RunOnWorker(grpc::ServerUnaryReactor* reactor, std::function<absl::Status()> work);
+  // Runs `work` on a worker (counted as in flight), then finishes the RPC with its status. Work
+  // whose call was cancelled, or whose deadline (the client's, else default_deadline from now)
+  // passed while it waited for a worker, does not run: CANCELLED or DEADLINE_EXCEEDED.
+  void RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
+                   std::function<absl::Status()> work);
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;
@@ -127,6 +139,9 @@ class KvTierService final : public v1::KvTier::CallbackService {
                                   v1::UnpinResponse* resp) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx, const v1::ReleaseRequest* req,
                                     v1::ReleaseResponse* resp) override;
+  // watch_events.cc. A stream per subscriber, ended with UNAVAILABLE when the log closes.
+  grpc::ServerWriteReactor<v1::WatchEventsResponse>* WatchEvents(
+      grpc::CallbackServerContext* ctx, const v1::WatchEventsRequest* req) override;
 
   // One registered engine. Shared by the registry and the requests working on it.
   struct Engine {
@@ -163,9 +178,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
                                                    const std::string& engine_id);
   void Leave(const std::shared_ptr<Engine>& engine);
   // Removes the engine, waits until no request works on its pools, releases its parked requests
-  // (returns how many).
+  // and its pins (returns how many of each).
   // With only_if_expired, an engine whose lease was renewed meanwhile stays.
-  uint32_t Remove(const std::string& engine_id, const char* why, bool only_if_expired = false);
+  std::pair<uint32_t, uint32_t> Remove(const std::string& engine_id, const char* why,
+                                       bool only_if_expired = false);
   void LeaseLoop();
 
   // A paused request's pages, stored as blocks under hashes derived from (engine, request id,
@@ -204,10 +220,13 @@ class KvTierService final : public v1::KvTier::CallbackService {
 
   // FailedPrecondition when a host pool's file shrank since registration.
   static absl::Status CheckPools(const Engine& engine);
-  void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp);
+  // `parked`: pages of Park, stored silently (no events; they are not prefix-indexed).
+  void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
+                 bool parked = false);
   void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
   // The GPU-pool forms: one kernel pass per batch, sealed on the host.
-  void DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp);
+  void DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
+                    bool parked = false);
   void DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
 
   store::BlockStore* store_;
@@ -245,7 +264,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
 };
 
 // The namespace id and hash root the server derives for a namespace tuple: SHA-256 of a tagged
-// encoding of (tenant, model, partition, layout fingerprint, codec); the id is its first 8 bytes
+// encoding of (tenant, model, partition, layout fingerprint, codec); the id is its first 4 bytes
 // (little-endian, never 0), the root SHA-256 of a second tag, the id and `secret` (the daemon's
 // hash-root key and the tenant, when authentication is on).
 struct DerivedNamespace {

@@ -79,7 +79,7 @@ grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, engine, req, resp] {
+  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
     if (draining_) {  // see Offload
       Leave(engine);
       return absl::UnavailableError("the daemon is draining");
@@ -121,9 +121,9 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
   }
   v1::OffloadResponse result;
   if (engine.gpu != nullptr) {
-    DoOffloadGpu(engine, off, &result);
+    DoOffloadGpu(engine, off, &result, /*parked=*/true);
   } else {
-    DoOffload(engine, off, &result);
+    DoOffload(engine, off, &result, /*parked=*/true);
   }
   for (int i = 0; i < result.results_size(); ++i) {
     const v1::ItemResult& r = result.results(i);
@@ -196,7 +196,7 @@ grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, engine, req, resp] {
+  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
     absl::Status st = DoResume(*engine, *req, resp);
     Leave(engine);
     return st;
@@ -283,7 +283,7 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(reactor, [this, engine, req, resp] {
+  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
     absl::MutexLock serial(&park_mu_);
     for (const std::string& id : req->request_ids()) {
       std::optional<Parked> parked;

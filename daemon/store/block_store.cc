@@ -60,8 +60,43 @@ uint64_t QueueDelete(State& s, const BlockKey& key) {
   return ++s.queued_seq;
 }
 
+namespace {
+
+void Emit(State& s, const StoreEvent& event) {
+  if (s.events != nullptr) s.events->OnEvent(event);
+}
+
+// Reports that the fastest tier of a visible entry changes from `from` to FastestTier(*e).
+void EmitMoved(State& s, const Entry& e, Tier from) {
+  if (e.removed || e.writing || e.silent || s.events == nullptr) return;
+  StoreEvent event;
+  event.kind = StoreEventKind::kMoved;
+  event.ns = e.key.ns;
+  event.hash = e.key.hash;
+  event.tier = from;
+  event.to_tier = FastestTier(e);
+  if (event.to_tier != from) Emit(s, event);
+}
+
+}  // namespace
+
+void EmitStored(State& s, const Entry& e, StoredBy by, bool durable, absl::string_view origin) {
+  if (e.silent || s.events == nullptr) return;
+  StoreEvent event;
+  event.kind = StoreEventKind::kStored;
+  event.ns = e.key.ns;
+  event.hash = e.key.hash;
+  event.tier = FastestTier(e);
+  event.stored_by = by;
+  event.durable = durable;
+  event.block_bytes = e.rec.size;
+  event.origin = origin;
+  Emit(s, event);
+}
+
 void FreeHostCopy(State& s, Entry* e) {
   if (!e->host.has_value()) return;
+  const Tier from = FastestTier(*e);
   absl::Status st = s.host_alloc->Free(*e->host, e->slot_size);
   if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
   s.host_used = s.host_alloc->used_bytes();
@@ -69,6 +104,7 @@ void FreeHostCopy(State& s, Entry* e) {
   e->free_host_when_unpinned = false;
   s.host_lru.Remove(e);
   s.changed_cv.SignalAll();
+  EmitMoved(s, *e, from);
 }
 
 void DropPin(State& s, Entry* e) {
@@ -84,12 +120,14 @@ void DropPin(State& s, Entry* e) {
 
 void FreeGpuCopy(State& s, Entry* e) {
   if (!e->gpu.has_value()) return;
+  const Tier from = FastestTier(*e);
   absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes);
   if (!st.ok()) KVTIER_LOG(kError, "GPU tier: ", st.message());
   s.gpu_used = s.gpu->slots().used_bytes();
   e->gpu.reset();
   s.gpu_lru.Remove(e);
   s.changed_cv.SignalAll();
+  EmitMoved(s, *e, from);
 }
 
 std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t size,
@@ -115,7 +153,16 @@ std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t
   return offset;
 }
 
-void Detach(State& s, Entry* e) {
+void Detach(State& s, Entry* e, RemovedBy why) {
+  if (why != RemovedBy::kSilent && !e->writing && !e->silent && s.events != nullptr) {
+    StoreEvent event;
+    event.kind = StoreEventKind::kRemoved;
+    event.ns = e->key.ns;
+    event.hash = e->key.hash;
+    event.tier = FastestTier(*e);
+    event.removed_by = why;
+    Emit(s, event);
+  }
   auto it = s.map.find(e->key);
   s.retired.emplace(e, std::move(it->second));
   s.map.erase(it);
@@ -263,7 +310,9 @@ HostReservation::~HostReservation() {
 // ---- BlockStore ----
 
 BlockStore::BlockStore(const BlockStoreOptions& options)
-    : options_(options), state_(std::make_unique<State>()) {}
+    : options_(options), state_(std::make_unique<State>()) {
+  state_->events = options.events;
+}
 
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -364,22 +413,6 @@ std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> BlockStore
   return out;
 }
 
-absl::StatusOr<uint64_t> BlockStore::ClearNamespace(NamespaceId id) {
-  State& s = *state_;
-  absl::MutexLock lock(&s.mu);
-  auto it = s.namespaces.find(id);
-  if (it == s.namespaces.end()) return 0;
-  uint64_t removed = 0;
-  while (Entry* e = it->second.lru.back()) {
-    internal::Detach(s, e);
-    ++removed;
-  }
-  // Blocks still being written (reserved, not committed) are not in the namespace's list: they
-  // survive the clear and become visible when committed.
-  s.counters.removed += removed;
-  return removed;
-}
-
 absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_t size) {
   State& s = *state_;
   if (size == 0 || size > options_.max_block_bytes) {
@@ -441,7 +474,7 @@ absl::Status BlockStore::MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64
     while (ns.used + slot_size > ns.quota && e != nullptr) {
       Entry* prev = NsLru::Prev(e);
       if (e->pins == 0 && !e->migrating) {
-        internal::Detach(s, e);
+        internal::Detach(s, e, RemovedBy::kEvicted);
         ++s.counters.quota_evictions;
       }
       e = prev;
@@ -460,7 +493,7 @@ void BlockStore::AbortReservation(void* raw) {
   State& s = *state_;
   Entry* e = static_cast<Entry*>(raw);
   absl::MutexLock lock(&s.mu);
-  internal::Detach(s, e);
+  internal::Detach(s, e, RemovedBy::kSilent);
 }
 
 absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& options) {
@@ -488,7 +521,7 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
   absl::MutexLock lock(&s.mu);
   reservation.store_ = nullptr;  // ownership of the entry moves to the map
   if (s.stop) {
-    internal::Detach(s, e);
+    internal::Detach(s, e, RemovedBy::kSilent);
     return absl::UnavailableError("the store is shutting down");
   }
   e->writing = false;
@@ -501,8 +534,10 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
     e->rec.flags |= index::kBlockFlagHasParent;
   }
   if (options.durable) e->rec.flags |= index::kBlockFlagDurable;
+  e->silent = options.silent;
   s.host_lru.PushFront(e);
   s.namespaces[e->key.ns].lru.PushFront(e);
+  internal::EmitStored(s, *e, StoredBy::kPut, options.durable, options.origin);
   ++s.counters.puts;
   s.counters.bytes_in[static_cast<int>(Tier::kHost)] += e->rec.size;
   if (s.arena->persistent()) {
@@ -638,7 +673,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   if (copied.ok()) copied = kernels::SynchronizeStream(stream);
   absl::MutexLock lock(&s.mu);
   if (!copied.ok() || s.stop) {
-    internal::Detach(s, e);
+    internal::Detach(s, e, RemovedBy::kSilent);
     if (!copied.ok()) return copied;
     return absl::UnavailableError("the store is shutting down");
   }
@@ -649,8 +684,10 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
     e->rec.parent = *options.parent;
     e->rec.flags |= index::kBlockFlagHasParent;
   }
+  e->silent = options.silent;
   s.gpu_lru.PushFront(e);
   s.namespaces[key.ns].lru.PushFront(e);
+  internal::EmitStored(s, *e, StoredBy::kPut, /*durable=*/false, options.origin);
   ++s.counters.puts;
   s.counters.bytes_in[static_cast<int>(Tier::kGpu)] += e->hot->page_bytes;
   if (s.gpu_used >
@@ -823,43 +860,6 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& k
   return AcquireImpl(key, /*touch=*/true, /*verify_host=*/false, /*force_disk=*/false);
 }
 
-absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<BlockKey> keys;
-  {
-    absl::MutexLock lock(&state_->mu);
-    keys.reserve(state_->map.size());
-    for (const auto& [key, e] : state_->map) {
-      if (!e->writing && !e->gpu.has_value()) keys.push_back(key);
-    }
-  }
-  VerifyReport report;
-  for (const BlockKey& key : keys) {
-    bool present, both;
-    {
-      absl::MutexLock lock(&state_->mu);
-      auto it = state_->map.find(key);
-      present = it != state_->map.end();
-      both = present && it->second->host.has_value() && it->second->disk.has_value();
-    }
-    if (!present) continue;  // removed meanwhile
-    ++report.blocks;
-    // Both copies of a block are checked: the host copy in place, the disk copy by a read.
-    for (bool force_disk : {false, true}) {
-      if (force_disk && !both) break;
-      KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned,
-                              AcquireImpl(key, /*touch=*/false, /*verify_host=*/true, force_disk));
-      if (!pinned.has_value()) {
-        ++report.failed;
-        break;
-      }
-      if (!force_disk) report.bytes += pinned->bytes().size();
-    }
-  }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return report;
-}
-
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKey& key, bool touch,
                                                                    bool verify_host,
                                                                    bool force_disk) {
@@ -895,7 +895,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     --e->pins;
     --s.pinned;
     if (!e->removed) {
-      internal::Detach(s, e);  // releases the entry when nothing else holds it
+      internal::Detach(s, e, RemovedBy::kCorrupt);  // releases the entry when nothing else holds it
     } else {
       internal::MaybeRelease(s, e);
     }
@@ -1062,16 +1062,6 @@ absl::StatusOr<std::optional<uint64_t>> BlockStore::Read(const BlockKey& key,
   return std::optional<uint64_t>(bytes.size());
 }
 
-absl::StatusOr<bool> BlockStore::Remove(const BlockKey& key) {
-  State& s = *state_;
-  absl::MutexLock lock(&s.mu);
-  auto it = s.map.find(key);
-  if (it == s.map.end() || it->second->writing) return false;
-  internal::Detach(s, it->second.get());
-  ++s.counters.removed;
-  return true;
-}
-
 absl::Status BlockStore::Flush() {
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
@@ -1086,15 +1076,6 @@ absl::Status BlockStore::Flush() {
   if (s.stop) return absl::UnavailableError("the store is shutting down");
   if (s.commit_failures != failures) return s.last_commit_error;
   return absl::OkStatus();
-}
-
-absl::Status BlockStore::DemoteAll() {
-  {
-    absl::MutexLock lock(&state_->mu);
-    state_->demote_all = true;
-    state_->work_cv.Signal();
-  }
-  return Flush();
 }
 
 bool BlockStore::HostTierDeviceAccessible() const {

@@ -25,6 +25,7 @@
 #include "daemon/index/block_record.h"
 #include "daemon/store/disk_tier.h"
 #include "daemon/store/host_arena.h"
+#include "daemon/store/store_events.h"
 #include "daemon/store/store_stats.h"
 
 namespace kvtier::store {
@@ -72,6 +73,9 @@ struct BlockStoreOptions {
   uint64_t max_block_bytes = 64ull << 20;
   // Milliseconds since the Unix epoch for last-access times; the system clock when empty.
   std::function<uint64_t()> now_ms;
+  // Receives the store's events (store_events.h), recovery's included; not owned, must outlive
+  // the store. Null: none are reported.
+  StoreEventSink* events = nullptr;
 };
 
 struct PutOptions {
@@ -82,6 +86,10 @@ struct PutOptions {
   // the header and its checksum but does not recompute the payload checksum. Disk reads still
   // verify everything.
   bool sealed_by_caller = false;
+  // No events for this block, ever (parked pages, which are not prefix-indexed).
+  bool silent = false;
+  // Who stored it (an engine id), reported in the stored event. Read during the call only.
+  absl::string_view origin;
 };
 
 // What Open() recovered from the index.
@@ -248,7 +256,49 @@ class BlockStore {
   absl::StatusOr<std::optional<uint64_t>> Read(const BlockKey& key, absl::Span<uint8_t> dst);
 
   // Removes the block from every tier (after its readers are done). True when it existed.
-  absl::StatusOr<bool> Remove(const BlockKey& key);
+  // `why` is what the removal event reports.
+  absl::StatusOr<bool> Remove(const BlockKey& key, RemovedBy why = RemovedBy::kRemoved);
+
+  // Takes blocks out of a tier, least recently used first, or the named ones (admin Evict).
+  // Without a tier they leave the cache. With one, `drop` false moves them down the usual path
+  // (gpu -> host -> disk; the disk tier, or a host tier without disk, is the last and drops) and
+  // `drop` true drops that tier's copy (the block leaves the cache when it was the only one).
+  // Pinned blocks, blocks being read and blocks in motion are skipped. Demotions that need a
+  // write (a host block without a disk copy, a GPU page) are queued for the background thread
+  // and counted as demoted at once. InvalidArgument unless exactly one amount is given, there
+  // is a namespace, and hashes come with exactly one namespace. Never blocks on I/O.
+  struct EvictRequest {
+    std::vector<NamespaceId> namespaces;
+    std::optional<Tier> tier;  // nullopt: the whole cache
+    uint64_t max_blocks = 0;
+    uint64_t max_bytes = 0;
+    std::vector<BlockHash> hashes;
+    bool drop = false;
+  };
+  struct EvictReport {
+    uint64_t evicted_blocks = 0;
+    uint64_t evicted_bytes = 0;  // slot bytes of the evicted blocks
+    uint64_t demoted_blocks = 0;
+    uint64_t skipped_busy = 0;
+    // With hashes, one per hash: OK, NotFound (not stored, or not in the tier),
+    // FailedPrecondition (pinned, being read or in motion).
+    std::vector<absl::Status> results;
+  };
+  absl::StatusOr<EvictReport> Evict(const EvictRequest& request);
+
+  // Every visible block (GPU-tier pages included, silent ones excluded) of the namespaces in
+  // `namespaces` (every namespace when empty), with the fastest tier holding it. Taken under one
+  // lock with StoreEventSink::Barrier, whose position is stored in `event_position` (0 without a
+  // sink): the snapshot reflects exactly the events up to it. Never blocks on I/O.
+  struct BlockSummary {
+    NamespaceId ns = 0;
+    BlockHash hash{};
+    Tier tier = Tier::kHost;
+    uint64_t bytes = 0;  // cold-block size
+    bool durable = false;
+  };
+  std::vector<BlockSummary> Snapshot(absl::Span<const NamespaceId> namespaces,
+                                     uint64_t* event_position) const;
 
   // Waits until the background thread has nothing to do and every index write is durable
   // (per the sync policy). Blocks.

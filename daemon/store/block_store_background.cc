@@ -22,6 +22,27 @@
 #include "kernels/device.h"
 
 namespace kvtier::store {
+namespace internal {
+
+void DropDiskCopy(State& s, Entry* e, bool persistent_host) {
+  if (!e->host.has_value()) {
+    internal::Detach(s, e, RemovedBy::kEvicted);
+    return;
+  }
+  s.disk_lru.Remove(e);
+  e->delete_seq = internal::QueueDelete(s, e->key);
+  s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
+  s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
+  e->disk.reset();
+  e->indexed = false;
+  if (persistent_host) {
+    internal::QueuePut(s, *e);  // the record now points at the host copy
+    e->indexed = true;
+  }
+}
+
+}  // namespace internal
+
 namespace {
 
 using internal::Entry;
@@ -79,25 +100,6 @@ void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQU
   s.changed_cv.SignalAll();
 }
 
-// Drops the disk copy of `e` (the block stays when it has a host copy). REQUIRES: s.mu held,
-// e->disk, e->pins == 0, !e->migrating.
-void DropDiskCopy(State& s, Entry* e, bool persistent_host) {
-  if (!e->host.has_value()) {
-    internal::Detach(s, e);
-    return;
-  }
-  s.disk_lru.Remove(e);
-  e->delete_seq = internal::QueueDelete(s, e->key);
-  s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
-  s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
-  e->disk.reset();
-  e->indexed = false;
-  if (persistent_host) {
-    internal::QueuePut(s, *e);  // the record now points at the host copy
-    e->indexed = true;
-  }
-}
-
 // Drops least recently used disk blocks until the disk's live bytes are at most `target`.
 // Returns the bytes dropped. REQUIRES: s.mu held.
 uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host) {
@@ -107,7 +109,7 @@ uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host) {
     Entry* prev = DiskLru::Prev(e);
     if (e->pins == 0 && !e->migrating) {
       dropped += e->slot_size;
-      DropDiskCopy(s, e, persistent_host);
+      internal::DropDiskCopy(s, e, persistent_host);
       ++s.counters.disk_dropped;
     }
     e = prev;
@@ -180,7 +182,7 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
           KVTIER_LOG(kError, "store: encoding a GPU-tier page into the host tier failed: ",
                      m.result.message());
         }
-        if (!e->removed && e->pins == 0) internal::Detach(s, e);
+        if (!e->removed && e->pins == 0) internal::Detach(s, e, RemovedBy::kEvicted);
       }
       internal::MaybeRelease(s, e);
       continue;
@@ -219,7 +221,8 @@ void BlockStore::BackgroundLoop() {
     const bool gpu_pressure =
         s.gpu != nullptr && !s.gpu_lru.empty() &&
         (static_cast<double>(s.gpu_used) > options_.gpu.watermarks.high * gpu_capacity ||
-         s.gpu_room_waiters > 0 || s.demote_all);
+         s.gpu_room_waiters > 0 || s.demote_all ||
+         (s.gpu_evict_target.has_value() && s.gpu_used > *s.gpu_evict_target));
     if (!gpu_pressure) s.host_wanted_by_gpu = 0;
     const bool host_pressure =
         static_cast<double>(s.host_used) > options_.host_watermarks.high * host_capacity ||
@@ -271,7 +274,9 @@ void BlockStore::BackgroundLoop() {
       if (s.gpu_room_waiters > 0 && s.gpu_used <= target) {
         target = s.gpu_used - std::min(s.gpu_used, s.gpu->slots().chunk_bytes());
       }
+      if (s.gpu_evict_target.has_value()) target = std::min(target, *s.gpu_evict_target);
       if (DemoteGpu(s, target, options_.demotion_batch, persistent_host)) continue;
+      s.gpu_evict_target.reset();  // nothing left to move
     }
 
     // (2) and (3): choose the blocks to write.
@@ -355,7 +360,7 @@ void BlockStore::BackgroundLoop() {
             moves.push_back(Move{e, *slot, true, false, absl::OkStatus()});
             moved_any = true;
           } else if (!s.demote_all) {
-            internal::Detach(s, e);
+            internal::Detach(s, e, RemovedBy::kEvicted);
             ++s.counters.host_dropped;
             moved_any = true;
           }
@@ -427,7 +432,8 @@ void BlockStore::BackgroundLoop() {
         --s.migrating;
         if (m.write_through) e->durable_result = m.result;
         if (!m.write_through && !e->removed && e->pins == 0) {
-          internal::Detach(s, e);  // the host needs the room; a cache may drop a block
+          internal::Detach(
+              s, e, RemovedBy::kEvicted);  // the host needs the room; a cache may drop a block
           ++s.counters.host_dropped;
         } else {
           internal::MaybeRelease(s, e);
@@ -467,7 +473,8 @@ void BlockStore::BackgroundLoop() {
       }
       s.disk_lru.PushFront(e);
       s.counters.bytes_in[static_cast<int>(Tier::kDisk)] += e->rec.size;
-      if (m.victim && committed.ok()) {
+      if ((m.victim || e->evict_host_after_write) && committed.ok()) {
+        e->evict_host_after_write = false;
         ++s.counters.host_to_disk;
         if (e->pins == 0) {
           internal::FreeHostCopy(s, e);

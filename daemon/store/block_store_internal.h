@@ -50,6 +50,8 @@ struct BlockStore::Entry {
   bool verify_on_read = false;  // recovered host copy: checked on its first read
   bool free_host_when_unpinned = false;
   bool queued_write_through = false;
+  bool silent = false;                  // reports no events (PutOptions::silent)
+  bool evict_host_after_write = false;  // Evict: free the host copy once the disk copy is written
   std::optional<absl::Status> durable_result;  // outcome of a write-through (durable puts)
   uint32_t pins = 0;
   ListHook<Entry> host_lru;
@@ -87,6 +89,7 @@ struct BlockStore::State {
   std::optional<SlotAllocator> host_alloc;
   std::unique_ptr<DiskTier> disk;
   std::unique_ptr<GpuTier> gpu;  // null: no GPU tier
+  StoreEventSink* events = nullptr;
 
   mutable absl::Mutex mu;
   absl::CondVar work_cv;     // wakes the background thread
@@ -132,7 +135,9 @@ struct BlockStore::State {
   uint64_t gpu_used ABSL_GUARDED_BY(mu) = 0;  // mirrors gpu->slots().used_bytes()
   uint32_t gpu_room_waiters ABSL_GUARDED_BY(mu) = 0;
   uint64_t host_wanted_by_gpu ABSL_GUARDED_BY(mu) = 0;  // host bytes GPU demotion waits for
-  uint32_t commit_waiters ABSL_GUARDED_BY(mu) = 0;      // Flush() callers: commit without delay
+  // Evict asked the GPU tier to shrink to this many used bytes (least recently used first).
+  std::optional<uint64_t> gpu_evict_target ABSL_GUARDED_BY(mu);
+  uint32_t commit_waiters ABSL_GUARDED_BY(mu) = 0;  // Flush() callers: commit without delay
   uint32_t migrating ABSL_GUARDED_BY(mu) = 0;
   uint64_t pinned ABSL_GUARDED_BY(mu) = 0;
   bool demote_all ABSL_GUARDED_BY(mu) = false;
@@ -157,8 +162,15 @@ uint64_t QueueDelete(State& s, const BlockKey& key);
 // copy. REQUIRES: e.disk or e.host.
 index::BlockRecord RecordFor(const State& s, const Entry& e);
 // Takes `e` out of the map and the LRU lists, queues the deletion of its index entry, and
-// releases it when nothing holds it. REQUIRES: s.mu held, e in the map.
-void Detach(State& s, Entry* e);
+// releases it when nothing holds it; reports the removal (unless `why` is kSilent or the entry
+// was never visible). REQUIRES: s.mu held, e in the map.
+void Detach(State& s, Entry* e, RemovedBy why);
+// The fastest tier holding a visible entry (what lookups report).
+inline Tier FastestTier(const Entry& e) {
+  return e.gpu ? Tier::kGpu : e.host ? Tier::kHost : Tier::kDisk;
+}
+// Reports a block that became visible. REQUIRES: s.mu held.
+void EmitStored(State& s, const Entry& e, StoredBy by, bool durable, absl::string_view origin);
 // Frees the slots of a detached entry once no reader pins it and no write is in flight.
 void MaybeRelease(State& s, Entry* e);
 // Frees the host copy of an entry that keeps its disk copy (or is detached).
@@ -174,6 +186,9 @@ void FreeGpuCopy(State& s, Entry* e);
 // removed meanwhile. REQUIRES: s.mu held.
 std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t size,
                                         uint32_t wait_ms, uint32_t& waiters, const Entry* e);
+// Drops the disk copy of `e`; the block leaves the cache unless it has a host copy.
+// REQUIRES: s.mu held, e->disk, e->pins == 0, !e->migrating.
+void DropDiskCopy(State& s, Entry* e, bool persistent_host);
 // Moves reusable quarantined disk and host slots back to their allocators.
 void ReleaseQuarantine(State& s);
 uint64_t NowMs(const BlockStoreOptions& options);

@@ -113,6 +113,10 @@ absl::Status BlockStore::Recover() {
     ns.lru.PushFront(e);
     ns.used += e->slot_size;
   }
+  for (Entry* e : recovered) {
+    internal::EmitStored(s, *e, StoredBy::kRecovery, (e->rec.flags & index::kBlockFlagDurable) != 0,
+                         "");
+  }
   if (!drop.empty()) KVTIER_RETURN_IF_ERROR(s.index->Write(drop));
   if (s.arena->persistent()) {
     KVTIER_RETURN_IF_ERROR(

@@ -24,6 +24,7 @@ class IntrusiveList {
   T* front() const { return head_; }
   T* back() const { return tail_; }
   static T* Prev(T* item) { return (item->*Hook).prev; }  // towards the front
+  static T* Next(T* item) { return (item->*Hook).next; }  // towards the back
   static bool Linked(const T* item) { return (item->*Hook).linked; }
 
   void PushFront(T* item) {
@@ -55,6 +56,19 @@ class IntrusiveList {
   void MoveToFront(T* item) {
     Remove(item);
     PushFront(item);
+  }
+
+  // To the least recently used end.
+  void MoveToBack(T* item) {
+    Remove(item);
+    ListHook<T>& h = item->*Hook;
+    h.prev = tail_;
+    h.next = nullptr;
+    h.linked = true;
+    if (tail_ != nullptr) (tail_->*Hook).next = item;
+    tail_ = item;
+    if (head_ == nullptr) head_ = item;
+    ++size_;
   }
 
  private:

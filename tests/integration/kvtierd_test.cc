@@ -17,60 +17,6 @@ namespace {
 
 using KvtierdTest = DaemonFixture;
 
-v1::RegisterEngineResponse Register(v1::KvTier::Stub& stub, const v1::RegisterEngineRequest& req) {
-  grpc::ClientContext ctx;
-  v1::RegisterEngineResponse resp;
-  grpc::Status st = stub.RegisterEngine(DaemonFixture::Context(&ctx), req, &resp);
-  EXPECT_TRUE(st.ok()) << st.error_message();
-  return resp;
-}
-
-v1::OffloadResponse Offload(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
-                            uint32_t first_page, uint32_t pages, bool durable = false) {
-  v1::OffloadRequest req;
-  req.set_engine_id(engine);
-  req.set_durable(durable);
-  if (durable) req.set_ack(v1::WRITE_ACK_DURABLE);
-  for (uint32_t i = 0; i < pages; ++i) {
-    v1::OffloadItem* item = req.add_items();
-    item->set_block_hash(Hash(chain, i));
-    item->set_page_index(first_page + i);
-  }
-  grpc::ClientContext ctx;
-  v1::OffloadResponse resp;
-  grpc::Status st = stub.Offload(DaemonFixture::Context(&ctx), req, &resp);
-  EXPECT_TRUE(st.ok()) << st.error_message();
-  return resp;
-}
-
-v1::LookupResponse Lookup(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
-                          uint32_t blocks) {
-  v1::LookupRequest req;
-  req.set_engine_id(engine);
-  for (uint32_t i = 0; i < blocks; ++i) req.add_block_hashes(Hash(chain, i));
-  grpc::ClientContext ctx;
-  v1::LookupResponse resp;
-  grpc::Status st = stub.Lookup(DaemonFixture::Context(&ctx), req, &resp);
-  EXPECT_TRUE(st.ok()) << st.error_message();
-  return resp;
-}
-
-v1::OnboardResponse Onboard(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
-                            uint32_t blocks, uint32_t first_page) {
-  v1::OnboardRequest req;
-  req.set_engine_id(engine);
-  for (uint32_t i = 0; i < blocks; ++i) {
-    v1::OnboardItem* item = req.add_items();
-    item->set_block_hash(Hash(chain, i));
-    item->set_page_index(first_page + i);
-  }
-  grpc::ClientContext ctx;
-  v1::OnboardResponse resp;
-  grpc::Status st = stub.Onboard(DaemonFixture::Context(&ctx), req, &resp);
-  EXPECT_TRUE(st.ok()) << st.error_message();
-  return resp;
-}
-
 TEST_F(KvtierdTest, OffloadLookupOnboardRoundTrip) {
   StartDaemon();
   TestEngine engine(dir_->File("pool-a"), 32);
@@ -384,16 +330,6 @@ TEST_F(KvtierdTest, ConfigurationErrorsNameTheField) {
   EXPECT_EQ(run({"--config=" + dir_->File("default.yaml"), "--check-config"}, &out), 0) << out;
   out.clear();
   EXPECT_EQ(run({"--no-such-flag"}, &out), 2);
-}
-
-// Runs a command line; returns its exit status and fills `out` with stdout and stderr.
-int RunCommand(const std::string& cmd, std::string* out) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 TEST_F(KvtierdTest, KvtierctlReportsStatusAndStats) {
@@ -712,6 +648,7 @@ TEST_F(KvtierdTest, PinsHoldBlocksForALease) {
     grpc::ClientContext ctx;
     v1::UnregisterResponse resp;
     ASSERT_TRUE(stub_->Unregister(Context(&ctx), req, &resp).ok());
+    EXPECT_EQ(resp.released_pins(), 4u);  // the Lookup's four; the fifth extended one of them
   }
   EXPECT_EQ(pinned(), 0u) << "an engine's pins end with it";
 }

@@ -139,7 +139,7 @@ class KvtierdClientTest(unittest.TestCase):
                 PROTO_ROOT, os.path.join(cls.dir, "stubs"))
             # The messages of every file are reachable from the generated *_pb2 modules.
             cls.pb = {name: importlib.import_module(f"kvtier.v1.{name}_pb2")
-                      for name in ("common", "layout", "pool", "session", "cache")}
+                      for name in ("common", "layout", "pool", "session", "cache", "events")}
             cls.start_daemon()
         except BaseException:
             cls.cleanup(keep=True)
@@ -363,6 +363,30 @@ class KvtierdClientTest(unittest.TestCase):
             self.assertEqual(on.results[0].code, c.ITEM_CODE_INVALID_ARGUMENT,
                              f"onboard into page {page}: {on.results[0].message}")
             self.assertEqual(on.onboarded_pages, 0)
+
+    def test_4b_snapshot_stream_lists_the_offloaded_blocks(self):
+        """WatchEvents from a snapshot: every block tests 2 and 3 stored, then SnapshotComplete."""
+        ev = self.pb["events"]
+        req = ev.WatchEventsRequest(start=ev.WATCH_START_SNAPSHOT, max_batch_events=4)
+        stream = self.stub.WatchEvents(req, timeout=RPC_TIMEOUT)
+        hashes, complete = set(), None
+        for resp in stream:
+            for e in resp.events:
+                self.assertEqual(e.incarnation_id, self.hello.incarnation_id)
+                if e.HasField("block_stored"):
+                    self.assertEqual(e.block_stored.cause, ev.STORE_CAUSE_SNAPSHOT)
+                    hashes.update(e.block_stored.block_hashes)
+                if e.HasField("snapshot_complete"):
+                    complete = e
+            if complete is not None:
+                break
+        stream.cancel()
+        self.assertIsNotNone(complete, "the stream ended without SnapshotComplete")
+        self.assertEqual(complete.snapshot_complete.blocks, len(hashes))
+        self.assertGreater(complete.sequence, 0)
+        for chain in (1, 2):
+            for i in range(PAGES):
+                self.assertIn(block_hash(chain, i), hashes, f"block {i} of chain {chain}")
 
     def test_5_metrics_pass_promtool(self):
         promtool = shutil.which("promtool") or ("/usr/bin/promtool"

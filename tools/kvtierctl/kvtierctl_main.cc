@@ -5,12 +5,17 @@
 //   kvtierctl [--socket=PATH] verify
 //   kvtierctl [--socket=PATH] clear (--all | --namespace=HEX | [--tenant=T] [--model=M]
 //                                    [--partition=P])
+// --address=unix:PATH|HOST:PORT replaces --socket; a HOST:PORT is reached over TLS (--tls-ca,
+// --tls-cert, --tls-key, --tls-server-name) or, with --insecure, in plain text.
 // Exit status: 0 success, 1 the daemon could not be reached or refused (the message says why),
 // 2 usage error, 3 verify found corrupt blocks.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,7 +28,8 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: kvtierctl [--socket=PATH] [--timeout=SECONDS] COMMAND
+constexpr const char* kUsage = R"(usage: kvtierctl [--socket=PATH | --address=ADDRESS [TLS options]]
+                 [--timeout=SECONDS] COMMAND
 
 commands:
   status                         the daemon's version, incarnation, uptime, engines and tiers
@@ -41,6 +47,15 @@ commands:
 daemon has authentication on (the admin commands need an admin tenant's token).
 --socket defaults to $KVTIER_SOCKET, else /run/kvtier/kvtier.sock; --timeout to 5 seconds
 (drain, verify and clear: 600 seconds).
+
+--address=unix:PATH is --socket=PATH; --address=HOST:PORT reaches kvtierd's TCP listener
+(tcp.listen) over TLS, with these options:
+  --tls-ca=FILE           PEM CA bundle that signed the daemon's certificate (default: the
+                          system's roots)
+  --tls-cert=FILE         PEM client certificate chain and its key, for a daemon that requires
+  --tls-key=FILE          client certificates (tcp.tls.client_ca_file)
+  --tls-server-name=NAME  the name the daemon's certificate must carry, when it is not HOST
+  --insecure              plain text instead of TLS (a daemon with tcp.insecure, on loopback)
 )";
 
 const char* TierName(kvtier::v1::Tier tier) {
@@ -67,13 +82,27 @@ std::string Bytes(uint64_t b) {
   return u == 0 ? absl::StrFormat("%d B", b) : absl::StrFormat("%.1f %s", v, units[u]);
 }
 
-int Fail(const std::string& what, const grpc::Status& st, const std::string& socket) {
+int Fail(const std::string& what, const grpc::Status& st, const std::string& address) {
   std::cerr << "kvtierctl: " << what << " failed: " << st.error_message();
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    std::cerr << " (is kvtierd running and listening on " << socket << "?)";
+    std::cerr << " (is kvtierd running and listening on " << address << "?)";
   }
   std::cerr << "\n";
   return 1;
+}
+
+// Reads the file of `flag` into `out`; false (with a message) when it cannot be read.
+bool ReadFlagFile(const char* flag, const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) {
+    std::cerr << "kvtierctl: cannot read the " << flag << " file " << path << ": "
+              << std::strerror(errno) << "\n";
+    return false;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  *out = text.str();
+  return true;
 }
 
 void PrintTiers(const kvtier::v1::StatsResponse& stats) {
@@ -95,7 +124,9 @@ void PrintTiers(const kvtier::v1::StatsResponse& stats) {
 
 int main(int argc, char** argv) {
   const char* env = std::getenv("KVTIER_SOCKET");
-  std::string socket = env != nullptr ? env : "/run/kvtier/kvtier.sock";
+  std::string address = std::string("unix:") + (env != nullptr ? env : "/run/kvtier/kvtier.sock");
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
+  bool insecure = false;
   double timeout = 0;
   std::string command;
   bool json = false, namespaces = false, engines = false;
@@ -106,7 +137,19 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (absl::StartsWith(arg, "--socket=")) {
-      socket = arg.substr(9);
+      address = "unix:" + arg.substr(9);
+    } else if (absl::StartsWith(arg, "--address=")) {
+      address = arg.substr(10);
+    } else if (absl::StartsWith(arg, "--tls-ca=")) {
+      tls_ca = arg.substr(9);
+    } else if (absl::StartsWith(arg, "--tls-cert=")) {
+      tls_cert = arg.substr(11);
+    } else if (absl::StartsWith(arg, "--tls-key=")) {
+      tls_key = arg.substr(10);
+    } else if (absl::StartsWith(arg, "--tls-server-name=")) {
+      tls_server_name = arg.substr(18);
+    } else if (arg == "--insecure") {
+      insecure = true;
     } else if (absl::StartsWith(arg, "--timeout=")) {
       if (!absl::SimpleAtod(arg.substr(10), &timeout) || timeout <= 0) {
         std::cerr << "kvtierctl: --timeout needs a positive number of seconds\n";
@@ -152,6 +195,38 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (timeout == 0) timeout = admin ? 600 : 5;
+  const bool tcp = !absl::StartsWith(address, "unix:");
+  const bool tls_options =
+      !tls_ca.empty() || !tls_cert.empty() || !tls_key.empty() || !tls_server_name.empty();
+  if (address.empty() || address == "unix:") {
+    std::cerr << "kvtierctl: --address needs unix:PATH or HOST:PORT\n";
+    return 2;
+  }
+  if (!tcp && (tls_options || insecure)) {
+    std::cerr << "kvtierctl: --tls-* and --insecure are for a HOST:PORT --address, not " << address
+              << "\n";
+    return 2;
+  }
+  if (insecure && tls_options) {
+    std::cerr << "kvtierctl: --insecure (plain text) and --tls-* options exclude each other\n";
+    return 2;
+  }
+  if (tls_cert.empty() != tls_key.empty()) {
+    std::cerr << "kvtierctl: --tls-cert and --tls-key go together\n";
+    return 2;
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments channel_args;
+  if (tcp && !insecure) {
+    grpc::SslCredentialsOptions ssl;
+    if ((!tls_ca.empty() && !ReadFlagFile("--tls-ca", tls_ca, &ssl.pem_root_certs)) ||
+        (!tls_cert.empty() && !ReadFlagFile("--tls-cert", tls_cert, &ssl.pem_cert_chain)) ||
+        (!tls_key.empty() && !ReadFlagFile("--tls-key", tls_key, &ssl.pem_private_key))) {
+      return 2;
+    }
+    credentials = grpc::SslCredentials(ssl);
+    if (!tls_server_name.empty()) channel_args.SetSslTargetNameOverride(tls_server_name);
+  }
   std::string token;
   if (!token_file.empty()) {
     std::ifstream in(token_file);
@@ -164,7 +239,7 @@ int main(int argc, char** argv) {
   auto authorize = [&](grpc::ClientContext& ctx) {
     if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
   };
-  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateCustomChannel(address, credentials, channel_args);
   auto stub = kvtier::v1::KvTier::NewStub(channel);
   if (admin) {
     auto admin_stub = kvtier::v1::KvTierAdmin::NewStub(channel);
@@ -178,7 +253,7 @@ int main(int argc, char** argv) {
       req.set_cancel(cancel);
       kvtier::v1::DrainResponse resp;
       grpc::Status st = admin_stub->Drain(&ctx, req, &resp);
-      if (!st.ok()) return Fail("Drain", st, socket);
+      if (!st.ok()) return Fail("Drain", st, address);
       if (cancel) {
         std::printf("drain cancelled: accepting work again (%u engines registered)\n",
                     resp.registered_engines());
@@ -195,7 +270,7 @@ int main(int argc, char** argv) {
       kvtier::v1::VerifyRequest req;
       kvtier::v1::VerifyResponse resp;
       grpc::Status st = admin_stub->Verify(&ctx, req, &resp);
-      if (!st.ok()) return Fail("Verify", st, socket);
+      if (!st.ok()) return Fail("Verify", st, address);
       std::printf("verified %llu blocks (%s) in %.3f s: %llu corrupt, %llu removed\n",
                   static_cast<unsigned long long>(resp.checked_blocks()),
                   Bytes(resp.checked_bytes()).c_str(),
@@ -228,7 +303,7 @@ int main(int argc, char** argv) {
     }
     kvtier::v1::ClearResponse resp;
     grpc::Status st = admin_stub->Clear(&ctx, req, &resp);
-    if (!st.ok()) return Fail("Clear", st, socket);
+    if (!st.ok()) return Fail("Clear", st, address);
     std::printf("cleared %u namespaces: %llu blocks removed\n", resp.cleared_namespaces(),
                 static_cast<unsigned long long>(resp.removed_blocks()));
     return 0;
@@ -246,7 +321,7 @@ int main(int argc, char** argv) {
     authorize(ctx);
     ctx.set_deadline(deadline());
     grpc::Status st = stub->Stats(&ctx, sreq, &stats);
-    if (!st.ok()) return Fail("Stats", st, socket);
+    if (!st.ok()) return Fail("Stats", st, address);
   }
   if (command == "stats") {
     if (json) {
@@ -275,10 +350,10 @@ int main(int argc, char** argv) {
     kvtier::v1::HelloRequest req;
     req.set_client_name("kvtierctl/0.1.0");
     grpc::Status st = stub->Hello(&ctx, req, &hello);
-    if (!st.ok()) return Fail("Hello", st, socket);
+    if (!st.ok()) return Fail("Hello", st, address);
   }
   std::printf("kvtierd %s on %s (%s), API v%u, incarnation %016llx\n",
-              hello.server_version().c_str(), hello.node_name().c_str(), socket.c_str(),
+              hello.server_version().c_str(), hello.node_name().c_str(), address.c_str(),
               hello.api_version(), static_cast<unsigned long long>(hello.incarnation_id()));
   std::printf("up %llds, %s, CUDA %s, %u engines, %d namespaces\n",
               static_cast<long long>(stats.uptime().seconds()),

@@ -1,0 +1,233 @@
+// BlockStore's operator paths: Clear, Evict, Verify, Snapshot, Remove, DemoteAll.
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "daemon/store/block_store.h"
+#include "daemon/store/block_store_internal.h"
+
+namespace kvtier::store {
+
+using internal::Entry;
+using internal::State;
+
+absl::StatusOr<uint64_t> BlockStore::ClearNamespace(NamespaceId id) {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  auto it = s.namespaces.find(id);
+  if (it == s.namespaces.end()) return 0;
+  uint64_t removed = 0;
+  while (Entry* e = it->second.lru.back()) {
+    internal::Detach(s, e, RemovedBy::kSilent);
+    ++removed;
+  }
+  // Blocks still being written (reserved, not committed) are not in the namespace's list: they
+  // survive the clear and become visible when committed.
+  s.counters.removed += removed;
+  StoreEvent event;
+  event.kind = StoreEventKind::kCleared;
+  event.ns = id;
+  event.count = removed;
+  if (s.events != nullptr) s.events->OnEvent(event);
+  return removed;
+}
+
+absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<BlockKey> keys;
+  {
+    absl::MutexLock lock(&state_->mu);
+    keys.reserve(state_->map.size());
+    for (const auto& [key, e] : state_->map) {
+      if (!e->writing && !e->gpu.has_value()) keys.push_back(key);
+    }
+  }
+  VerifyReport report;
+  for (const BlockKey& key : keys) {
+    bool present, both;
+    {
+      absl::MutexLock lock(&state_->mu);
+      auto it = state_->map.find(key);
+      present = it != state_->map.end();
+      both = present && it->second->host.has_value() && it->second->disk.has_value();
+    }
+    if (!present) continue;  // removed meanwhile
+    ++report.blocks;
+    // Both copies of a block are checked: the host copy in place, the disk copy by a read.
+    for (bool force_disk : {false, true}) {
+      if (force_disk && !both) break;
+      KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned,
+                              AcquireImpl(key, /*touch=*/false, /*verify_host=*/true, force_disk));
+      if (!pinned.has_value()) {
+        ++report.failed;
+        break;
+      }
+      if (!force_disk) report.bytes += pinned->bytes().size();
+    }
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+std::vector<BlockStore::BlockSummary> BlockStore::Snapshot(absl::Span<const NamespaceId> namespaces,
+                                                           uint64_t* event_position) const {
+  const State& s = *state_;
+  std::vector<BlockSummary> out;
+  absl::MutexLock lock(&s.mu);
+  *event_position = s.events != nullptr ? s.events->Barrier() : 0;
+  auto add = [&](const Entry& e) {
+    if (e.writing || e.removed || e.silent) return;
+    out.push_back({e.key.ns, e.key.hash, internal::FastestTier(e), e.rec.size,
+                   (e.rec.flags & index::kBlockFlagDurable) != 0});
+  };
+  if (namespaces.empty()) {
+    out.reserve(s.map.size());
+    for (const auto& [key, e] : s.map) add(*e);
+    return out;
+  }
+  for (NamespaceId id : namespaces) {
+    auto it = s.namespaces.find(id);
+    if (it == s.namespaces.end()) continue;
+    for (Entry* e = it->second.lru.front(); e != nullptr; e = NsLru::Next(e)) add(*e);
+  }
+  return out;
+}
+
+absl::StatusOr<bool> BlockStore::Remove(const BlockKey& key, RemovedBy why) {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  auto it = s.map.find(key);
+  if (it == s.map.end() || it->second->writing) return false;
+  internal::Detach(s, it->second.get(), why);
+  ++s.counters.removed;
+  return true;
+}
+
+absl::Status BlockStore::DemoteAll() {
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->demote_all = true;
+    state_->work_cv.Signal();
+  }
+  return Flush();
+}
+
+namespace {
+
+enum class EvictOutcome { kNotInTier, kBusy, kDropped, kDemoted };
+
+// Takes one block out of `tier` (nullopt: out of the cache). REQUIRES: s.mu held, e in the map.
+EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (e->writing) return EvictOutcome::kNotInTier;
+  if (!tier.has_value()) {
+    if (e->pins > 0 || e->migrating) return EvictOutcome::kBusy;
+    internal::Detach(s, e, RemovedBy::kRemoved);
+    return EvictOutcome::kDropped;
+  }
+  const bool in_tier = *tier == Tier::kGpu    ? e->gpu.has_value()
+                       : *tier == Tier::kHost ? e->host.has_value() && !e->gpu.has_value()
+                                              : e->disk.has_value();
+  if (!in_tier) return EvictOutcome::kNotInTier;
+  if (e->pins > 0 || e->migrating) return EvictOutcome::kBusy;
+  switch (*tier) {
+    case Tier::kGpu:
+      if (e->host.has_value()) {
+        internal::FreeGpuCopy(s, e);
+        return EvictOutcome::kDemoted;
+      }
+      if (drop) break;
+      // The background thread encodes it into the host tier: least recently used first.
+      s.gpu_lru.MoveToBack(e);
+      s.gpu_evict_target = std::min(s.gpu_evict_target.value_or(s.gpu_used), s.gpu_used) -
+                           std::min(s.gpu_used, e->hot->page_bytes);
+      s.work_cv.Signal();
+      return EvictOutcome::kDemoted;
+    case Tier::kHost:
+      if (e->disk.has_value()) {
+        if (e->put_seq > s.committed_seq) return EvictOutcome::kBusy;  // record not durable yet
+        internal::FreeHostCopy(s, e);
+        return EvictOutcome::kDemoted;
+      }
+      if (drop || s.disk->file_count() == 0) break;  // the last tier: it leaves the cache
+      // Written to disk by the background thread, then its host copy is freed.
+      e->evict_host_after_write = true;
+      if (!e->queued_write_through) {
+        e->queued_write_through = true;
+        s.write_through.push_back(e);
+      }
+      s.work_cv.Signal();
+      return EvictOutcome::kDemoted;
+    case Tier::kDisk:
+      if (e->host.has_value()) {
+        internal::DropDiskCopy(s, e, s.arena->persistent());
+        return EvictOutcome::kDropped;
+      }
+      break;
+  }
+  internal::Detach(s, e, RemovedBy::kRemoved);
+  return EvictOutcome::kDropped;
+}
+
+}  // namespace
+
+absl::StatusOr<BlockStore::EvictReport> BlockStore::Evict(const EvictRequest& req) {
+  const int amounts = (req.max_blocks > 0) + (req.max_bytes > 0) + !req.hashes.empty();
+  if (amounts != 1) {
+    return absl::InvalidArgumentError(
+        "exactly one of a block count, a byte count or a list of hashes is required");
+  }
+  if (req.namespaces.empty()) return absl::InvalidArgumentError("no namespace to evict from");
+  if (!req.hashes.empty() && req.namespaces.size() != 1) {
+    return absl::InvalidArgumentError("evicting by hash needs exactly one namespace");
+  }
+  State& s = *state_;
+  EvictReport report;
+  absl::MutexLock lock(&s.mu);
+  auto count = [&](Entry* e, EvictOutcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    if (outcome == EvictOutcome::kBusy) ++report.skipped_busy;
+    if (outcome != EvictOutcome::kDropped && outcome != EvictOutcome::kDemoted) return;
+    ++report.evicted_blocks;
+    report.evicted_bytes += e->slot_size;
+    if (outcome == EvictOutcome::kDemoted) ++report.demoted_blocks;
+  };
+  if (!req.hashes.empty()) {
+    for (const BlockHash& hash : req.hashes) {
+      auto it = s.map.find(BlockKey{req.namespaces[0], hash});
+      if (it == s.map.end()) {
+        report.results.push_back(absl::NotFoundError("not stored"));
+        continue;
+      }
+      Entry* e = it->second.get();
+      const EvictOutcome outcome = EvictOne(s, e, req.tier, req.drop);
+      count(e, outcome);
+      report.results.push_back(
+          outcome == EvictOutcome::kNotInTier
+              ? absl::NotFoundError(
+                    absl::StrCat("not in the ", index::TierName(*req.tier), " tier"))
+          : outcome == EvictOutcome::kBusy
+              ? absl::FailedPreconditionError("pinned, being read or moving between tiers")
+              : absl::OkStatus());
+    }
+    return report;
+  }
+  for (NamespaceId id : req.namespaces) {
+    auto ns = s.namespaces.find(id);
+    if (ns == s.namespaces.end()) continue;
+    // Least recently used first; Detach unlinks only the entry it is given.
+    Entry* e = ns->second.lru.back();
+    while (e != nullptr) {
+      if ((req.max_blocks > 0 && report.evicted_blocks >= req.max_blocks) ||
+          (req.max_bytes > 0 && report.evicted_bytes >= req.max_bytes)) {
+        return report;
+      }
+      Entry* prev = NsLru::Prev(e);
+      count(e, EvictOne(s, e, req.tier, req.drop));
+      e = prev;
+    }
+  }
+  return report;
+}
+
+}  // namespace kvtier::store
