@@ -163,7 +163,7 @@ KvTierService::~KvTierService() {
 }
 
 void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                                std::function<absl::Status()> work) {
+                                std::function<absl::Status()> work, std::function<void()> skipped) {
   {
     absl::MutexLock lock(&mu_);
     ++in_flight_;
@@ -171,9 +171,11 @@ void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUn
   const absl::Time queued = absl::Now();
   // gRPC cancels a call whose own deadline passes; the default applies to calls without one.
   const bool client_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
-  workers_.Submit([this, ctx, reactor, queued, client_deadline, work = std::move(work)] {
+  workers_.Submit([this, ctx, reactor, queued, client_deadline, work = std::move(work),
+                   skipped = std::move(skipped)] {
     const absl::Duration waited = absl::Now() - queued;
     absl::Status status;
+    bool ran = false;
     if (ctx->IsCancelled()) {
       status = absl::CancelledError(absl::StrFormat(
           "the call was cancelled or its deadline passed while it waited %s for a worker",
@@ -185,7 +187,9 @@ void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUn
           absl::FormatDuration(waited), absl::FormatDuration(options_.default_deadline)));
     } else {
       status = work();
+      ran = true;
     }
+    if (!ran && skipped != nullptr) skipped();
     reactor->Finish(ToGrpc(status));
     absl::MutexLock lock(&mu_);
     if (--in_flight_ == 0) idle_cv_.SignalAll();
@@ -446,7 +450,17 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   ns_proto->set_partition(req->partition());
   ns_proto->set_layout_fingerprint(fingerprint);
   CodecToProto(*spec, ns_proto->mutable_codec());
-  if (absl::Status st = store_->PutNamespace(ns.id, ns_proto->SerializeAsString(), 0); !st.ok()) {
+  const std::string ns_record = ns_proto->SerializeAsString();
+  for (const auto& [id, record] : store_->Namespaces()) {
+    // 32-bit ids: two different namespaces could meet; they must never share blocks.
+    if (id == ns.id && record.first != ns_record) {
+      return FinishWith(ctx, absl::FailedPreconditionError(absl::StrFormat(
+                                 "namespace id %08x of (tenant '%s', model '%s', partition '%s') "
+                                 "is already taken by another namespace; use another partition",
+                                 ns.id, tenant, req->model(), req->partition())));
+    }
+  }
+  if (absl::Status st = store_->PutNamespace(ns.id, ns_record, 0); !st.ok()) {
     return FinishWith(ctx, st);
   }
   absl::Duration lease =
@@ -610,21 +624,24 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
-    // Checked again on the worker: a Drain that began after the RPC arrived waits for this
-    // request (it is counted in flight), which then writes nothing.
-    if (draining_) {
-      Leave(engine);
-      return absl::UnavailableError("the daemon is draining");
-    }
-    if (engine->gpu != nullptr) {
-      DoOffloadGpu(*engine, *req, resp);
-    } else {
-      DoOffload(*engine, *req, resp);
-    }
-    Leave(engine);
-    return absl::OkStatus();
-  });
+  RunOnWorker(
+      ctx, reactor,
+      [this, engine, req, resp] {
+        // Checked again on the worker: a Drain that began after the RPC arrived waits for this
+        // request (it is counted in flight), which then writes nothing.
+        if (draining_) {
+          Leave(engine);
+          return absl::UnavailableError("the daemon is draining");
+        }
+        if (engine->gpu != nullptr) {
+          DoOffloadGpu(*engine, *req, resp);
+        } else {
+          DoOffload(*engine, *req, resp);
+        }
+        Leave(engine);
+        return absl::OkStatus();
+      },
+      [this, engine] { Leave(engine); });
   return reactor;
 }
 
@@ -709,15 +726,18 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
-    if (engine->gpu != nullptr) {
-      DoOnboardGpu(*engine, *req, resp);
-    } else {
-      DoOnboard(*engine, *req, resp);
-    }
-    Leave(engine);
-    return absl::OkStatus();
-  });
+  RunOnWorker(
+      ctx, reactor,
+      [this, engine, req, resp] {
+        if (engine->gpu != nullptr) {
+          DoOnboardGpu(*engine, *req, resp);
+        } else {
+          DoOnboard(*engine, *req, resp);
+        }
+        Leave(engine);
+        return absl::OkStatus();
+      },
+      [this, engine] { Leave(engine); });
   return reactor;
 }
 

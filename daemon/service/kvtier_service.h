@@ -106,9 +106,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
 
   // Runs `work` on a worker (counted as in flight), then finishes the RPC with its status. Work
   // whose call was cancelled, or whose deadline (the client's, else default_deadline from now)
-  // passed while it waited for a worker, does not run: CANCELLED or DEADLINE_EXCEEDED.
+  // passed while it waited for a worker, does not run (CANCELLED or DEADLINE_EXCEEDED): `skipped`
+  // runs instead, to release what `work` would have (the engine it entered).
   void RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                   std::function<absl::Status()> work);
+                   std::function<absl::Status()> work, std::function<void()> skipped = nullptr);
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;

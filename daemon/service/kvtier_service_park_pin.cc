@@ -79,15 +79,18 @@ grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
-    if (draining_) {  // see Offload
-      Leave(engine);
-      return absl::UnavailableError("the daemon is draining");
-    }
-    absl::Status st = DoPark(*engine, *req, resp);
-    Leave(engine);
-    return st;
-  });
+  RunOnWorker(
+      ctx, reactor,
+      [this, engine, req, resp] {
+        if (draining_) {  // see Offload
+          Leave(engine);
+          return absl::UnavailableError("the daemon is draining");
+        }
+        absl::Status st = DoPark(*engine, *req, resp);
+        Leave(engine);
+        return st;
+      },
+      [this, engine] { Leave(engine); });
   return reactor;
 }
 
@@ -196,11 +199,14 @@ grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
-    absl::Status st = DoResume(*engine, *req, resp);
-    Leave(engine);
-    return st;
-  });
+  RunOnWorker(
+      ctx, reactor,
+      [this, engine, req, resp] {
+        absl::Status st = DoResume(*engine, *req, resp);
+        Leave(engine);
+        return st;
+      },
+      [this, engine] { Leave(engine); });
   return reactor;
 }
 
@@ -283,28 +289,31 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(ctx, reactor, [this, engine, req, resp] {
-    absl::MutexLock serial(&park_mu_);
-    for (const std::string& id : req->request_ids()) {
-      std::optional<Parked> parked;
-      {
-        absl::MutexLock lock(&mu_);
-        auto it = parked_.find(std::make_pair(engine->id, id));
-        if (it != parked_.end()) {
-          parked = std::move(it->second);
-          parked_.erase(it);
+  RunOnWorker(
+      ctx, reactor,
+      [this, engine, req, resp] {
+        absl::MutexLock serial(&park_mu_);
+        for (const std::string& id : req->request_ids()) {
+          std::optional<Parked> parked;
+          {
+            absl::MutexLock lock(&mu_);
+            auto it = parked_.find(std::make_pair(engine->id, id));
+            if (it != parked_.end()) {
+              parked = std::move(it->second);
+              parked_.erase(it);
+            }
+          }
+          v1::ItemResult* result = resp->add_results();
+          if (!parked.has_value()) {
+            result->set_code(v1::ITEM_CODE_NOT_FOUND);
+            continue;
+          }
+          resp->set_freed_bytes(resp->freed_bytes() + DropParked(*parked));
         }
-      }
-      v1::ItemResult* result = resp->add_results();
-      if (!parked.has_value()) {
-        result->set_code(v1::ITEM_CODE_NOT_FOUND);
-        continue;
-      }
-      resp->set_freed_bytes(resp->freed_bytes() + DropParked(*parked));
-    }
-    Leave(engine);
-    return absl::OkStatus();
-  });
+        Leave(engine);
+        return absl::OkStatus();
+      },
+      [this, engine] { Leave(engine); });
   return reactor;
 }
 

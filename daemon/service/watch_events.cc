@@ -175,7 +175,7 @@ class EventStream final : public grpc::ServerWriteReactor<v1::WatchEventsRespons
         case v1::WATCH_START_SNAPSHOT: {
           std::vector<index::NamespaceId> ids = filter_.Current();
           if (ids.empty()) {
-            cursor_ = log_->last_sequence();
+            cursor_ = log_->Barrier();  // closes the last event: later ones are new
           } else {
             snapshot_ = store_->Snapshot(ids, &cursor_);
           }
@@ -188,7 +188,7 @@ class EventStream final : public grpc::ServerWriteReactor<v1::WatchEventsRespons
           break;
         }
         default:
-          cursor_ = log_->last_sequence();
+          cursor_ = log_->Barrier();  // closes the last event: later ones are new
           break;
       }
     }

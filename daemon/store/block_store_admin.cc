@@ -140,8 +140,10 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
       if (drop) break;
       // The background thread encodes it into the host tier: least recently used first.
       s.gpu_lru.MoveToBack(e);
-      s.gpu_evict_target = std::min(s.gpu_evict_target.value_or(s.gpu_used), s.gpu_used) -
-                           std::min(s.gpu_used, e->hot->page_bytes);
+      {
+        const uint64_t target = std::min(s.gpu_evict_target.value_or(s.gpu_used), s.gpu_used);
+        s.gpu_evict_target = target - std::min(target, e->hot->page_bytes);
+      }
       s.work_cv.Signal();
       return EvictOutcome::kDemoted;
     case Tier::kHost:
@@ -185,12 +187,17 @@ absl::StatusOr<BlockStore::EvictReport> BlockStore::Evict(const EvictRequest& re
   State& s = *state_;
   EvictReport report;
   absl::MutexLock lock(&s.mu);
-  auto count = [&](Entry* e, EvictOutcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  // Evicts `e` and counts it; `e` may be released (freed) by then.
+  auto evict = [&](Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    const uint64_t bytes = e->slot_size;
+    const EvictOutcome outcome = EvictOne(s, e, req.tier, req.drop);
     if (outcome == EvictOutcome::kBusy) ++report.skipped_busy;
-    if (outcome != EvictOutcome::kDropped && outcome != EvictOutcome::kDemoted) return;
-    ++report.evicted_blocks;
-    report.evicted_bytes += e->slot_size;
-    if (outcome == EvictOutcome::kDemoted) ++report.demoted_blocks;
+    if (outcome == EvictOutcome::kDropped || outcome == EvictOutcome::kDemoted) {
+      ++report.evicted_blocks;
+      report.evicted_bytes += bytes;
+      if (outcome == EvictOutcome::kDemoted) ++report.demoted_blocks;
+    }
+    return outcome;
   };
   if (!req.hashes.empty()) {
     for (const BlockHash& hash : req.hashes) {
@@ -199,16 +206,17 @@ absl::StatusOr<BlockStore::EvictReport> BlockStore::Evict(const EvictRequest& re
         report.results.push_back(absl::NotFoundError("not stored"));
         continue;
       }
-      Entry* e = it->second.get();
-      const EvictOutcome outcome = EvictOne(s, e, req.tier, req.drop);
-      count(e, outcome);
-      report.results.push_back(
-          outcome == EvictOutcome::kNotInTier
-              ? absl::NotFoundError(
-                    absl::StrCat("not in the ", index::TierName(*req.tier), " tier"))
-          : outcome == EvictOutcome::kBusy
-              ? absl::FailedPreconditionError("pinned, being read or moving between tiers")
-              : absl::OkStatus());
+      const EvictOutcome outcome = evict(it->second.get());
+      if (outcome == EvictOutcome::kNotInTier) {
+        report.results.push_back(absl::NotFoundError(
+            req.tier.has_value() ? absl::StrCat("not in the ", index::TierName(*req.tier), " tier")
+                                 : std::string("not stored yet (being written)")));
+      } else if (outcome == EvictOutcome::kBusy) {
+        report.results.push_back(
+            absl::FailedPreconditionError("pinned, being read or moving between tiers"));
+      } else {
+        report.results.push_back(absl::OkStatus());
+      }
     }
     return report;
   }
@@ -223,7 +231,7 @@ absl::StatusOr<BlockStore::EvictReport> BlockStore::Evict(const EvictRequest& re
         return report;
       }
       Entry* prev = NsLru::Prev(e);
-      count(e, EvictOne(s, e, req.tier, req.drop));
+      evict(e);
       e = prev;
     }
   }

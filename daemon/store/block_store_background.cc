@@ -216,6 +216,9 @@ void BlockStore::BackgroundLoop() {
   absl::Time oldest_pending = absl::InfiniteFuture();
   absl::MutexLock lock(&s.mu);
   while (true) {
+    if (s.gpu_evict_target.has_value() && s.gpu_used <= *s.gpu_evict_target) {
+      s.gpu_evict_target.reset();  // Evict's request is met
+    }
     const bool has_disk = s.disk->file_count() > 0;
     const uint64_t disk_live = s.disk->used_bytes() - s.quarantined_bytes;
     const bool gpu_pressure =
@@ -431,9 +434,10 @@ void BlockStore::BackgroundLoop() {
         e->migrating = false;
         --s.migrating;
         if (m.write_through) e->durable_result = m.result;
+        e->evict_host_after_write = false;  // Evict's demotion failed: the block stays on host
         if (!m.write_through && !e->removed && e->pins == 0) {
-          internal::Detach(
-              s, e, RemovedBy::kEvicted);  // the host needs the room; a cache may drop a block
+          // The host needs the room; a cache may drop a block.
+          internal::Detach(s, e, RemovedBy::kEvicted);
           ++s.counters.host_dropped;
         } else {
           internal::MaybeRelease(s, e);

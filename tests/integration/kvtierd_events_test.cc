@@ -325,6 +325,19 @@ TEST_F(KvtierdEventsTest, AdminEvictMovesOrDropsAndSaysSo) {
   EXPECT_EQ(look.tiers(3), v1::TIER_HOST);
 }
 
+TEST_F(KvtierdEventsTest, ANowStreamSeesTheNextOffloadOfTheSameEngine) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 8);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  // No stream is open: the log's last event stays open for merging.
+  ASSERT_EQ(Offload(*stub_, reg.engine_id(), 1, 0, 2).stored_pages(), 2u);
+  Watcher w(*stub_, v1::WatchEventsRequest());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the stream has started
+  ASSERT_EQ(Offload(*stub_, reg.engine_id(), 2, 0, 2).stored_pages(), 2u);
+  ASSERT_TRUE(w.WaitFor([](const auto& ev) { return StoredHashes(ev).size() == 2; }));
+  EXPECT_EQ(StoredHashes(w.events()), ChainHashes(2, 2));
+}
+
 TEST_F(KvtierdEventsTest, SigtermEndsStreamsWithUnavailable) {
   StartDaemon();
   Watcher w(*stub_, v1::WatchEventsRequest());

@@ -653,6 +653,47 @@ TEST_F(KvtierdTest, PinsHoldBlocksForALease) {
   EXPECT_EQ(pinned(), 0u) << "an engine's pins end with it";
 }
 
+TEST_F(KvtierdTest, WorkPastTheDefaultDeadlineFailsAndReleasesItsEngine) {
+  // One worker, a 1 ms default deadline: a call without a deadline that waits behind a long one
+  // fails DEADLINE_EXCEEDED without running, and its engine can still be unregistered.
+  StartDaemon({"--set=server.workers=1", "--set=server.default_deadline_seconds=0.001"});
+  TestEngine engine(dir_->File("pool-a"), 64);
+  for (uint32_t i = 0; i < 64; ++i) engine.Fill(i, i);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  std::thread long_call([&] {
+    v1::OffloadRequest req;
+    req.set_engine_id(reg.engine_id());
+    for (uint32_t i = 0; i < 4096; ++i) {
+      v1::OffloadItem* item = req.add_items();
+      item->set_block_hash(Hash(9, i));
+      item->set_page_index(i % 64);
+    }
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    EXPECT_TRUE(stub_->Offload(Context(&ctx), req, &resp).ok());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  v1::OffloadRequest req;
+  req.set_engine_id(reg.engine_id());
+  v1::OffloadItem* item = req.add_items();
+  item->set_block_hash(Hash(1, 0));
+  item->set_page_index(0);
+  grpc::ClientContext ctx;  // no deadline
+  v1::OffloadResponse resp;
+  const grpc::Status st = stub_->Offload(&ctx, req, &resp);
+  long_call.join();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("default deadline"), std::string::npos) << st.error_message();
+  EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 1, 1).hit_pages(), 0u);  // it did not run
+  grpc::ClientContext unreg_ctx;
+  unreg_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::UnregisterRequest unreg;
+  unreg.set_engine_id(reg.engine_id());
+  v1::UnregisterResponse unreg_resp;
+  const grpc::Status gone = stub_->Unregister(&unreg_ctx, unreg, &unreg_resp);
+  EXPECT_TRUE(gone.ok()) << "the skipped call still holds its engine: " << gone.error_message();
+}
+
 // The child of AClientThatDiesLeavesTheDaemonHealthyAndIsReleased (a separate process: gRPC
 // does not survive fork).
 int DyingClient(const std::string& socket, const std::string& dir) {
