@@ -1,8 +1,9 @@
 // kvtierd as a process: engines register host pools over gRPC on a Unix socket, offload pages,
-// look up chains and onboard pages back, and the bytes are checked against the CPU codec. Tenants
-// isolate namespaces; bad requests are rejected with precise statuses and change nothing; a client
-// that dies leaves the daemon healthy and its registration released when the lease runs out;
-// SIGTERM under load loses no block acknowledged as durable; metrics and probes answer over HTTP.
+// look up chains and onboard pages back, and the bytes are checked against the CPU codec. Two
+// engine processes of a tenant share prefixes and other tenants see none; bad requests are rejected
+// with precise statuses and change nothing; a client that dies leaves the daemon healthy and its
+// registration released when the lease runs out; SIGTERM under load loses no block acknowledged as
+// durable; metrics and probes answer over HTTP.
 #include <sys/stat.h>
 
 #include <atomic>
@@ -65,19 +66,35 @@ TEST_F(KvtierdTest, OffloadLookupOnboardRoundTrip) {
 
 TEST_F(KvtierdTest, EnginesOfATenantSharePrefixesAndOtherTenantsSeeNone) {
   StartDaemon();
-  TestEngine a(dir_->File("pool-a"), 16), b(dir_->File("pool-b"), 16), c(dir_->File("pool-c"), 16);
+  // Engine A is another process (this binary, --offload-client): it registers pool-a, offloads
+  // chain 5 and stays registered until told to go. A here only computes the expected pages.
+  TestEngine a(dir_->File("pool-expected"), 16), b(dir_->File("pool-b"), 16),
+      c(dir_->File("pool-c"), 16);
   for (uint32_t i = 0; i < 4; ++i) a.Fill(i, 7 + i);
-  const v1::RegisterEngineResponse ra = Register(*stub_, a.Request());
+  std::string self = "/proc/self/exe", flag = "--offload-client", socket = Socket(),
+              dir = dir_->path();
+  char* argv[] = {self.data(), flag.data(), socket.data(), dir.data(), nullptr};
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, environ), 0);
+  const std::string ns_file = dir_->File("engine-a-namespace");
+  for (int i = 0; i < 200 && access(ns_file.c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  uint64_t ns_a = 0;
+  std::ifstream(ns_file) >> ns_a;
   const v1::RegisterEngineResponse rb = Register(*stub_, b.Request());
   const v1::RegisterEngineResponse rc = Register(*stub_, c.Request("other-tenant"));
-  EXPECT_EQ(ra.namespace_id(), rb.namespace_id());
-  EXPECT_NE(ra.namespace_id(), rc.namespace_id());
-  EXPECT_EQ(Offload(*stub_, ra.engine_id(), 5, 0, 4).stored_pages(), 4u);
+  EXPECT_EQ(ns_a, rb.namespace_id());
+  EXPECT_NE(ns_a, rc.namespace_id());
   EXPECT_EQ(Lookup(*stub_, rb.engine_id(), 5, 4).hit_pages(), 4u);
   EXPECT_EQ(Onboard(*stub_, rb.engine_id(), 5, 4, 0).onboarded_pages(), 4u);
   for (uint32_t i = 0; i < 4; ++i) EXPECT_TRUE(b.Bytes(i) == a.RoundTrip(i)) << "page " << i;
   EXPECT_EQ(Lookup(*stub_, rc.engine_id(), 5, 4).hit_pages(), 0u);
   EXPECT_EQ(Onboard(*stub_, rc.engine_id(), 5, 1, 0).results(0).code(), v1::ITEM_CODE_NOT_FOUND);
+  std::ofstream(dir_->File("engine-a-done")) << "done";
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "engine A's process failed";
 }
 
 TEST_F(KvtierdTest, BadRequestsGetPreciseStatusesAndChangeNothing) {
@@ -694,6 +711,30 @@ TEST_F(KvtierdTest, WorkPastTheDefaultDeadlineFailsAndReleasesItsEngine) {
   EXPECT_TRUE(gone.ok()) << "the skipped call still holds its engine: " << gone.error_message();
 }
 
+// Engine A of EnginesOfATenantSharePrefixesAndOtherTenantsSeeNone, in its own process: registers
+// pool-a, offloads chain 5 (4 pages), writes its namespace id, waits for engine-a-done, then
+// unregisters. Exit status 0 when every step worked.
+int OffloadClient(const std::string& socket, const std::string& dir) {
+  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  auto stub = v1::KvTier::NewStub(channel);
+  TestEngine engine(dir + "/pool-a", 16);
+  for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, 7 + i);
+  grpc::ClientContext ctx;
+  v1::RegisterEngineResponse reg;
+  if (!stub->RegisterEngine(DaemonFixture::Context(&ctx), engine.Request(), &reg).ok()) return 3;
+  if (Offload(*stub, reg.engine_id(), 5, 0, 4).stored_pages() != 4) return 4;
+  std::ofstream(dir + "/engine-a-namespace.tmp") << reg.namespace_id();
+  std::rename((dir + "/engine-a-namespace.tmp").c_str(), (dir + "/engine-a-namespace").c_str());
+  for (int i = 0; i < 600 && access((dir + "/engine-a-done").c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  v1::UnregisterRequest unreg;
+  unreg.set_engine_id(reg.engine_id());
+  grpc::ClientContext uctx;
+  v1::UnregisterResponse uresp;
+  return stub->Unregister(DaemonFixture::Context(&uctx), unreg, &uresp).ok() ? 0 : 5;
+}
+
 // The child of AClientThatDiesLeavesTheDaemonHealthyAndIsReleased (a separate process: gRPC
 // does not survive fork).
 int DyingClient(const std::string& socket, const std::string& dir) {
@@ -728,6 +769,9 @@ int DyingClient(const std::string& socket, const std::string& dir) {
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--dying-client") {
     return kvtier::integration::DyingClient(argv[2], argv[3]);
+  }
+  if (argc == 4 && std::string(argv[1]) == "--offload-client") {
+    return kvtier::integration::OffloadClient(argv[2], argv[3]);
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
