@@ -1,9 +1,9 @@
 // kvtierd as a process: engines register host pools over gRPC on a Unix socket, offload pages,
 // look up chains and onboard pages back, and the bytes are checked against the CPU codec. Two
-// engine processes of a tenant share prefixes and other tenants see none; bad requests are rejected
-// with precise statuses and change nothing; a client that dies leaves the daemon healthy and its
-// registration released when the lease runs out; SIGTERM under load loses no block acknowledged as
-// durable; metrics and probes answer over HTTP.
+// engine processes of a tenant share prefixes and other tenants see none; bad requests are
+// rejected with precise statuses and change nothing; a client that dies leaves the daemon healthy
+// and its registration released when the lease runs out; SIGTERM under load loses no block
+// acknowledged as durable; metrics and probes answer over HTTP.
 #include <sys/stat.h>
 
 #include <atomic>
