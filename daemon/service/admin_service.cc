@@ -190,25 +190,52 @@ grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext
                                                      const v1::VerifyRequest* req,
                                                      v1::VerifyResponse* resp) {
   if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
-  if (req->tier() != v1::TIER_UNSPECIFIED || req->has_namespaces() || req->report_only() ||
-      req->max_blocks() != 0) {
-    return FinishWith(ctx,
-                      absl::UnimplementedError(
-                          "this version verifies every block of every tier and removes corrupt "
-                          "ones; tier, namespaces, report_only and max_blocks are not served yet"));
+  absl::StatusOr<std::optional<index::Tier>> tier = TierFromProto(req->tier());
+  if (!tier.ok()) return FinishWith(ctx, tier.status());
+  if (*tier == index::Tier::kGpu) {
+    return FinishWith(ctx, absl::InvalidArgumentError(
+                               "the GPU tier holds hot pages without checksums: verify host or "
+                               "disk (or leave tier unset for both)"));
   }
+  if (req->max_reported() > 4096) {
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "max_reported %d is above 4096", req->max_reported())));
+  }
+  store::BlockStore::VerifyOptions options;
+  options.tier = *tier;
+  options.report_only = req->report_only();
+  options.max_blocks = req->max_blocks();
+  options.max_reported = req->max_reported() == 0 ? 100 : req->max_reported();
+  if (req->has_namespaces()) {
+    absl::StatusOr<std::vector<store::NamespaceId>> ids = Select(*store_, req->namespaces());
+    if (!ids.ok()) return FinishWith(ctx, ids.status());
+    if (ids->empty()) {
+      return FinishWith(ctx, absl::NotFoundError("the namespace selector matches no namespace"));
+    }
+    options.namespaces = std::move(*ids);
+  }
+  // scrub = false would allow a header-only check; every check here reads the whole block and
+  // verifies its payload checksum too (a disk block must be read whole anyway).
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  service_->RunOnWorker(ctx, reactor, [this, resp]() -> absl::Status {
-    absl::StatusOr<store::BlockStore::VerifyReport> report = store_->Verify();
+  service_->RunOnWorker(ctx, reactor, [this, options, resp]() -> absl::Status {
+    absl::StatusOr<store::BlockStore::VerifyReport> report = store_->Verify(options);
     if (!report.ok()) return report.status();
     resp->set_checked_blocks(report->blocks);
     resp->set_checked_bytes(report->bytes);
     resp->set_corrupt_blocks(report->failed);
-    resp->set_removed_blocks(report->failed);
-    resp->set_complete(true);
+    resp->set_missing_blocks(report->missing);
+    resp->set_removed_blocks(report->removed);
+    resp->set_complete(report->complete);
     SetDuration(absl::Seconds(report->seconds), resp->mutable_elapsed());
-    KVTIER_LOG(kInfo, "admin: verified ", report->blocks, " blocks, ", report->failed,
-               " corrupt (removed)");
+    for (const auto& f : report->failures) {
+      v1::CorruptBlock* c = resp->add_corrupt();
+      c->set_namespace_id(f.key.ns);
+      c->set_block_hash(reinterpret_cast<const char*>(f.key.hash.data()), f.key.hash.size());
+      c->set_tier(TierToProto(f.tier));
+      c->set_message(f.message);
+    }
+    KVTIER_LOG(kInfo, "admin: verified ", report->blocks, " blocks: ", report->failed, " corrupt, ",
+               report->missing, " unreadable, ", report->removed, " removed");
     return absl::OkStatus();
   });
   return reactor;

@@ -857,12 +857,12 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
 }
 
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& key) {
-  return AcquireImpl(key, /*touch=*/true, /*verify_host=*/false, /*force_disk=*/false);
+  return AcquireImpl(key, ReadMode{});
 }
 
-absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKey& key, bool touch,
-                                                                   bool verify_host,
-                                                                   bool force_disk) {
+absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKey& key,
+                                                                   const ReadMode& mode) {
+  const bool touch = mode.touch, verify_host = mode.verify_host, force_disk = mode.force_disk;
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   auto record_latency = [&] {
@@ -889,8 +889,15 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   auto unpin = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { internal::DropPin(s, e); };
   // Drops a block that failed verification (a miss plus a counter, never its bytes).
   auto drop = [&](bool io_error, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-    KVTIER_LOG(kWarning, "store: block dropped: ", why);
     ++(io_error ? s.counters.io_errors : s.counters.checksum_failures);
+    if (mode.failure != nullptr) *mode.failure = why;
+    if (mode.io_error != nullptr) *mode.io_error = io_error;
+    if (mode.keep_corrupt) {
+      KVTIER_LOG(kWarning, "store: block failed verification (kept, report only): ", why);
+      internal::DropPin(s, e);
+      return;
+    }
+    KVTIER_LOG(kWarning, "store: block dropped: ", why);
     if (touch) ++s.counters.misses;
     --e->pins;
     --s.pinned;

@@ -308,17 +308,35 @@ class BlockStore {
   // disk now (kvtierctl drain); then Flush.
   absl::Status DemoteAll();
 
-  // Reads back and verifies every stored block (kvtierctl verify): host copies in place, disk
-  // copies through the disk tier (GPU-tier pages have no stored block yet and are skipped).
-  // Blocks that fail are removed and counted, as a read would.
-  // Does not change LRU order or reuse flags. Blocks for the whole scan.
+  // Reads back and verifies stored blocks (kvtierctl verify): host copies in place, disk copies
+  // through the disk tier (GPU-tier pages have no stored block yet and are skipped), each against
+  // its header, payload checksum and the checksum recorded at store time. Blocks that fail are
+  // removed and counted as a read would (unless report_only). Does not change LRU order or reuse
+  // flags. Unavailable when a disk read finds no host memory to stage in. Blocks for the scan.
+  struct VerifyOptions {
+    std::vector<NamespaceId> namespaces;  // empty: every namespace
+    std::optional<Tier> tier;             // kHost or kDisk; nullopt: both copies of each block
+    bool report_only = false;             // keep failed blocks
+    uint64_t max_blocks = 0;              // 0: all
+    uint32_t max_reported = 100;          // most entries in VerifyReport::failures
+  };
   struct VerifyReport {
     uint64_t blocks = 0;  // blocks checked
     uint64_t bytes = 0;
-    uint64_t failed = 0;  // removed: checksum mismatch or I/O error
+    uint64_t failed = 0;   // header or checksum mismatch
+    uint64_t missing = 0;  // could not be read (I/O error)
+    uint64_t removed = 0;  // of failed + missing (0 with report_only)
+    bool complete = true;  // false when max_blocks stopped the scan
     double seconds = 0;
+    struct Failure {
+      BlockKey key;
+      Tier tier = Tier::kHost;
+      std::string message;
+    };
+    std::vector<Failure> failures;  // the first max_reported
   };
-  absl::StatusOr<VerifyReport> Verify();
+  absl::StatusOr<VerifyReport> Verify(const VerifyOptions& options);
+  absl::StatusOr<VerifyReport> Verify();  // every block, both copies, removing what fails
 
   StoreStats Stats() const;
 
@@ -344,8 +362,18 @@ class BlockStore {
   void BackgroundLoop();
   // Makes an already stored block durable (write-through); false when it is not stored.
   absl::StatusOr<bool> MakeDurable(const BlockKey& key, bool wait);
-  absl::StatusOr<std::optional<PinnedBlock>> AcquireImpl(const BlockKey& key, bool touch,
-                                                         bool verify_host, bool force_disk);
+  // How AcquireImpl reads: `touch` counts a read (LRU, reuse, counters); `verify_host` checks a
+  // host copy's checksum; `force_disk` reads the disk copy even when a host copy exists;
+  // `keep_corrupt` leaves a block that fails in place; `failure` receives why it failed.
+  struct ReadMode {
+    bool touch = true;
+    bool verify_host = false;
+    bool force_disk = false;
+    bool keep_corrupt = false;
+    std::string* failure = nullptr;
+    bool* io_error = nullptr;
+  };
+  absl::StatusOr<std::optional<PinnedBlock>> AcquireImpl(const BlockKey& key, const ReadMode& mode);
 
   BlockStoreOptions options_;
   RecoveryReport recovery_;

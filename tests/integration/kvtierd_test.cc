@@ -419,6 +419,12 @@ TEST_F(KvtierdTest, KvtierctlDrainsVerifiesAndClears) {
   EXPECT_NE(out.find("verified 5 blocks"), std::string::npos) << out;
   EXPECT_NE(out.find("0 corrupt"), std::string::npos) << out;
   out.clear();
+  ASSERT_EQ(RunCommand(ctl + " verify --tier=disk --max-blocks=2 --report-only", &out), 0) << out;
+  EXPECT_NE(out.find("verified 2 blocks"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopped at --max-blocks"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunCommand(ctl + " verify --tier=gpu", &out), 2) << out;
+  out.clear();
   EXPECT_EQ(RunCommand(ctl + " clear", &out), 2) << out;
   out.clear();
   ASSERT_EQ(RunCommand(ctl + " clear --model=test-model", &out), 0) << out;

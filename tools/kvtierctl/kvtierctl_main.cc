@@ -39,7 +39,9 @@ commands:
                                  stop taking writes and wait for in-flight work (before a
                                  restart); --flush-to-disk also writes the host tier to disk;
                                  --cancel accepts work again
-  verify                         read back and check every stored block; corrupt ones are removed
+  verify [--tier=host|disk] [--max-blocks=N] [--report-only] [--namespace=HEX]
+                                 read back and check stored blocks (both copies unless --tier);
+                                 corrupt ones are listed and removed (kept with --report-only)
   clear (--all | --namespace=HEX | [--tenant=T] [--model=M] [--partition=P])
                                  remove every block of the selected namespaces
 
@@ -130,8 +132,9 @@ int main(int argc, char** argv) {
   double timeout = 0;
   std::string command;
   bool json = false, namespaces = false, engines = false;
-  bool flush = false, cancel = false, all = false;
-  std::string ns_hex, tenant, model, partition;
+  bool flush = false, cancel = false, all = false, report_only = false;
+  std::string ns_hex, tenant, model, partition, tier;
+  uint64_t max_blocks = 0;
   const char* token_env = std::getenv("KVTIER_TOKEN_FILE");
   std::string token_file = token_env != nullptr ? token_env : "";
   for (int i = 1; i < argc; ++i) {
@@ -167,6 +170,19 @@ int main(int argc, char** argv) {
       cancel = true;
     } else if (arg == "--all") {
       all = true;
+    } else if (arg == "--report-only") {
+      report_only = true;
+    } else if (absl::StartsWith(arg, "--tier=")) {
+      tier = arg.substr(7);
+      if (tier != "host" && tier != "disk") {
+        std::cerr << "kvtierctl: --tier is host or disk, not '" << tier << "'\n";
+        return 2;
+      }
+    } else if (absl::StartsWith(arg, "--max-blocks=")) {
+      if (!absl::SimpleAtoi(arg.substr(13), &max_blocks) || max_blocks == 0) {
+        std::cerr << "kvtierctl: --max-blocks needs a positive number\n";
+        return 2;
+      }
     } else if (absl::StartsWith(arg, "--token-file=")) {
       token_file = arg.substr(13);
     } else if (absl::StartsWith(arg, "--namespace=")) {
@@ -268,16 +284,39 @@ int main(int argc, char** argv) {
     }
     if (command == "verify") {
       kvtier::v1::VerifyRequest req;
+      if (tier == "host") req.set_tier(kvtier::v1::TIER_HOST);
+      if (tier == "disk") req.set_tier(kvtier::v1::TIER_DISK);
+      req.set_report_only(report_only);
+      req.set_max_blocks(max_blocks);
+      if (!ns_hex.empty()) {
+        uint64_t id = 0;
+        if (!absl::SimpleHexAtoi(ns_hex, &id)) {
+          std::cerr << "kvtierctl: --namespace takes a hexadecimal id, not '" << ns_hex << "'\n";
+          return 2;
+        }
+        req.mutable_namespaces()->set_namespace_id(id);
+      }
       kvtier::v1::VerifyResponse resp;
       grpc::Status st = admin_stub->Verify(&ctx, req, &resp);
       if (!st.ok()) return Fail("Verify", st, address);
-      std::printf("verified %llu blocks (%s) in %.3f s: %llu corrupt, %llu removed\n",
-                  static_cast<unsigned long long>(resp.checked_blocks()),
-                  Bytes(resp.checked_bytes()).c_str(),
-                  static_cast<double>(resp.elapsed().seconds()) + resp.elapsed().nanos() / 1e9,
-                  static_cast<unsigned long long>(resp.corrupt_blocks()),
-                  static_cast<unsigned long long>(resp.removed_blocks()));
-      return resp.corrupt_blocks() == 0 ? 0 : 3;
+      std::printf(
+          "verified %llu blocks (%s) in %.3f s%s: %llu corrupt, %llu unreadable, %llu "
+          "removed\n",
+          static_cast<unsigned long long>(resp.checked_blocks()),
+          Bytes(resp.checked_bytes()).c_str(),
+          static_cast<double>(resp.elapsed().seconds()) + resp.elapsed().nanos() / 1e9,
+          resp.complete() ? "" : " (stopped at --max-blocks)",
+          static_cast<unsigned long long>(resp.corrupt_blocks()),
+          static_cast<unsigned long long>(resp.missing_blocks()),
+          static_cast<unsigned long long>(resp.removed_blocks()));
+      for (const kvtier::v1::CorruptBlock& c : resp.corrupt()) {
+        std::string hash;
+        for (unsigned char b : c.block_hash()) hash += absl::StrFormat("%02x", b);
+        std::printf("  namespace %016llx block %s (%s): %s\n",
+                    static_cast<unsigned long long>(c.namespace_id()), hash.c_str(),
+                    c.tier() == kvtier::v1::TIER_DISK ? "disk" : "host", c.message().c_str());
+      }
+      return resp.corrupt_blocks() + resp.missing_blocks() == 0 ? 0 : 3;
     }
     kvtier::v1::ClearRequest req;
     const bool match = !tenant.empty() || !model.empty() || !partition.empty();

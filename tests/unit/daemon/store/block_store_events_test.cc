@@ -102,6 +102,31 @@ class BlockStoreEventsTest : public StoreFixture {
     }
   }
 
+  // Flips one payload byte of block `id`'s disk copy; false when no disk file holds it.
+  bool FlipDiskByte(uint64_t id) {
+    bool flipped = false;
+    for (const char* sub : {"disk0", "disk1"}) {
+      for (const auto& entry : std::filesystem::directory_iterator(dir_->File(sub))) {
+        const int fd = open(entry.path().c_str(), O_RDWR);
+        if (fd < 0) return false;
+        std::vector<uint8_t> bytes(static_cast<size_t>(entry.file_size()));
+        if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+          close(fd);
+          return false;
+        }
+        const std::vector<uint8_t> want = Block(id);
+        auto at = std::search(bytes.begin(), bytes.end(), want.begin(), want.begin() + 4096);
+        if (at != bytes.end()) {
+          const off_t off = (at - bytes.begin()) + 2000;
+          uint8_t b = bytes[static_cast<size_t>(off)] ^ 0x40;
+          flipped = pwrite(fd, &b, 1, off) == 1;
+        }
+        close(fd);
+      }
+    }
+    return flipped;
+  }
+
   RecordingSink sink_;
 };
 
@@ -149,25 +174,7 @@ TEST_F(BlockStoreEventsTest, DemoteAllClearAndCorruptionAreReported) {
   ExpectViewMatches(*store, 20);
 
   // Flip a byte of block 3's disk copy: the read drops it and reports it as corrupt.
-  bool flipped = false;
-  for (const char* sub : {"disk0", "disk1"}) {
-    for (const auto& entry : std::filesystem::directory_iterator(dir_->File(sub))) {
-      const int fd = open(entry.path().c_str(), O_RDWR);
-      ASSERT_GE(fd, 0);
-      std::vector<uint8_t> bytes(static_cast<size_t>(entry.file_size()));
-      ASSERT_EQ(pread(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
-      const std::vector<uint8_t> want = Block(3);
-      auto at = std::search(bytes.begin(), bytes.end(), want.begin(), want.begin() + 4096);
-      if (at != bytes.end()) {
-        const off_t off = (at - bytes.begin()) + 2000;
-        uint8_t b = bytes[static_cast<size_t>(off)] ^ 0x40;
-        ASSERT_EQ(pwrite(fd, &b, 1, off), 1);
-        flipped = true;
-      }
-      close(fd);
-    }
-  }
-  ASSERT_TRUE(flipped);
+  ASSERT_TRUE(FlipDiskByte(3));
   EXPECT_FALSE(store->Acquire(Key(3)).value().has_value());
   EXPECT_EQ(sink_.events().back().kind, StoreEventKind::kRemoved);
   EXPECT_EQ(sink_.events().back().removed_by, RemovedBy::kCorrupt);
@@ -269,6 +276,49 @@ TEST_F(BlockStoreEventsTest, EvictTakesBlocksOutOfATierOrTheCache) {
   r = store->Evict(by_hash).value();
   EXPECT_TRUE(r.results[0].ok());
   ExpectViewMatches(*store, 30);
+}
+
+TEST_F(BlockStoreEventsTest, VerifyReportsKeepsOrRemovesByTierAndNamespace) {
+  auto store = Open().value();
+  for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+  for (uint64_t id = 0; id < 4; ++id) ASSERT_TRUE(store->Put(Key(id, 2), Block(id)).ok());
+  ASSERT_TRUE(store->DemoteAll().ok());
+  ASSERT_TRUE(FlipDiskByte(4));  // block 4 of namespace 1 (namespace 2 holds 0..3)
+
+  BlockStore::VerifyOptions only_ns2;
+  only_ns2.namespaces = {2};
+  only_ns2.report_only = true;
+  BlockStore::VerifyReport r = store->Verify(only_ns2).value();
+  EXPECT_EQ(r.blocks, 4u);  // namespace 2 holds blocks 0..3: all fine
+  EXPECT_EQ(r.failed, 0u);
+
+  BlockStore::VerifyOptions report;
+  report.report_only = true;
+  report.tier = Tier::kDisk;
+  r = store->Verify(report).value();
+  EXPECT_EQ(r.blocks, 14u);
+  EXPECT_EQ(r.failed, 1u);
+  EXPECT_EQ(r.removed, 0u);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].key.hash, Key(4).hash);
+  EXPECT_EQ(r.failures[0].tier, Tier::kDisk);
+  EXPECT_NE(r.failures[0].message.find("checksum"), std::string::npos) << r.failures[0].message;
+  EXPECT_EQ(sink_.Count(StoreEventKind::kRemoved), 0u);  // report only: still there
+
+  BlockStore::VerifyOptions capped;
+  capped.max_blocks = 3;
+  capped.report_only = true;
+  r = store->Verify(capped).value();
+  EXPECT_EQ(r.blocks, 3u);
+  EXPECT_FALSE(r.complete);
+
+  r = store->Verify().value();  // removes what fails
+  EXPECT_EQ(r.failed, 1u);
+  EXPECT_EQ(r.removed, 1u);
+  EXPECT_TRUE(r.complete);
+  EXPECT_FALSE(store->Acquire(Key(4)).value().has_value());
+  EXPECT_EQ(sink_.events().back().removed_by, RemovedBy::kCorrupt);
+  ExpectViewMatches(*store, 10);
 }
 
 }  // namespace
