@@ -123,7 +123,10 @@ BENCHMARK(BmCopy)->Apply(Args)->UseManualTime()->ArgNames({"page", "batch", "dir
 // Fused nvfp4 offload (encode: device hot pages -> blocks in mapped pinned host memory) and
 // onboard (decode: blocks in mapped host memory -> device hot pages), throughput in hot bytes.
 // Args: layout (0 Qwen3-8B BF16 page, 1 per-layer BF16 page, 2 Qwen3-8B FP8 page, 3 DeepSeek-style
-// MLA BF16 page with a lossless indexer), batch, dir (0 offload, 1 onboard).
+// MLA BF16 page with a lossless indexer), batch, dir (0 offload, 1 onboard), cold (0 fused: blocks
+// in mapped pinned host memory; 1 blocks in device memory (the GPU tier's staging); 2 unfused:
+// encode into a device buffer then cudaMemcpyAsync the blocks to pinned host memory, and the
+// reverse for onboard).
 void BmNvfp4(benchmark::State& state) {
   codec::PageLayout layout;
   if (state.range(0) == 3) {  // DeepSeek-style MLA page (BF16 latent, lossless indexer)
@@ -150,11 +153,14 @@ void BmNvfp4(benchmark::State& state) {
   const size_t pages = static_cast<size_t>(state.range(1));
   const uint64_t page_bytes = codec::FlatPageBytes(layout);
   const uint64_t block_bytes = plan->block_bytes;
-  uint8_t *hot = nullptr, *cold_host = nullptr, *cold = nullptr;
+  uint8_t *hot = nullptr, *cold_host = nullptr, *cold = nullptr, *cold_device = nullptr;
   int8_t* exps = nullptr;
+  const int where = static_cast<int>(state.range(3));
   KVTIER_BENCH_CHECK(cudaMalloc(&hot, pages * page_bytes));
   KVTIER_BENCH_CHECK(cudaHostAlloc(&cold_host, pages * block_bytes, cudaHostAllocMapped));
   KVTIER_BENCH_CHECK(cudaHostGetDevicePointer(&cold, cold_host, 0));
+  if (where != 0) KVTIER_BENCH_CHECK(cudaMalloc(&cold_device, pages * block_bytes));
+  uint8_t* target = where == 0 ? cold : cold_device;  // where the kernels read and write blocks
   KVTIER_BENCH_CHECK(cudaMalloc(&exps, pages * layout.buffers.size()));
   {
     std::vector<uint8_t> page(page_bytes);
@@ -193,6 +199,10 @@ void BmNvfp4(benchmark::State& state) {
                                   host_exps.size(), cudaMemcpyDeviceToHost));
     (*gpu)->SealBlock(absl::MakeSpan(cold_host + p * block_bytes, block_bytes), host_exps);
   }
+  if (cold_device != nullptr) {
+    KVTIER_BENCH_CHECK(
+        cudaMemcpy(cold_device, cold_host, pages * block_bytes, cudaMemcpyHostToDevice));
+  }
   cudaStream_t stream;
   KVTIER_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t start, stop;
@@ -201,11 +211,19 @@ void BmNvfp4(benchmark::State& state) {
   const bool offload = state.range(2) == 0;
   for (auto _ : state) {
     KVTIER_BENCH_CHECK(cudaEventRecord(start, stream));
-    absl::Status s = offload ? (*gpu)->EncodePayloads(hot, page_bytes, cold, block_bytes,
+    if (!offload && where == 2) {
+      KVTIER_BENCH_CHECK(cudaMemcpyAsync(cold_device, cold_host, pages * block_bytes,
+                                         cudaMemcpyHostToDevice, stream));
+    }
+    absl::Status s = offload ? (*gpu)->EncodePayloads(hot, page_bytes, target, block_bytes,
                                                       static_cast<int>(pages), exps, stream)
-                             : (*gpu)->Decode(cold, block_bytes, hot, page_bytes,
+                             : (*gpu)->Decode(target, block_bytes, hot, page_bytes,
                                               static_cast<int>(pages), stream);
     if (!s.ok()) std::abort();
+    if (offload && where == 2) {
+      KVTIER_BENCH_CHECK(cudaMemcpyAsync(cold_host, cold_device, pages * block_bytes,
+                                         cudaMemcpyDeviceToHost, stream));
+    }
     KVTIER_BENCH_CHECK(cudaEventRecord(stop, stream));
     KVTIER_BENCH_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -213,7 +231,8 @@ void BmNvfp4(benchmark::State& state) {
     state.SetIterationTime(ms / 1e3);
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * pages * page_bytes));
-  state.SetLabel(absl::StrCat("fused nvfp4 ",
+  const char* kinds[] = {"fused nvfp4 ", "nvfp4 into device memory ", "unfused nvfp4 + memcpy "};
+  state.SetLabel(absl::StrCat(kinds[where],
                               offload ? "offload (device->host)" : "onboard (host->device)",
                               ", hot bytes; block ", block_bytes, " B"));
   cudaEventDestroy(start);
@@ -222,11 +241,12 @@ void BmNvfp4(benchmark::State& state) {
   cudaFree(hot);
   cudaFree(exps);
   cudaFreeHost(cold_host);
+  if (cold_device != nullptr) cudaFree(cold_device);
 }
 BENCHMARK(BmNvfp4)
-    ->ArgsProduct({{0, 1, 2, 3}, {1, 16, 256}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 16, 256}, {0, 1}, {0, 1, 2}})
     ->UseManualTime()
-    ->ArgNames({"layout", "batch", "dir"});
+    ->ArgNames({"layout", "batch", "dir", "cold"});
 
 }  // namespace
 }  // namespace kvtier::tools
