@@ -184,6 +184,70 @@ absl::Status SynchronizeStream(void* stream) {
 #endif
 }
 
+absl::StatusOr<void*> CreateEvent(int device) {
+#if KVTIER_WITH_CUDA
+  absl::Status st = UseDevice(device);
+  if (!st.ok()) return st;
+  void* event = nullptr;
+  if (int err = internal::CreateEvent(&event); err != 0) {
+    return absl::UnavailableError(
+        absl::StrFormat("cudaEventCreate on device %d: %s", device, CudaText(err)));
+  }
+  return event;
+#else
+  (void)device;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+absl::Status RecordEvent(void* event, void* stream) {
+#if KVTIER_WITH_CUDA
+  if (int err = internal::RecordEvent(event, stream); err != 0) {
+    return absl::InternalError(absl::StrCat("cudaEventRecord: ", CudaText(err)));
+  }
+  return absl::OkStatus();
+#else
+  (void)event, (void)stream;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+absl::Status WaitEvent(void* event) {
+#if KVTIER_WITH_CUDA
+  if (int err = internal::SynchronizeEvent(event); err != 0) {
+    return absl::InternalError(absl::StrCat("cudaEventSynchronize: ", CudaText(err)));
+  }
+  return absl::OkStatus();
+#else
+  (void)event;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
+void DestroyEvent(void* event) {
+#if KVTIER_WITH_CUDA
+  if (event == nullptr) return;
+  if (int err = internal::DestroyEvent(event); err != 0) {
+    KVTIER_LOG(kError, "cudaEventDestroy: ", CudaText(err));
+  }
+#else
+  (void)event;
+#endif
+}
+
+absl::StatusOr<bool> StreamIsCapturing(void* stream) {
+#if KVTIER_WITH_CUDA
+  int capturing = 0;
+  if (int err = internal::StreamCapturing(stream, &capturing); err != 0) {
+    return absl::InternalError(absl::StrCat("cudaStreamIsCapturing: ", CudaText(err)));
+  }
+  return capturing != 0;
+#else
+  (void)stream;
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
 absl::StatusOr<bool> HostPointersUsableOnDevice(int device) {
 #if KVTIER_WITH_CUDA
   int value = 0;

@@ -70,6 +70,17 @@ absl::Status CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream)
 // Waits for all work enqueued on `stream`. Internal with the CUDA error of any failed work.
 absl::Status SynchronizeStream(void* stream);
 
+// Events (cudaEvent_t values passed as void*), without timing: a host can wait for the work a
+// stream had enqueued when the event was recorded. Unimplemented without CUDA; Unavailable or
+// Internal with the CUDA error.
+absl::StatusOr<void*> CreateEvent(int device);
+absl::Status RecordEvent(void* event, void* stream);
+absl::Status WaitEvent(void* event);  // blocks the calling thread
+void DestroyEvent(void* event);       // logs CUDA errors; nullptr is fine
+
+// Whether `stream` is being captured into a CUDA graph (work enqueued now is recorded, not run).
+absl::StatusOr<bool> StreamIsCapturing(void* stream);
+
 // Whether kernels on `device` may use the host address of memory registered with
 // PinHostMemory as is (true on x86-64 Linux with unified addressing). The daemon's GPU tier
 // needs it to encode straight into its host tier.

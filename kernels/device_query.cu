@@ -49,6 +49,33 @@ int SynchronizeStream(void* stream) {
   return static_cast<int>(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
+int CreateEvent(void** event) {
+  cudaEvent_t e = nullptr;
+  cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  *event = e;
+  return static_cast<int>(err);
+}
+
+int RecordEvent(void* event, void* stream) {
+  return static_cast<int>(
+      cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+}
+
+int SynchronizeEvent(void* event) {
+  return static_cast<int>(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+int DestroyEvent(void* event) {
+  return static_cast<int>(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+int StreamCapturing(void* stream, int* capturing) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
+  *capturing = status == cudaStreamCaptureStatusActive ? 1 : 0;
+  return static_cast<int>(err);
+}
+
 int CreateStream(void** stream) {
   cudaStream_t s = nullptr;
   cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);

@@ -37,6 +37,16 @@ int SynchronizeStream(void* stream);
 int CreateStream(void** stream);
 // cudaStreamDestroy.
 int DestroyStream(void* stream);
+// cudaEventCreateWithFlags(disable timing) on the current device.
+int CreateEvent(void** event);
+// cudaEventRecord(event, stream).
+int RecordEvent(void* event, void* stream);
+// cudaEventSynchronize.
+int SynchronizeEvent(void* event);
+// cudaEventDestroy.
+int DestroyEvent(void* event);
+// cudaStreamIsCapturing: *capturing = 1 while `stream` is being captured into a graph.
+int StreamCapturing(void* stream, int* capturing);
 // cudaStreamPerThread as a void*.
 void* PerThreadStream();
 // cudaDevAttrCanUseHostPointerForRegisteredMem of device `ordinal` into *value.

@@ -27,7 +27,8 @@ for t in json.load(sys.stdin)["tests"]:
     print("\t".join([t["name"], os.path.basename(cmd[0])] + cmd[1:]))
 ' >"$manifest"
 mapfile -t exes < <(cut -f2 "$manifest" | sort -u | sed "s|^|$build/bin/|")
-for b in kvtier-kernels-bench kvtier-codec-bench kvtier-codec kvtier-bench kvtier-store-crash-harness kvtierd kvtierctl; do
+for b in kvtier-kernels-bench kvtier-triattention-bench kvtier-codec-bench kvtier-codec kvtier-bench \
+    kvtier-store-crash-harness kvtierd kvtierctl; do
   [ -x "$build/bin/$b" ] && exes+=("$build/bin/$b")
 done
 command -v fio >/dev/null && exes+=("$(command -v fio)")

@@ -45,6 +45,11 @@ if [ -x "$bundle/bin/kvtier-kernels-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1
     --benchmark_out="$results/kernels_bench.json" --benchmark_out_format=json \
     >"$results/kernels_bench.txt" 2>&1 || echo "kernels benchmark failed"
 fi
+if [ -x "$bundle/bin/kvtier-triattention-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1 ]; then
+  "$bundle/run" kvtier-triattention-bench >"$results/triattention_bench.txt" 2>&1 ||
+    echo "triattention benchmark failed"
+  "$bundle/run" kvtier-triattention-bench --json >"$results/triattention_bench.json" 2>&1 || true
+fi
 if [ -x "$bundle/bin/kvtier-codec-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1 ]; then
   "$bundle/run" kvtier-codec-bench --benchmark_min_time=0.5 \
     --benchmark_out="$results/codec_bench.json" --benchmark_out_format=json \

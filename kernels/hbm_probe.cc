@@ -1,0 +1,31 @@
+// Host side of hbm_probe.h: argument checks and the CUDA error to status translation.
+#include "kernels/hbm_probe.h"
+
+#include "absl/strings/str_cat.h"
+
+#if KVTIER_WITH_CUDA
+#include "kernels/device_query.h"
+#include "kernels/hbm_probe_launch.h"
+#endif
+
+namespace kvtier::kernels {
+
+absl::Status EnqueueReadProbe(const void* data, uint64_t bytes, uint64_t* sink, void* stream) {
+  if (data == nullptr || sink == nullptr || reinterpret_cast<uintptr_t>(data) % 16 != 0 ||
+      bytes % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("read probe needs 16-byte aligned data and size (", bytes, " bytes)"));
+  }
+#if KVTIER_WITH_CUDA
+  if (int err = internal::LaunchReadProbe(data, bytes, sink, stream); err != 0) {
+    return absl::InternalError(
+        absl::StrCat("read probe launch: ", internal::ErrorString(err), " (error ", err, ")"));
+  }
+  return absl::OkStatus();
+#else
+  (void)stream;
+  return absl::UnimplementedError("kvtier was built without CUDA");
+#endif
+}
+
+}  // namespace kvtier::kernels
