@@ -4,8 +4,12 @@
 // prompt_len, source i is never before destination i, so packing forward in order never
 // overwrites a row that is still to be read and needs no scratch copy. Kept keys keep their
 // original RoPE rotation (notes 3.4): rows are moved byte for byte, never rewritten.
+// CompactionOrder::kFillHoles (vLLM's variant, notes 4.1) moves only the kept tokens that sit
+// past prompt_len + kept into the evicted slots before it; it is what kernels/kv_round.cu does
+// by default, and this is its reference.
 #include "triattention/compaction.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -71,11 +75,15 @@ absl::Status CheckKept(const KvCacheView& view, const KvRequestView& request,
 
 absl::StatusOr<CompactionResult> CompactRequest(const KvCacheView& view,
                                                 const KvRequestView& request,
-                                                const KeptTokens& kept) {
+                                                const KeptTokens& kept, CompactionOrder order) {
   KVTIER_RETURN_IF_ERROR(ValidateKvCacheView(view));
   KVTIER_RETURN_IF_ERROR(ValidateKvRequest(view, request));
   if (view.memory != KvMemory::kHost) {
     return absl::FailedPreconditionError("CPU compaction needs a kv view of host memory");
+  }
+  if (order != CompactionOrder::kFillHoles && order != CompactionOrder::kPreserveOrder) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown compaction order ", static_cast<int>(order)));
   }
   KVTIER_RETURN_IF_ERROR(CheckKept(view, request, kept));
   const KvStrides strides = KvStridesOf(view);
@@ -92,7 +100,26 @@ absl::StatusOr<CompactionResult> CompactRequest(const KvCacheView& view,
         }
         ++dst;
       };
-      for (int64_t src : kept.For(l, g)) move(src);
+      const std::vector<int64_t>& set = kept.For(l, g);
+      if (order == CompactionOrder::kPreserveOrder) {
+        for (int64_t src : set) move(src);
+      } else {
+        // Kept tokens inside [prompt_len, prompt_len + kept) stay; the i-th one past it fills
+        // the i-th free slot inside it. Sources are past every destination: no overlap.
+        const int64_t end = request.prompt_len + kept.kept;
+        size_t mover =
+            static_cast<size_t>(std::lower_bound(set.begin(), set.end(), end) - set.begin());
+        size_t inside = 0;
+        for (int64_t slot = request.prompt_len; slot < end; ++slot) {
+          if (inside < set.size() && set[inside] == slot) {
+            ++inside;
+            continue;
+          }
+          dst = slot;
+          move(set[mover++]);
+        }
+        dst = end;
+      }
       for (int64_t src = tail_begin; src < request.length; ++src) move(src);
     }
   }

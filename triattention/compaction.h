@@ -15,6 +15,19 @@
 
 namespace kvtier::triattention {
 
+// Where compaction puts the kept decode tokens (the values of kernels::KvCompactionOrder).
+enum class CompactionOrder : uint8_t {
+  // Kept tokens already inside [prompt_len, prompt_len + kept) stay where they are; the kept
+  // tokens past that range move, in ascending order, into the evicted slots inside it, in
+  // ascending order (vLLM's "fill-hole" compaction). Moves about as many rows as were evicted.
+  // The order of cached keys does not matter to attention or to the next round, since every key
+  // keeps its RoPE rotation; the default here, in GpuRound and in the Evictor.
+  kFillHoles = 1,
+  // The kept tokens packed in their original order (TensorRT-LLM's move list); moves every row
+  // after the first evicted one.
+  kPreserveOrder = 2,
+};
+
 struct CompactionResult {
   // prompt_len + kept.kept + protected_tail: every (layer, KV head) holds this many tokens.
   int64_t new_length = 0;
@@ -23,9 +36,10 @@ struct CompactionResult {
   std::vector<int32_t> freed_pages;
 };
 
-// Moves, for every layer l and KV head g, the K and V rows of the tokens kept.For(l, g) to
-// physical positions prompt_len, prompt_len + 1, ... and then the request's protected tail
-// (the last protected_tail tokens) to prompt_len + kept.kept + j. Rows already in place are not
+// Moves, for every layer l and KV head g, the K and V rows of the tokens kept.For(l, g) into the
+// physical positions [prompt_len, prompt_len + kept.kept) as `order` says (kPreserveOrder: the
+// i-th kept token to prompt_len + i), and then the request's protected tail (the last
+// protected_tail tokens) to prompt_len + kept.kept + j. Rows already in place are not
 // copied; only rows of the request's own pages at positions >= prompt_len are written; tokens
 // past the new length are left with unspecified contents. Blocks (plain memory copies).
 // Returns InvalidArgument when `kept` does not fit the request: layers != view layers, kv_heads
@@ -33,9 +47,9 @@ struct CompactionResult {
 // strictly ascending, or holds an index outside the decode region [prompt_len, length -
 // protected_tail); FailedPrecondition for device memory; the errors of ValidateKvCacheView and
 // ValidateKvRequest. On error nothing has been written. All arguments are borrowed for the call.
-absl::StatusOr<CompactionResult> CompactRequest(const KvCacheView& view,
-                                                const KvRequestView& request,
-                                                const KeptTokens& kept);
+absl::StatusOr<CompactionResult> CompactRequest(
+    const KvCacheView& view, const KvRequestView& request, const KeptTokens& kept,
+    CompactionOrder order = CompactionOrder::kFillHoles);
 
 }  // namespace kvtier::triattention
 

@@ -162,11 +162,20 @@ void NormalizeRows(RoundScores* scores) {
     for (int h = 0; h < scores->heads; ++h) {
       absl::Span<float> row = scores->RowOf(l, h);
       double sum = 0.0;
-      for (float v : row) sum += v;
-      const double mean = sum / static_cast<double>(row.size());
+      int64_t finite = 0;
+      for (float v : row) {
+        if (std::isfinite(v)) {
+          sum += v;
+          ++finite;
+        }
+      }
+      if (finite == 0) continue;
+      const double mean = sum / static_cast<double>(finite);
       double sq = 0.0;
-      for (float v : row) sq += (v - mean) * (v - mean);
-      const double stddev = std::sqrt(sq / static_cast<double>(row.size()));
+      for (float v : row) {
+        if (std::isfinite(v)) sq += (v - mean) * (v - mean);
+      }
+      const double stddev = std::sqrt(sq / static_cast<double>(finite));
       const double denom = std::max(stddev, kScoreStdEpsilon);
       for (float& v : row) v = static_cast<float>((v - mean) / denom);
     }

@@ -87,7 +87,10 @@ absl::StatusOr<RoundScores> ScoreRequest(const RoundWeights& weights, const KvCa
                                          const KvRequestView& request);
 
 // z-normalises each row in place: (s - mean) / max(std, kScoreStdEpsilon), population std, the
-// statistics computed in double over the row's decode tokens. Empty rows stay empty.
+// statistics computed in double over the row's finite scores. A key with a NaN or infinite
+// element (an FP8 E4M3 NaN byte, a BF16 / FP16 infinity) scores NaN or +-inf: such scores stay
+// out of the statistics, so one bad key cannot change the ranking of the others, and keep their
+// value (selection counts NaN as minus infinity). A row without a finite score is left as is.
 void NormalizeRows(RoundScores* scores);
 
 enum class EvictionMode : uint8_t {
@@ -120,8 +123,8 @@ struct KeptTokens {
 };
 
 // Selects min(budget, T) decode tokens per set from (normalised) scores: the highest aggregate
-// first, ties to the lowest token index, NaN below every number; each set sorted ascending and
-// offset by `prompt_len` into physical indices. InvalidArgument for budget < 0, kv_heads < 1,
+// first, ties to the lowest token index, NaN counted as minus infinity; each set sorted ascending
+// and offset by `prompt_len` into physical indices. InvalidArgument for budget < 0, kv_heads < 1,
 // heads not a multiple of kv_heads, an unknown mode, or values.size() != layers * heads * tokens.
 absl::StatusOr<KeptTokens> SelectKeptTokens(const RoundScores& scores, EvictionMode mode,
                                             int kv_heads, int64_t budget, int64_t prompt_len);

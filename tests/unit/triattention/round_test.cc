@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -483,7 +485,8 @@ TEST(RoundCompactionTest, MovesKeptAndTailExactlyAndFreesPagesPastNewLength) {
                                            prompt + decode, rng);
               TestCache old = cache;  // a copy of the bytes; only its Row() is used
 
-              absl::StatusOr<CompactionResult> r = CompactRequest(cache.view, request, kept);
+              absl::StatusOr<CompactionResult> r =
+                  CompactRequest(cache.view, request, kept, CompactionOrder::kPreserveOrder);
               ASSERT_TRUE(r.ok()) << r.status();
               const int64_t new_len = prompt + budget + tail;
               EXPECT_EQ(r->new_length, new_len);
@@ -535,6 +538,99 @@ TEST(RoundCompactionTest, MovesKeptAndTailExactlyAndFreesPagesPastNewLength) {
       }
     }
   }
+}
+
+// Fill-hole order: kept tokens inside [prompt, prompt + kept) stay, the ones past it fill the
+// free slots in ascending order; the tail follows. A hand-checked case, then random sets whose
+// (layer, head) rows must hold exactly the kept tokens (as a multiset) with nothing else changed.
+TEST(RoundCompactionTest, FillHolesMovesOnlyTokensPastTheKeptRange) {
+  std::mt19937_64 rng(77);
+  CacheSpec spec{DType::kBf16, KvLayout::kNhd, KvPoolKind::kCombined, 16, 2, 64, 1, 4};
+  TestCache cache = MakeCache(spec, rng);
+  std::vector<int32_t> table = {2, 0};
+  // prompt 2, decode [2, 8), tail 2 at [8, 10); kept {3, 5, 7}: slots 2..4 become 5, 3, 7.
+  KvRequestView request{table, 10, 2, 2};
+  KeptTokens kept;
+  kept.mode = EvictionMode::kUnion;
+  kept.layers = 1;
+  kept.kv_heads = 2;
+  kept.kept = 3;
+  kept.sets = {{3, 5, 7}};
+  TestCache old = cache;
+  auto r = CompactRequest(cache.view, request, kept, CompactionOrder::kFillHoles);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->new_length, 7);
+  const uint64_t rb = cache.RowBytes();
+  const int64_t expected_source[] = {0, 1, 5, 3, 7, 8, 9};
+  for (int g = 0; g < 2; ++g) {
+    for (bool value : {false, true}) {
+      for (int64_t t = 0; t < 7; ++t) {
+        EXPECT_EQ(std::memcmp(cache.TokenRow(table, 0, value, g, t),
+                              old.TokenRow(table, 0, value, g, expected_source[t]), rb),
+                  0)
+            << "token " << t << " head " << g << " v " << value;
+      }
+    }
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      CompactRequest(cache.view, request, kept, static_cast<CompactionOrder>(9)).status()));
+
+  for (EvictionMode mode : {EvictionMode::kPerHead, EvictionMode::kPerLayerPerHead}) {
+    CacheSpec big{DType::kFp8E4M3, KvLayout::kHnd, KvPoolKind::kSeparate, 16, 3, 64, 2, 40};
+    TestCache c = MakeCache(big, rng);
+    std::vector<int32_t> t = RandomBlockTable(big.num_pages, 12, rng);
+    KvRequestView req{t, 180, 21, 2};
+    KeptTokens k = RandomKept(mode, big.layers, big.kv_heads, 60, 21, 178, rng);
+    TestCache before = c;
+    auto res = CompactRequest(c.view, req, k, CompactionOrder::kFillHoles);
+    ASSERT_TRUE(res.ok()) << res.status();
+    for (int l = 0; l < big.layers; ++l) {
+      for (int g = 0; g < big.kv_heads; ++g) {
+        const std::vector<int64_t>& set = k.For(l, g);
+        std::vector<std::string> want, got;
+        for (int64_t src : set) {
+          const uint8_t* row = before.TokenRow(t, l, false, g, src);
+          want.emplace_back(row, row + c.RowBytes());
+        }
+        for (int64_t dst = 21; dst < 81; ++dst) {
+          const uint8_t* row = c.TokenRow(t, l, false, g, dst);
+          got.emplace_back(row, row + c.RowBytes());
+          // A kept token already in the range has not moved.
+          if (std::binary_search(set.begin(), set.end(), dst)) {
+            EXPECT_EQ(std::memcmp(row, before.TokenRow(t, l, false, g, dst), c.RowBytes()), 0);
+          }
+        }
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        EXPECT_EQ(got, want) << "layer " << l << " head " << g;
+        for (int64_t j = 0; j < 2; ++j) {
+          EXPECT_EQ(std::memcmp(c.TokenRow(t, l, true, g, 81 + j),
+                                before.TokenRow(t, l, true, g, 178 + j), c.RowBytes()),
+                    0);
+        }
+      }
+    }
+  }
+}
+
+// NaN and infinite scores stay out of a row's statistics and keep their value.
+TEST(RoundScoreTest, NormalizeRowsIgnoresNonFiniteScores) {
+  RoundScores s;
+  s.layers = 1;
+  s.heads = 2;
+  s.tokens = 4;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  s.values = {1.0f, nan, 3.0f, inf, nan, nan, -inf, nan};
+  NormalizeRows(&s);
+  EXPECT_FLOAT_EQ(s.values[0], -1.0f);  // mean 2, std 1 over {1, 3}
+  EXPECT_TRUE(std::isnan(s.values[1]));
+  EXPECT_FLOAT_EQ(s.values[2], 1.0f);
+  EXPECT_EQ(s.values[3], inf);
+  EXPECT_EQ(s.values[6], -inf);  // a row without a finite score is left as it is
+  auto kept = SelectKeptTokens(s, EvictionMode::kPerLayerPerHead, 2, 2, 0);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->sets[0], (std::vector<int64_t>{2, 3}));  // NaN below every number
 }
 
 TEST(RoundCompactionTest, RejectsBadKeptSetsWithoutWriting) {
@@ -592,7 +688,8 @@ TEST(RoundEndToEndTest, KeptTokensKeepTheirScoresAfterCompaction) {
     NormalizeRows(&z);
     absl::StatusOr<KeptTokens> kept = SelectKeptTokens(z, mode, spec.kv_heads, budget, prompt);
     ASSERT_TRUE(kept.ok()) << kept.status();
-    absl::StatusOr<CompactionResult> r = CompactRequest(cache.view, request, *kept);
+    absl::StatusOr<CompactionResult> r =
+        CompactRequest(cache.view, request, *kept, CompactionOrder::kPreserveOrder);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->new_length, prompt + budget + tail);
     EXPECT_EQ(r->freed_pages, std::vector<int32_t>(table.begin() + 4, table.end()));
