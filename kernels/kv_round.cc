@@ -89,18 +89,21 @@ uint64_t KvRoundWorkspaceLayout(const TriRoundShape& shape, const PagedKvDevice&
   const uint64_t R = static_cast<uint64_t>(shape.max_requests);
   const uint64_t T = static_cast<uint64_t>(shape.max_decode_tokens);
   const uint64_t rows = R * static_cast<uint64_t>(kv.num_layers) * query_heads;
-  const uint64_t tiles = (T + kKvScoreTile - 1) / kKvScoreTile;
+  const uint64_t tiles = (T + kKvPartialRows - 1) / kKvPartialRows;
   const uint64_t sets =
       static_cast<uint64_t>(KvSetsPerRequest(shape.mode, kv.num_layers, kv.kv_heads));
   uint64_t offset = 0;
   const uint64_t bands = Carve(&offset, R * (kv.head_dim / 2) * 2, sizeof(double));
   const uint64_t scores = Carve(&offset, rows * T, sizeof(float));
   const uint64_t partials = Carve(&offset, rows * tiles * 3, sizeof(double));
-  const uint64_t row_stats = Carve(&offset, rows * 2, sizeof(double));
+  const uint64_t row_stats = Carve(&offset, rows * 3, sizeof(double));
   const uint64_t keys = Carve(&offset, R * sets * T, sizeof(uint64_t));
   const uint64_t kept =
       Carve(&offset, R * sets * static_cast<uint64_t>(shape.budget), sizeof(int32_t));
   const uint64_t kept_count = Carve(&offset, R, sizeof(int32_t));
+  const uint64_t holes =
+      Carve(&offset, R * sets * static_cast<uint64_t>(shape.budget), sizeof(int32_t));
+  const uint64_t hole_count = Carve(&offset, R * sets, sizeof(int32_t));
   if (layout != nullptr) {
     auto* b = static_cast<uint8_t*>(base);
     layout->bands = reinterpret_cast<double*>(b + bands);
@@ -110,6 +113,8 @@ uint64_t KvRoundWorkspaceLayout(const TriRoundShape& shape, const PagedKvDevice&
     layout->keys = reinterpret_cast<uint64_t*>(b + keys);
     layout->kept = reinterpret_cast<int32_t*>(b + kept);
     layout->kept_count = reinterpret_cast<int32_t*>(b + kept_count);
+    layout->holes = reinterpret_cast<int32_t*>(b + holes);
+    layout->hole_count = reinterpret_cast<int32_t*>(b + hole_count);
   }
   return offset;
 }
@@ -160,7 +165,7 @@ absl::Status ValidateTriRound(const TriRoundShape& shape, const PagedKvDevice& k
     return absl::InvalidArgumentError(
         absl::StrCat("num_offsets ", shape.num_offsets, " outside [1, 62]"));
   }
-  const int64_t tiles = (shape.max_decode_tokens + kKvScoreTile - 1) / kKvScoreTile;
+  const int64_t tiles = (shape.max_decode_tokens + kKvPartialRows - 1) / kKvPartialRows;
   if (tiles > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError("max_decode_tokens needs too many score tiles");
   }

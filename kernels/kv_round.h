@@ -85,12 +85,14 @@ int KvSetsPerRequest(KvEvictionMode mode, int layers, int kv_heads);
 struct KvRoundWorkspace {
   double* bands = nullptr;        // [requests][bands][2] mean cos, mean sin of the offsets
   float* scores = nullptr;        // [requests][layers][query_heads][max_decode_tokens] raw scores
-  double* partials = nullptr;     // [requests][layers][query_heads][tiles][3] tile sums
-  double* row_stats = nullptr;    // [requests][layers][query_heads][2] mean, divisor
+  double* partials = nullptr;     // [requests][layers][query_heads][T / 16][3] partial sums
+  double* row_stats = nullptr;    // [requests][layers][query_heads][3] mean, divisor, 1/divisor
   uint64_t* keys = nullptr;       // [requests][sets][max_decode_tokens] ordered aggregate keys
                                   // (read as uint32 for union and per_layer_perhead)
   int32_t* kept = nullptr;        // [requests][sets][budget] kept physical token indices
   int32_t* kept_count = nullptr;  // [requests] tokens kept per set: min(budget, decode tokens)
+  int32_t* holes = nullptr;       // [requests][sets][budget] evicted slots inside the kept range
+  int32_t* hole_count = nullptr;  // [requests][sets]
 };
 
 // Fixed shape of a round: what a captured graph is specialised for.
@@ -104,8 +106,10 @@ struct TriRoundShape {
   KvCompactionOrder order = KvCompactionOrder::kFillHoles;
 };
 
-// Tokens per scoring tile (the granularity of the row partial sums).
+// Tokens per scoring tile of the CUDA-core scorer (its granularity of row partial sums), and the
+// rows per partial sum of the tensor-core scorer (the workspace is sized for the finer one).
 inline constexpr int kKvScoreTile = 128;
+inline constexpr int kKvPartialRows = 16;
 // Largest kept count compaction handles (its bitmap of the kept range lives in shared memory).
 inline constexpr int64_t kKvMaxKept = 393216;
 

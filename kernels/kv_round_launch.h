@@ -29,6 +29,10 @@ struct CompactionArgs {
   int sets = 0;
   const int32_t* kept = nullptr;
   const int32_t* kept_count = nullptr;
+  // Optional, from the round's selection: per set the evicted slots inside [prompt, prompt +
+  // kept), ascending, and their count. Without them compaction finds the holes itself.
+  const int32_t* holes = nullptr;
+  const int32_t* hole_count = nullptr;
   int64_t kept_stride = 0;
   KvCompactionOrder order = KvCompactionOrder::kFillHoles;
 };

@@ -24,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
+#include "kernels/kv_round.h"
 #include "triattention/compaction.h"
 #include "triattention/evictor.h"
 #include "triattention/scoring.h"
@@ -627,6 +628,96 @@ TEST_F(GpuRoundTest, EvictorOnDeviceMatchesEvictorOnHost) {
   }
   EXPECT_LE(differing * 100, total) << differing << " of " << total << " rows differ";
   EXPECT_NE(original, cache->host);  // the CPU evictor did compact
+}
+
+// kernels::EnqueueKvCompaction on its own (the path other eviction methods use, which finds the
+// holes itself): random kept sets of every mode's shape, both orders, against CompactRequest.
+TEST_F(GpuRoundTest, StandaloneCompactionMatchesCpu) {
+  REQUIRE_GPU();
+  for (CompactionOrder order : {CompactionOrder::kFillHoles, CompactionOrder::kPreserveOrder}) {
+    for (EvictionMode mode : {EvictionMode::kUnion, EvictionMode::kPerLayerPerHead}) {
+      Geometry geo{DType::kFp16, 64, 16, KvLayout::kNhd, KvPoolKind::kCombined, 2, 3, 2};
+      std::mt19937_64 rng(700 + static_cast<int>(order) * 10 + static_cast<int>(mode));
+      auto cache = MakeCache(geo, rng);
+      cache->Upload();
+      std::vector<Request> requests = MakeRequests(geo, 2, 150, rng);
+      const int sets = mode == EvictionMode::kUnion ? 1 : geo.layers * geo.kv_heads;
+      const int64_t budget = 60;
+      std::vector<int32_t> kept_all(static_cast<size_t>(2) * sets * budget, 0);
+      std::vector<int32_t> counts(2, 0);
+      std::vector<KeptTokens> kept(2);
+      for (int r = 0; r < 2; ++r) {
+        const KvRequestView& v = requests[r].view;
+        const int64_t keep = std::min<int64_t>(budget, v.DecodeTokens());
+        counts[r] = static_cast<int32_t>(keep);
+        kept[r].mode = mode;
+        kept[r].layers = geo.layers;
+        kept[r].kv_heads = geo.kv_heads;
+        kept[r].kept = keep;
+        for (int s = 0; s < sets; ++s) {
+          std::vector<int64_t> all(v.DecodeTokens());
+          std::iota(all.begin(), all.end(), v.prompt_len);
+          std::shuffle(all.begin(), all.end(), rng);
+          all.resize(keep);
+          std::sort(all.begin(), all.end());
+          for (int64_t i = 0; i < keep; ++i) {
+            kept_all[(static_cast<size_t>(r) * sets + s) * budget + i] =
+                static_cast<int32_t>(all[i]);
+          }
+          kept[r].sets.push_back(all);
+        }
+      }
+      // Device copies: the pools table, block tables, request descriptors, kept sets, counts.
+      const KvStrides strides = KvStridesOf(cache->device_view);
+      std::vector<kernels::KvPoolPair> pools;
+      for (const KvLayerPools& l : cache->device_view.layers) pools.push_back({l.k, l.v});
+      auto upload = [](const void* data, size_t bytes) -> void* {
+        auto mem = kernels::AllocateDeviceMemory(0, bytes);
+        EXPECT_TRUE(mem.ok());
+        EXPECT_TRUE(kernels::CopyAsync(*mem, data, bytes, nullptr).ok());
+        return *mem;
+      };
+      std::vector<void*> owned;
+      owned.push_back(upload(pools.data(), pools.size() * sizeof(kernels::KvPoolPair)));
+      std::vector<kernels::KvRoundRequest> descs(2);
+      for (int r = 0; r < 2; ++r) {
+        owned.push_back(upload(requests[r].table.data(), requests[r].table.size() * 4));
+        descs[r].block_table = static_cast<const int32_t*>(owned.back());
+        descs[r].length = requests[r].view.length;
+        descs[r].prompt_len = requests[r].view.prompt_len;
+        descs[r].protected_tail = requests[r].view.protected_tail;
+      }
+      owned.push_back(upload(descs.data(), descs.size() * sizeof(descs[0])));
+      const auto* device_descs = static_cast<const kernels::KvRoundRequest*>(owned.back());
+      owned.push_back(upload(kept_all.data(), kept_all.size() * 4));
+      const auto* device_kept = static_cast<const int32_t*>(owned.back());
+      owned.push_back(upload(counts.data(), counts.size() * 4));
+      const auto* device_counts = static_cast<const int32_t*>(owned.back());
+      kernels::PagedKvDevice kv;
+      kv.layers = static_cast<const kernels::KvPoolPair*>(owned[0]);
+      kv.num_layers = geo.layers;
+      kv.page_tokens = geo.page;
+      kv.kv_heads = geo.kv_heads;
+      kv.head_dim = geo.head_dim;
+      kv.dtype = kernels::KvElement::kFp16;
+      kv.combined = true;
+      kv.row_bytes = strides.row_bytes;
+      kv.token_stride = strides.token;
+      kv.head_stride = strides.head;
+      kv.page_stride = strides.page;
+      kv.v_offset = strides.v_in_page;
+      const absl::Status s = kernels::EnqueueKvCompaction(
+          kv, device_descs, 2, sets, device_kept, device_counts, budget,
+          static_cast<kernels::KvCompactionOrder>(static_cast<uint8_t>(order)), nullptr);
+      ASSERT_TRUE(s.ok()) << s;
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(CompactRequest(cache->host_view, requests[r].view, kept[r], order).ok());
+      }
+      EXPECT_TRUE(cache->Download() == cache->host)
+          << "order " << static_cast<int>(order) << " mode " << static_cast<int>(mode);
+      for (void* p : owned) kernels::FreeDeviceMemory(p);
+    }
+  }
 }
 
 TEST_F(GpuRoundTest, RejectsBadInputsOnTheHost) {
