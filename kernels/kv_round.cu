@@ -43,7 +43,8 @@ constexpr int kScoreUnroll = kHeads <= 4 ? 2 : 4;
 template <int kHeads>
 constexpr int kScoreMinBlocks = kHeads <= 4 ? 3 : 2;
 constexpr int kTilesPerBlock = 8;  // score tiles per CTA, so that its weights serve 1,024 tokens
-constexpr int kTopKThreads = 512;
+constexpr int kTopKThreads = 256;  // one radix bin per thread
+static_assert(kTopKThreads == 256, "TopKKernel gives each thread one 8-bit radix bin");
 constexpr int kAggregateThreads = 256;
 constexpr int kCompactThreads = 256;
 constexpr int kVectorsPerThread = 8;  // compaction: 16-byte vectors held per thread per chunk
@@ -762,6 +763,7 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(const TopKParams p) {
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ unsigned hist[256];
   __shared__ unsigned suffix[256];
+  __shared__ unsigned warp_totals[kTopKThreads / 32];
   __shared__ Key s_prefix;
   __shared__ int64_t s_remaining;
   __shared__ int s_digit;
@@ -791,7 +793,7 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(const TopKParams p) {
   }
   Key mask = 0;
   for (int shift = static_cast<int>(sizeof(Key)) * 8 - 8; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kTopKThreads) hist[b] = 0;
+    hist[threadIdx.x] = 0;
     __syncthreads();
     const Key prefix = s_prefix;
     for (int64_t i = threadIdx.x; i < T; i += kTopKThreads) {
@@ -799,18 +801,24 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(const TopKParams p) {
       if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 0xffu], 1u);
     }
     __syncthreads();
-    // Suffix sums: suffix[b] = keys of this prefix with digit >= b.
-    if (threadIdx.x < 256) suffix[threadIdx.x] = hist[threadIdx.x];
-    __syncthreads();
-    for (int d = 1; d < 256; d <<= 1) {
-      unsigned add = 0;
-      if (threadIdx.x < 256 && threadIdx.x + d < 256) add = suffix[threadIdx.x + d];
+    // Suffix sums: suffix[b] = keys of this prefix with digit >= b. Thread b owns bin b: a
+    // suffix scan within each warp (shuffles), then the totals of the warps above it.
+    {
+      const unsigned lane = threadIdx.x & 31;
+      unsigned v = hist[threadIdx.x];
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const unsigned up = __shfl_down_sync(0xffffffffu, v, d);
+        if (lane + d < 32) v += up;
+      }
+      if (lane == 0) warp_totals[threadIdx.x >> 5] = v;
       __syncthreads();
-      if (threadIdx.x < 256) suffix[threadIdx.x] += add;
+      for (int w = (threadIdx.x >> 5) + 1; w < kTopKThreads / 32; ++w) v += warp_totals[w];
+      suffix[threadIdx.x] = v;
       __syncthreads();
     }
     const int64_t remaining = s_remaining;
-    if (threadIdx.x < 256) {
+    {
       const unsigned above = threadIdx.x < 255 ? suffix[threadIdx.x + 1] : 0u;
       if (suffix[threadIdx.x] >= remaining && above < remaining) {
         s_digit = threadIdx.x;
