@@ -361,6 +361,8 @@ absl::StatusOr<RopeTables> RopeTablesFromConfigJson(absl::string_view json_text)
     root = Json::parse(json_text.begin(), json_text.end());
   } catch (const Json::parse_error& e) {
     return Invalid(absl::StrCat("config.json is not valid JSON (byte ", e.byte, "): ", e.what()));
+  } catch (const Json::exception& e) {  // e.g. out_of_range 406: a number too large for a double
+    return Invalid(absl::StrCat("config.json is not valid JSON: ", e.what()));
   }
   if (!root.is_object()) {
     return Invalid(absl::StrCat("config.json is ", ValueText(root), ", expected a JSON object"));

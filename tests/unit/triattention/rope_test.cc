@@ -519,6 +519,8 @@ TEST(RopeTablesTest, Errors) {
       {"text_config not an object", R"({"text_config": 3})", {"'text_config'"}},
       {"not an object", R"([1, 2])", {"expected a JSON object"}},
       {"not JSON", R"({"hidden_size": 4096,)", {"not valid JSON"}},
+      // Found by kvtier-rope-config-fuzz: the JSON parser throws out_of_range, not parse_error.
+      {"number overflow", R"({"rope_theta": 1e99999})", {"not valid JSON", "overflow"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
