@@ -236,6 +236,21 @@ __device__ __forceinline__ void MagnitudeParts(uint32_t re, uint32_t im, uint32_
   SplitPair(ApproxSqrt(fmaf(r0, r0, i0 * i0)), ApproxSqrt(fmaf(r1, r1, i1 * i1)), part);
 }
 
+// The three float weights of query head row `i` ([L][H][F] index) and band f for a round whose
+// band means are band[2f], band[2f + 1], computed in double as triattention::BuildRoundWeights.
+__device__ __forceinline__ void RoundWeight(const TriCalibrationDevice& cal, const double* band,
+                                            size_t i, int f, float* wc, float* ws, float* wm) {
+  const double scale = cal.freq_scale_sq[f];
+  const double mc = band[2 * f];
+  const double ms = band[2 * f + 1];
+  const double qr = cal.q_mean_real[i];
+  const double qi = cal.q_mean_imag[i];
+  const double qa = cal.q_abs_mean[i];
+  *wc = static_cast<float>(__dmul_rn(scale, __dsub_rn(__dmul_rn(qr, mc), __dmul_rn(qi, ms))));
+  *ws = static_cast<float>(__dmul_rn(scale, __dadd_rn(__dmul_rn(qr, ms), __dmul_rn(qi, mc))));
+  *wm = static_cast<float>(__dmul_rn(scale, __dsub_rn(qa, hypot(qr, qi))));
+}
+
 struct ScoreParams {
   PagedKvDevice kv;
   TriCalibrationDevice cal;
@@ -296,16 +311,8 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreMinBlocks<kHeads>)
       const int f = idx % F;
       float wc = 0.0f, ws = 0.0f, wm = 0.0f;
       if (h < nh) {
-        const size_t i = (static_cast<size_t>(l) * H + g * group + c0 + h) * F + f;
-        const double scale = p.cal.freq_scale_sq[f];
-        const double mc = band[2 * f];
-        const double ms = band[2 * f + 1];
-        const double qr = p.cal.q_mean_real[i];
-        const double qi = p.cal.q_mean_imag[i];
-        const double qa = p.cal.q_abs_mean[i];
-        wc = static_cast<float>(__dmul_rn(scale, __dsub_rn(__dmul_rn(qr, mc), __dmul_rn(qi, ms))));
-        ws = static_cast<float>(__dmul_rn(scale, __dadd_rn(__dmul_rn(qr, ms), __dmul_rn(qi, mc))));
-        wm = static_cast<float>(__dmul_rn(scale, __dsub_rn(qa, hypot(qr, qi))));
+        RoundWeight(p.cal, band, (static_cast<size_t>(l) * H + g * group + c0 + h) * F + f, f, &wc,
+                    &ws, &wm);
       }
       s_cos[idx] = wc;
       s_sin[idx] = ws;
@@ -471,16 +478,8 @@ __global__ void __launch_bounds__(kScoreThreads, F <= 64 ? 4 : 2)
     const int f = idx % F;
     float wc = 0.0f, ws = 0.0f, wm = 0.0f;
     if (h < group) {
-      const size_t i = (static_cast<size_t>(l) * H + g * group + h) * F + f;
-      const double scale = p.cal.freq_scale_sq[f];
-      const double mc = band[2 * f];
-      const double ms = band[2 * f + 1];
-      const double qr = p.cal.q_mean_real[i];
-      const double qi = p.cal.q_mean_imag[i];
-      const double qa = p.cal.q_abs_mean[i];
-      wc = static_cast<float>(__dmul_rn(scale, __dsub_rn(__dmul_rn(qr, mc), __dmul_rn(qi, ms))));
-      ws = static_cast<float>(__dmul_rn(scale, __dadd_rn(__dmul_rn(qr, ms), __dmul_rn(qi, mc))));
-      wm = static_cast<float>(__dmul_rn(scale, __dsub_rn(qa, hypot(qr, qi))));
+      RoundWeight(p.cal, band, (static_cast<size_t>(l) * H + g * group + h) * F + f, f, &wc, &ws,
+                  &wm);
     }
     s_w[idx] = wc;
     s_w[kHeads * F + idx] = ws;
