@@ -19,19 +19,15 @@
 #include "grpcpp/support/status.h"
 #include "kvtier/v1/common.pb.h"
 #include "kvtier/v1/layout.pb.h"
+#include "proto/codec_convert.h"
 
 namespace kvtier::service {
 
-// A validated layout. InvalidArgument names the buffer and field; FailedPrecondition when the
-// message's fingerprint is set and differs from the one the server computes.
-absl::StatusOr<codec::PageLayout> LayoutFromProto(const v1::PageLayout& layout);
-void LayoutToProto(const codec::PageLayout& layout, v1::PageLayout* out);
-
-// An unset codec (CODEC_UNSPECIFIED) takes `fallback`'s codec; unset rope and alignment take
-// their defaults. InvalidArgument for an unknown enum value or a bad alignment.
-absl::StatusOr<codec::CodecSpec> CodecFromProto(const v1::CodecSpec& spec,
-                                                const codec::CodecSpec& fallback);
-void CodecToProto(const codec::CodecSpec& spec, v1::CodecSpec* out);
+// Layouts and codec specs (proto/codec_convert.h).
+using proto::CodecFromProto;
+using proto::CodecToProto;
+using proto::LayoutFromProto;
+using proto::LayoutToProto;
 
 v1::Tier TierToProto(index::Tier tier);
 
