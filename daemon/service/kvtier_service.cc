@@ -21,6 +21,16 @@
 namespace kvtier::service {
 namespace {
 
+// OnboardResponse.onboarded_pages: the leading items that succeeded (the usable prefix), which
+// with continue_after_miss is fewer than all that succeeded.
+uint32_t LeadingOk(const v1::OnboardResponse& resp) {
+  uint32_t n = 0;
+  while (static_cast<int>(n) < resp.results_size() && resp.results(n).code() == v1::ITEM_CODE_OK) {
+    ++n;
+  }
+  return n;
+}
+
 constexpr uint32_t kApiVersion = 1;
 
 absl::Status CheckLength(absl::string_view field, const std::string& value, size_t max,
@@ -749,7 +759,6 @@ void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& re
   }
   absl::flat_hash_set<uint32_t> destinations;
   bool stopped = false;
-  uint32_t onboarded = 0;
   for (int i = 0; i < req.items_size(); ++i) {
     const v1::OnboardItem& item = req.items(i);
     v1::ItemResult* result = resp->add_results();
@@ -786,11 +795,10 @@ void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& re
       stopped = !req.continue_after_miss();
       continue;
     }
-    ++onboarded;
     resp->set_cold_bytes_read(resp->cold_bytes_read() + (*pinned)->bytes().size());
     resp->set_hot_bytes_written(resp->hot_bytes_written() + engine.hot_page_bytes);
   }
-  resp->set_onboarded_pages(onboarded);
+  resp->set_onboarded_pages(LeadingOk(*resp));
   hot_bytes_onboarded_ += resp->hot_bytes_written();
   cold_bytes_onboarded_ += resp->cold_bytes_read();
 }
@@ -960,7 +968,7 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
   for (int i = next; i < req.items_size(); ++i) {  // after a stop: never attempted
     resp->mutable_results(i)->set_code(v1::ITEM_CODE_SKIPPED);
   }
-  resp->set_onboarded_pages(onboarded);
+  resp->set_onboarded_pages(LeadingOk(*resp));
   resp->set_hot_bytes_written(uint64_t{onboarded} * engine.hot_page_bytes);
   hot_bytes_onboarded_ += resp->hot_bytes_written();
   cold_bytes_onboarded_ += resp->cold_bytes_read();

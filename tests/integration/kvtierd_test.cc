@@ -677,25 +677,29 @@ TEST_F(KvtierdTest, PinsHoldBlocksForALease) {
 }
 
 TEST_F(KvtierdTest, WorkPastTheDefaultDeadlineFailsAndReleasesItsEngine) {
-  // One worker, a 1 ms default deadline: a call without a deadline that waits behind a long one
+  // One worker, a 1 ms default deadline: a call without a deadline that waits behind long ones
   // fails DEADLINE_EXCEEDED without running, and its engine can still be unregistered.
   StartDaemon({"--set=server.workers=1", "--set=server.default_deadline_seconds=0.001"});
   TestEngine engine(dir_->File("pool-a"), 64);
   for (uint32_t i = 0; i < 64; ++i) engine.Fill(i, i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
-  std::thread long_call([&] {
+  auto long_call = [&](uint64_t chain) {
     v1::OffloadRequest req;
     req.set_engine_id(reg.engine_id());
     for (uint32_t i = 0; i < 4096; ++i) {
       v1::OffloadItem* item = req.add_items();
-      item->set_block_hash(Hash(9, i));
+      item->set_block_hash(Hash(chain, i));
       item->set_page_index(i % 64);
     }
     grpc::ClientContext ctx;
     v1::OffloadResponse resp;
     EXPECT_TRUE(stub_->Offload(Context(&ctx), req, &resp).ok());
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  std::thread long_call_a(long_call, 9);
+  std::thread long_call_b(long_call, 10);
+  // Time for the long calls to reach the daemon; the second one keeps the worker busy for long
+  // after that, even on a loaded machine where the first one starts late.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   v1::OffloadRequest req;
   req.set_engine_id(reg.engine_id());
   v1::OffloadItem* item = req.add_items();
@@ -704,7 +708,8 @@ TEST_F(KvtierdTest, WorkPastTheDefaultDeadlineFailsAndReleasesItsEngine) {
   grpc::ClientContext ctx;  // no deadline
   v1::OffloadResponse resp;
   const grpc::Status st = stub_->Offload(&ctx, req, &resp);
-  long_call.join();
+  long_call_a.join();
+  long_call_b.join();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
   EXPECT_NE(st.error_message().find("default deadline"), std::string::npos) << st.error_message();
   EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 1, 1).hit_pages(), 0u);  // it did not run
