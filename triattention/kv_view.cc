@@ -29,6 +29,7 @@ KvStrides KvStridesOf(const KvCacheView& view) {
     s.page = s.plane;
     s.v_in_page = 0;
   }
+  if (view.page_stride_bytes != 0) s.page = view.page_stride_bytes;
   return s;
 }
 
@@ -82,6 +83,16 @@ absl::Status ValidateKvCacheView(const KvCacheView& view) {
   if (view.num_kv_heads > (1 << 16)) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv view: num_kv_heads ", view.num_kv_heads, " > 65536"));
+  }
+  if (view.page_stride_bytes != 0) {
+    KvCacheView packed = view;
+    packed.page_stride_bytes = 0;
+    const uint64_t page = KvStridesOf(packed).page;
+    if (view.page_stride_bytes < page || view.page_stride_bytes % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("kv view: page_stride_bytes ",
+                                                     view.page_stride_bytes, " is below one page (",
+                                                     page, " bytes) or not a multiple of 16"));
+    }
   }
   const KvStrides s = KvStridesOf(view);
   if (static_cast<uint64_t>(view.num_pages) > (uint64_t{1} << 62) / s.page) {

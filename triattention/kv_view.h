@@ -49,6 +49,10 @@ struct KvCacheView {
   KvLayout layout = KvLayout::kHnd;
   KvPoolKind pool_kind = KvPoolKind::kSeparate;
   KvMemory memory = KvMemory::kHost;
+  // Bytes between consecutive pages of a pool; 0: the page itself (one plane, two combined).
+  // Larger for pools whose pages hold more than this layer, e.g. a kvtier layout with every
+  // layer's K and V in one page; a multiple of 16.
+  uint64_t page_stride_bytes = 0;
 };
 
 // Byte strides of a view (see KvStridesOf).
