@@ -28,6 +28,7 @@ for t in json.load(sys.stdin)["tests"]:
 ' >"$manifest"
 mapfile -t exes < <(cut -f2 "$manifest" | sort -u | sed "s|^|$build/bin/|")
 for b in kvtier-kernels-bench kvtier-triattention-bench kvtier-codec-bench kvtier-codec kvtier-bench \
+    kvtier-example-engine \
     kvtier-store-crash-harness kvtierd kvtierctl; do
   [ -x "$build/bin/$b" ] && exes+=("$build/bin/$b")
 done

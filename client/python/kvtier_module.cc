@@ -1,9 +1,9 @@
-// kvtier: the Python module (pybind11). A minimal binding of the TriAttention Evictor
-// (triattention/evictor.h): the configuration, a paged KV cache view built from raw integer
-// addresses (numpy `arr.ctypes.data`, torch `t.data_ptr()`), and the per-step eviction loop.
-// Every non-OK absl::Status becomes a Python exception whose message is "CODE_NAME: message":
-// ValueError for InvalidArgument / OutOfRange / FailedPrecondition / AlreadyExists, KeyError for
-// NotFound, RuntimeError for everything else.
+// kvtier: the Python module (pybind11). This file defines the module and its TriAttention Evictor
+// binding (triattention/evictor.h): the configuration, a paged KV cache view built from raw
+// integer addresses (numpy `arr.ctypes.data`, torch `t.data_ptr()`), and the per-step eviction
+// loop. The client library's bindings (layouts, hashes, pools, Client) live in layout_bindings.cc
+// and client_bindings.cc; errors are converted as bindings.h describes (kvtier.Error and its
+// subclasses, which are also ValueError / KeyError where the Evictor raised those).
 // Views only borrow memory: the caller keeps the arrays (or tensors) alive and unmoved while a
 // view, or an Evictor made from it, is used.
 #include <pybind11/numpy.h>
@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "client/python/bindings.h"
 #include "codec/dtype.h"
 #include "triattention/calibration.h"
 #include "triattention/compaction.h"
@@ -45,30 +45,6 @@ using triattention::KvMemory;
 using triattention::KvPoolKind;
 using triattention::RequestRoundState;
 using triattention::StepOutcome;
-
-// Raises the Python exception for a non-OK status (see the file comment).
-void ThrowIfError(const absl::Status& status) {
-  if (status.ok()) return;
-  const std::string message =
-      absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAlreadyExists:
-      throw py::value_error(message);
-    case absl::StatusCode::kNotFound:
-      throw py::key_error(message);
-    default:
-      throw std::runtime_error(message);
-  }
-}
-
-template <typename T>
-T ValueOrThrow(absl::StatusOr<T> result) {
-  ThrowIfError(result.status());
-  return std::move(result).value();
-}
 
 // One request of a step as Python builds it; the block table is owned here, so the
 // KvRequestView handed to the Evictor borrows memory that lives through the call.
@@ -124,8 +100,11 @@ std::string ConfigRepr(const EvictorConfig& c) {
 PYBIND11_MODULE(kvtier, m) {
   using namespace kvtier::python;  // NOLINT(build/namespaces)
   namespace codec = kvtier::codec;
+  RegisterErrors(m);
   m.doc() =
-      "kvtier: the TriAttention Evictor (KV-cache eviction by trigonometric scoring).\n\n"
+      "kvtier: the client library of kvtierd (Client, PageLayout, BlockHasher, SharedMemoryPool, "
+      "the compression configuration) and the TriAttention Evictor (KV-cache eviction by "
+      "trigonometric scoring).\n\n"
       "Views only borrow memory: keep the arrays / tensors whose addresses a KvCacheView holds "
       "alive and unmoved while the view, or an Evictor made from it, is used.";
 
@@ -146,7 +125,9 @@ PYBIND11_MODULE(kvtier, m) {
   py::enum_<codec::DType>(m, "DType")
       .value("bf16", codec::DType::kBf16)
       .value("fp16", codec::DType::kFp16)
-      .value("fp8_e4m3", codec::DType::kFp8E4M3);
+      .value("fp8_e4m3", codec::DType::kFp8E4M3)
+      .value("fp32", codec::DType::kFp32)
+      .value("bytes", codec::DType::kBytes);
 
   const EvictorConfig defaults;
   py::class_<EvictorConfig>(m, "EvictorConfig", "Evictor settings (triattention/evictor.h).")
@@ -363,4 +344,7 @@ PYBIND11_MODULE(kvtier, m) {
       .def_property_readonly("on_gpu", &Evictor::on_gpu)
       .def_property_readonly("num_requests", &Evictor::num_requests)
       .def_property_readonly("config", [](const Evictor& e) { return e.config(); });
+
+  BindLayoutAndPools(m);
+  BindClient(m);
 }

@@ -1,0 +1,145 @@
+// Registration helpers (kvtier/pools.h): shared-memory files mapped read-write, and device
+// allocations exported through CUDA IPC with the kernels library (which answers Unimplemented in
+// builds without CUDA).
+#include "kvtier/pools.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "codec/page_layout.h"
+#include "kernels/device.h"
+
+namespace kvtier {
+namespace {
+
+absl::Status Errno(const char* what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SharedMemoryPool>> SharedMemoryPool::Create(const std::string& path,
+                                                                           std::string name,
+                                                                           uint32_t slots,
+                                                                           uint64_t slot_bytes) {
+  if (slots == 0 || slot_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory pool '", name, "': ", slots,
+                                                   " slots of ", slot_bytes, " bytes"));
+  }
+  const uint64_t bytes = uint64_t{slots} * slot_bytes;
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("open", path);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const absl::Status st = Errno("ftruncate", path);
+    close(fd);
+    unlink(path.c_str());
+    return st;
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    const absl::Status st = Errno("mmap", path);
+    unlink(path.c_str());
+    return st;
+  }
+  return std::unique_ptr<SharedMemoryPool>(
+      new SharedMemoryPool(path, std::move(name), slots, slot_bytes, static_cast<uint8_t*>(base)));
+}
+
+SharedMemoryPool::~SharedMemoryPool() {
+  munmap(base_, size_bytes());
+  unlink(path_.c_str());
+}
+
+PoolRegistration SharedMemoryPool::Registration() const {
+  PoolRegistration r;
+  r.name = name_;
+  r.slots = slots_;
+  r.shared_memory.emplace();
+  r.shared_memory->path = path_;
+  r.shared_memory->size_bytes = size_bytes();
+  return r;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<SharedMemoryPool>>> CreateSharedMemoryPools(
+    const PageLayout& layout, const std::string& dir, const std::string& prefix, uint32_t slots) {
+  std::vector<std::unique_ptr<SharedMemoryPool>> pools;
+  for (const PoolInfo& p : layout.pools()) {
+    absl::StatusOr<std::unique_ptr<SharedMemoryPool>> pool = SharedMemoryPool::Create(
+        absl::StrCat(dir, "/", prefix, ".", p.name), p.name, slots, p.slot_bytes);
+    if (!pool.ok()) return pool.status();
+    pools.push_back(*std::move(pool));
+  }
+  return pools;
+}
+
+bool CudaAvailable() {
+  if (!kernels::BuiltWithCuda()) return false;
+  absl::StatusOr<std::vector<kernels::DeviceInfo>> devices = kernels::ListDevices();
+  return devices.ok() && !devices->empty();
+}
+
+absl::StatusOr<PoolRegistration> ExportCudaPool(std::string name, uint32_t slots, int device,
+                                                void* allocation_base, uint64_t offset_bytes,
+                                                uint64_t size_bytes) {
+  absl::StatusOr<std::vector<kernels::DeviceInfo>> devices = kernels::ListDevices();
+  if (!devices.ok()) return devices.status();
+  if (device < 0 || device >= static_cast<int>(devices->size())) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA pool '", name, "': device ", device,
+                                                   " does not exist (", devices->size(),
+                                                   " devices)"));
+  }
+  absl::StatusOr<uint64_t> available = kernels::AllocationBytesFrom(allocation_base);
+  if (!available.ok()) return available.status();
+  if (offset_bytes > *available || size_bytes > *available - offset_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA pool '", name, "': ", size_bytes, " bytes at offset ", offset_bytes,
+                     " do not fit in the allocation (", *available, " bytes)"));
+  }
+  absl::StatusOr<std::string> handle = kernels::ExportIpcMemory(allocation_base);
+  if (!handle.ok()) return handle.status();
+  PoolRegistration r;
+  r.name = std::move(name);
+  r.slots = slots;
+  r.cuda_ipc.emplace();
+  r.cuda_ipc->handle = *std::move(handle);
+  r.cuda_ipc->device_uuid = (*devices)[static_cast<size_t>(device)].uuid;
+  r.cuda_ipc->device_ordinal = static_cast<uint32_t>(device);
+  r.cuda_ipc->base_offset_bytes = offset_bytes;
+  r.cuda_ipc->size_bytes = size_bytes;
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device, std::string name,
+                                                               uint32_t slots,
+                                                               uint64_t slot_bytes) {
+  if (slots == 0 || slot_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA pool '", name, "': ", slots, " slots of ", slot_bytes, " bytes"));
+  }
+  const uint64_t bytes = uint64_t{slots} * slot_bytes;
+  absl::StatusOr<void*> base = kernels::AllocateDeviceMemory(device, bytes);
+  if (!base.ok()) return base.status();
+  std::unique_ptr<DevicePool> pool(new DevicePool());
+  pool->device_ = device;
+  pool->slots_ = slots;
+  pool->slot_bytes_ = slot_bytes;
+  pool->base_ = *base;
+  absl::StatusOr<PoolRegistration> reg =
+      ExportCudaPool(std::move(name), slots, device, *base, 0, bytes);
+  if (!reg.ok()) return reg.status();  // the destructor frees the allocation
+  pool->registration_ = *std::move(reg);
+  return pool;
+}
+
+DevicePool::~DevicePool() {
+  if (base_ != nullptr) kernels::FreeDeviceMemory(base_);
+}
+
+}  // namespace kvtier

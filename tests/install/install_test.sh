@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The installed package as an outside project uses it: `cmake --install` into a scratch prefix,
+# kvtierd from that prefix on a scratch socket, then every code example of docs/QUICKSTART.md and
+# docs/CLIENT.md (extracted by extract_examples.py) built and run against it: the C++ ones through
+# find_package(kvtier) and again through pkg-config, the C ones through pkg-config, the Python ones
+# with the installed module. Fails on any build error, any example's non-zero exit, or a daemon
+# that does not stop cleanly on SIGTERM.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
+tmp=$(mktemp -d /tmp/kvtier-install-test.XXXXXX)
+pid=""
+cleanup() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+echo "== cmake --install $build --prefix $tmp/prefix"
+cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
+prefix=$tmp/prefix
+libdir=$(dirname "$(find "$prefix" -name 'libkvtier.so' | head -1)")
+test -f "$prefix/include/kvtier/client.h"
+test -f "$libdir/cmake/kvtier/kvtierConfig.cmake"
+test -f "$libdir/pkgconfig/kvtier.pc"
+
+echo "== kvtierd from the prefix"
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$prefix/bin/kvtierd" --state-dir="$tmp/state" --socket="$tmp/kvtier.sock" \
+  --set=host.capacity=64MiB --set=host.pin=none --set=disk.capacity=64MiB --set=disk.chunk=4MiB \
+  --set="pools.allowed_dirs=[$tmp]" --set="metrics.listen=127.0.0.1:$port" \
+  > "$tmp/kvtierd.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do
+  [ -S "$tmp/kvtier.sock" ] && break
+  kill -0 "$pid" 2>/dev/null || { cat "$tmp/kvtierd.log"; echo "kvtierd exited"; exit 1; }
+  sleep 0.1
+done
+[ -S "$tmp/kvtier.sock" ] || { cat "$tmp/kvtierd.log"; echo "no socket after 30 s"; exit 1; }
+export KVTIER_SOCKET=$tmp/kvtier.sock KVTIER_POOL_DIR=$tmp
+
+echo "== examples of the documentation"
+/usr/bin/python3 "$src/tests/install/extract_examples.py" --out "$tmp/examples" \
+  "$src/docs/QUICKSTART.md" "$src/docs/CLIENT.md"
+
+run() {
+  echo "-- $*"
+  if ! "$@"; then
+    echo "FAILED: $*"
+    tail -20 "$tmp/kvtierd.log"
+    exit 1
+  fi
+}
+
+echo "== C++ through find_package(kvtier)"
+cmake -S "$src/tests/install/consumer" -B "$tmp/consumer" -G Ninja \
+  -DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLES_DIR="$tmp/examples" > "$tmp/consumer.log"
+cmake --build "$tmp/consumer" >> "$tmp/consumer.log" || { cat "$tmp/consumer.log"; exit 1; }
+for f in "$tmp"/examples/*.cc; do
+  run "$tmp/consumer/$(basename "${f%.cc}")"
+done
+
+echo "== C++ and C through pkg-config"
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+for f in "$tmp"/examples/*.cc; do
+  exe=$tmp/pc-$(basename "${f%.cc}")
+  # shellcheck disable=SC2046
+  c++ -std=c++20 -Wall -Wextra -Werror "$f" -o "$exe" $(pkg-config --cflags --libs kvtier)
+  run env LD_LIBRARY_PATH="$libdir" "$exe"
+done
+for f in "$tmp"/examples/*.c; do
+  [ -e "$f" ] || continue
+  exe=$tmp/pc-$(basename "${f%.c}")
+  # shellcheck disable=SC2046
+  cc -std=c11 -Wall -Wextra -Werror "$f" -o "$exe" $(pkg-config --cflags --libs kvtier)
+  run env LD_LIBRARY_PATH="$libdir" "$exe"
+done
+
+echo "== Python with the installed module"
+pydir=$prefix/lib/python3/dist-packages
+for f in "$tmp"/examples/*.py; do
+  [ -e "$f" ] || continue
+  if [ ! -d "$pydir" ]; then
+    echo "the Python module was not built; skipping $(basename "$f")"
+    continue
+  fi
+  run env PYTHONPATH="$pydir" /usr/bin/python3 "$f"
+done
+
+echo "== SIGTERM"
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+pid=""
+[ "$status" -eq 0 ] || { tail -20 "$tmp/kvtierd.log"; echo "kvtierd exited with $status"; exit 1; }
+echo "install test passed"

@@ -1,0 +1,404 @@
+/* The C ABI (client/include/kvtier/kvtier.h) against a real kvtierd, compiled as C99: the test
+ * spawns the daemon itself (path from argv[1], else KVTIERD_PATH) on a temporary state directory
+ * and socket, then drives layouts, hashes, a shared-memory pool and a raw-codec engine through
+ * offload / lookup / onboard (pages compared byte for byte), park / resume / release, stats and
+ * the error paths, and stops the daemon with SIGTERM (exit status 0). Exits non-zero on the first
+ * failed check, printing the daemon's log. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvtier/kvtier.h"
+
+extern char** environ;
+
+#define SLOTS 32
+#define PAGES 8
+#define TOKENS_PER_PAGE 16
+#define PAGE_BYTES (2u * 2u * 2u * TOKENS_PER_PAGE * 64u * 2u) /* 2 layers x K,V x 2 heads */
+
+static char g_dir[256];
+static char g_log[512];
+static pid_t g_daemon = 0;
+
+static void PrintLog(void) {
+  FILE* f = fopen(g_log, "r");
+  char buf[4096];
+  size_t n;
+  if (f == NULL) return;
+  fprintf(stderr, "---- kvtierd log ----\n");
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) fwrite(buf, 1, n, stderr);
+  fclose(f);
+}
+
+static void Cleanup(void) {
+  char cmd[512];
+  if (g_daemon > 0) {
+    kill(g_daemon, SIGKILL);
+    waitpid(g_daemon, NULL, 0);
+    g_daemon = 0;
+  }
+  if (g_dir[0] != '\0') {
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+  }
+}
+
+static void Fail(const char* file, int line, const char* what, const kvtier_error* err) {
+  fprintf(stderr, "%s:%d: check failed: %s\n", file, line, what);
+  if (err != NULL) {
+    fprintf(stderr, "  status %d (%s): %s\n", err->code, kvtier_status_name(err->code),
+            err->message);
+  }
+  PrintLog();
+  Cleanup();
+  exit(1);
+}
+
+/* CHECK(cond): a plain condition. CHECK_OK(call): a kvtier call that must return KVTIER_OK (its
+ * message is printed otherwise); it uses the `err` in scope. */
+#define CHECK(cond)                                     \
+  do {                                                  \
+    if (!(cond)) Fail(__FILE__, __LINE__, #cond, NULL); \
+  } while (0)
+#define CHECK_OK(call)                                                     \
+  do {                                                                     \
+    if ((call) != KVTIER_OK) Fail(__FILE__, __LINE__, #call, &err);        \
+    if (err.code != KVTIER_OK) Fail(__FILE__, __LINE__, "err.code", &err); \
+  } while (0)
+
+static void SleepMs(long ms) {
+  struct timespec ts;
+  ts.tv_sec = ms / 1000;
+  ts.tv_nsec = (ms % 1000) * 1000000L;
+  nanosleep(&ts, NULL);
+}
+
+static void StartDaemon(const char* kvtierd, const char* socket_path) {
+  char state[1024], sock[1024], allowed[1024];
+  char* argv[16];
+  int argc = 0;
+  posix_spawn_file_actions_t actions;
+  int i;
+  snprintf(state, sizeof(state), "--state-dir=%s/state", g_dir);
+  snprintf(sock, sizeof(sock), "--socket=%s", socket_path);
+  snprintf(allowed, sizeof(allowed), "--set=pools.allowed_dirs=[%s]", g_dir);
+  argv[argc++] = (char*)kvtierd;
+  argv[argc++] = state;
+  argv[argc++] = sock;
+  argv[argc++] = (char*)"--set=host.capacity=64MiB";
+  argv[argc++] = (char*)"--set=host.chunk=4MiB";
+  argv[argc++] = (char*)"--set=host.pin=none";
+  argv[argc++] = (char*)"--set=disk.capacity=64MiB";
+  argv[argc++] = (char*)"--set=disk.chunk=4MiB";
+  argv[argc++] = allowed;
+  argv[argc++] = (char*)"--set=metrics.listen=\"\""; /* no HTTP listener: no port to pick */
+  argv[argc++] = (char*)"--set=server.workers=4";
+  argv[argc] = NULL;
+
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, g_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, g_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  CHECK(posix_spawn(&g_daemon, kvtierd, &actions, NULL, argv, environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  for (i = 0; i < 3000 && access(socket_path, F_OK) != 0; ++i) {
+    int status = 0;
+    if (waitpid(g_daemon, &status, WNOHANG) == g_daemon) {
+      g_daemon = 0;
+      Fail(__FILE__, __LINE__, "kvtierd exited at start", NULL);
+    }
+    SleepMs(10);
+  }
+  CHECK(access(socket_path, F_OK) == 0);
+}
+
+/* Deterministic finite BF16 values (magnitudes in [0.5, 2)) for page `page` of chain `seed`. */
+static void FillPage(uint8_t* page, uint32_t seed) {
+  uint32_t x = seed * 2654435761u + 12345u;
+  size_t i;
+  for (i = 0; i < PAGE_BYTES; i += 2) {
+    uint16_t bits;
+    x = x * 1664525u + 1013904223u;
+    bits = (uint16_t)(((x >> 16) & 0x807Fu) | 0x3F00u);
+    page[i] = (uint8_t)(bits & 0xFF);
+    page[i + 1] = (uint8_t)(bits >> 8);
+  }
+}
+
+int main(int argc, char** argv) {
+  const char* kvtierd = argc > 1 ? argv[1] : KVTIERD_PATH;
+  char socket_path[512], pool_path[512], engine_id[KVTIER_ENGINE_ID_BYTES], name[64];
+  char* json;
+  size_t json_bytes = 0, num_pools = 0, count = 0, i, name_bytes = 0;
+  kvtier_error err;
+  kvtier_client* client = NULL;
+  kvtier_layout *layout = NULL, *copy = NULL, *preset = NULL;
+  kvtier_hasher* hasher = NULL;
+  kvtier_shm_pool* pool = NULL;
+  kvtier_server_info server;
+  kvtier_engine_options options;
+  kvtier_engine_info info;
+  kvtier_offload_options offload_options;
+  kvtier_park_options park_options;
+  kvtier_park_result parked;
+  kvtier_resume_result resumed;
+  kvtier_stats stats;
+  uint8_t root[KVTIER_BLOCK_HASH_BYTES], hashes[PAGES * KVTIER_BLOCK_HASH_BYTES];
+  uint8_t bad_hash[KVTIER_BLOCK_HASH_BYTES], user_data[64];
+  uint32_t tokens[PAGES * TOKENS_PER_PAGE + 5], indices[PAGES], targets[PAGES];
+  uint32_t tokens_per_page = 0, hits = 0, stored = 0, onboarded = 0, out_of_range = SLOTS + 8;
+  uint64_t hot_page_bytes = 0, slot_bytes = 0, pool_bytes = 0, freed = 0;
+  int codes[PAGES], tiers[PAGES], status, exit_status = -1;
+  uint8_t* base = NULL;
+  const char* release_ids[2] = {"req-1", "no-such-request"};
+  const char* secret = "tool call #1: weather(Paris)";
+
+  snprintf(g_dir, sizeof(g_dir), "/tmp/kvtier-c-api-XXXXXX");
+  if (mkdtemp(g_dir) == NULL) {
+    g_dir[0] = '\0';
+    perror("mkdtemp");
+    return 1;
+  }
+  snprintf(g_log, sizeof(g_log), "%s/kvtierd.log", g_dir);
+  snprintf(socket_path, sizeof(socket_path), "%s/kvtier.sock", g_dir);
+  snprintf(pool_path, sizeof(pool_path), "%s/c-engine.kv", g_dir);
+  memset(&err, 0, sizeof(err));
+
+  CHECK(strcmp(kvtier_version(), "0.1.0") == 0);
+  CHECK(strcmp(kvtier_status_name(KVTIER_NOT_FOUND), "NOT_FOUND") == 0);
+  CHECK(strcmp(kvtier_tier_name(KVTIER_TIER_HOST), "host") == 0);
+  CHECK(strcmp(kvtier_item_code_name(KVTIER_ITEM_INVALID_ARGUMENT), "invalid_argument") == 0);
+
+  /* Layouts need no daemon. */
+  CHECK_OK(kvtier_layout_gqa(2, 2, 64, TOKENS_PER_PAGE, KVTIER_DTYPE_BF16, 0, 0, &layout, &err));
+  CHECK_OK(kvtier_layout_info(layout, &tokens_per_page, &hot_page_bytes, &num_pools, &err));
+  CHECK(tokens_per_page == TOKENS_PER_PAGE);
+  CHECK(hot_page_bytes == PAGE_BYTES);
+  CHECK(num_pools == 1);
+  CHECK_OK(kvtier_layout_pool(layout, 0, name, sizeof(name), &name_bytes, &slot_bytes, &err));
+  CHECK(strcmp(name, "kv") == 0 && name_bytes == 3 && slot_bytes == PAGE_BYTES);
+  status = kvtier_layout_pool(layout, 1, name, sizeof(name), NULL, NULL, &err);
+  CHECK(status == KVTIER_OUT_OF_RANGE && err.code == KVTIER_OUT_OF_RANGE);
+  CHECK_OK(kvtier_layout_to_json(layout, NULL, 0, &json_bytes, &err)); /* size query */
+  CHECK(json_bytes > 1);
+  json = (char*)malloc(json_bytes);
+  status = kvtier_layout_to_json(layout, json, json_bytes - 1, NULL, &err);
+  CHECK(status == KVTIER_RESOURCE_EXHAUSTED && json[0] == '\0');
+  CHECK_OK(kvtier_layout_to_json(layout, json, json_bytes, NULL, &err));
+  CHECK(strlen(json) + 1 == json_bytes);
+  CHECK_OK(kvtier_layout_from_json(json, &copy, &err));
+  free(json);
+  CHECK_OK(kvtier_layout_info(copy, NULL, &hot_page_bytes, NULL, &err));
+  CHECK(hot_page_bytes == PAGE_BYTES);
+  kvtier_layout_destroy(copy);
+  CHECK_OK(kvtier_layout_from_preset("qwen3-8b", 16, KVTIER_DTYPE_BF16, &preset, &err));
+  CHECK_OK(kvtier_layout_info(preset, NULL, &hot_page_bytes, NULL, &err));
+  CHECK(hot_page_bytes == 36u * 2u * 8u * 16u * 128u * 2u);
+  kvtier_layout_destroy(preset);
+  status = kvtier_layout_from_preset("no-such-model", 16, KVTIER_DTYPE_BF16, &preset, &err);
+  CHECK(status == KVTIER_NOT_FOUND && preset == NULL && strstr(err.message, "qwen3-8b") != NULL);
+  status = kvtier_layout_gqa(2, 0, 64, 16, KVTIER_DTYPE_BF16, 0, 0, &preset, &err);
+  CHECK(status == KVTIER_INVALID_ARGUMENT && err.message[0] != '\0');
+  /* NULL out-parameters are INVALID_ARGUMENT naming them, and err may be NULL. */
+  status = kvtier_layout_info(NULL, NULL, NULL, NULL, &err);
+  CHECK(status == KVTIER_INVALID_ARGUMENT && strstr(err.message, "layout") != NULL);
+  CHECK(kvtier_layout_info(NULL, NULL, NULL, NULL, NULL) == KVTIER_INVALID_ARGUMENT);
+
+  /* A missing daemon is UNAVAILABLE naming the socket. */
+  status = kvtier_client_connect(socket_path, "c-api-test", 500, &client, &err);
+  CHECK(status == KVTIER_UNAVAILABLE && client == NULL);
+  CHECK(strstr(err.message, "kvtier.sock") != NULL);
+
+  StartDaemon(kvtierd, socket_path);
+  CHECK_OK(kvtier_client_connect(socket_path, "c-api-test", 20000, &client, &err));
+  CHECK_OK(kvtier_client_server_info(client, 0, &server, &err));
+  CHECK(server.api_version >= 1);
+  CHECK(server.shared_memory_pools);
+  CHECK(strstr(server.codecs, "raw") != NULL);
+  CHECK(server.tier_mask & (1u << KVTIER_TIER_HOST));
+  CHECK_OK(kvtier_client_server_info(client, 1, &server, &err));
+  CHECK(!server.draining);
+
+  /* A raw engine on a shared-memory pool. */
+  CHECK_OK(kvtier_shm_pool_create(pool_path, "kv", SLOTS, PAGE_BYTES, &pool, &err));
+  CHECK_OK(kvtier_shm_pool_data(pool, &base, &pool_bytes, &err));
+  CHECK(base != NULL && pool_bytes == (uint64_t)SLOTS * PAGE_BYTES);
+  memset(&options, 0, sizeof(options));
+  options.model = "c-model";
+  options.engine_name = "c-api-test";
+  options.codec = "raw";
+  options.layout = layout;
+  options.pools = &pool;
+  options.num_pools = 1;
+  memset(root, 0, sizeof(root));
+  status = kvtier_client_register_engine(client, &options, engine_id, 2, root, &info, &err);
+  CHECK(status == KVTIER_RESOURCE_EXHAUSTED); /* registered, but the id does not fit */
+  CHECK_OK(kvtier_client_register_engine(client, &options, engine_id, sizeof(engine_id), root,
+                                         &info, &err));
+  CHECK(engine_id[0] != '\0');
+  CHECK(info.hot_page_bytes == PAGE_BYTES && strcmp(info.codec, "raw") == 0);
+  for (i = 0, count = 0; i < sizeof(root); ++i) count += root[i] != 0;
+  CHECK(count > 0);
+
+  /* Hashes of 8 full pages (the 5 trailing tokens make no hash). */
+  CHECK_OK(kvtier_hasher_create(root, sizeof(root), TOKENS_PER_PAGE, &hasher, &err));
+  for (i = 0; i < sizeof(tokens) / sizeof(tokens[0]); ++i) tokens[i] = (uint32_t)(1000 + 7 * i);
+  status = kvtier_hasher_hash(hasher, NULL, tokens, sizeof(tokens) / sizeof(tokens[0]), hashes, 3,
+                              &count, &err);
+  CHECK(status == KVTIER_RESOURCE_EXHAUSTED && count == PAGES);
+  CHECK_OK(kvtier_hasher_hash(hasher, NULL, tokens, sizeof(tokens) / sizeof(tokens[0]), hashes,
+                              PAGES, &count, &err));
+  CHECK(count == PAGES);
+  CHECK(memcmp(hashes, hashes + KVTIER_BLOCK_HASH_BYTES, KVTIER_BLOCK_HASH_BYTES) != 0);
+  {
+    /* Chaining after page 3 gives pages 4.. of the same chain. */
+    uint8_t tail[4 * KVTIER_BLOCK_HASH_BYTES];
+    size_t n = 0;
+    CHECK_OK(kvtier_hasher_hash(hasher, hashes + 3 * KVTIER_BLOCK_HASH_BYTES,
+                                tokens + 4 * TOKENS_PER_PAGE, 4 * TOKENS_PER_PAGE, tail, 4, &n,
+                                &err));
+    CHECK(n == 4 && memcmp(tail, hashes + 4 * KVTIER_BLOCK_HASH_BYTES, sizeof(tail)) == 0);
+  }
+
+  /* Nothing stored yet. */
+  CHECK_OK(kvtier_client_lookup(client, engine_id, hashes, KVTIER_BLOCK_HASH_BYTES, PAGES, 0, &hits,
+                                NULL, &err));
+  CHECK(hits == 0);
+
+  /* Offload pages 0..7, look them up, onboard them into slots 16..23. */
+  for (i = 0; i < PAGES; ++i) {
+    indices[i] = (uint32_t)i;
+    targets[i] = (uint32_t)(16 + i);
+    FillPage(base + i * PAGE_BYTES, (uint32_t)i + 1);
+  }
+  memset(&offload_options, 0, sizeof(offload_options));
+  offload_options.ack = KVTIER_ACK_STORED;
+  CHECK_OK(kvtier_client_offload(client, engine_id, hashes, KVTIER_BLOCK_HASH_BYTES, indices, PAGES,
+                                 &offload_options, &stored, codes, &err));
+  CHECK(stored == PAGES);
+  for (i = 0; i < PAGES; ++i) CHECK(codes[i] == KVTIER_ITEM_OK);
+  CHECK_OK(kvtier_client_lookup(client, engine_id, hashes, KVTIER_BLOCK_HASH_BYTES, PAGES, 0, &hits,
+                                tiers, &err));
+  CHECK(hits == PAGES);
+  for (i = 0; i < PAGES; ++i) CHECK(tiers[i] == KVTIER_TIER_HOST || tiers[i] == KVTIER_TIER_DISK);
+  CHECK_OK(kvtier_client_onboard(client, engine_id, hashes, KVTIER_BLOCK_HASH_BYTES, targets, PAGES,
+                                 0, &onboarded, codes, tiers, &err));
+  CHECK(onboarded == PAGES);
+  for (i = 0; i < PAGES; ++i) {
+    CHECK(codes[i] == KVTIER_ITEM_OK);
+    CHECK(tiers[i] != KVTIER_TIER_UNSPECIFIED);
+    CHECK(memcmp(base + i * PAGE_BYTES, base + (16 + i) * PAGE_BYTES, PAGE_BYTES) == 0);
+  }
+
+  /* A page index past the pool is the item's INVALID_ARGUMENT; the call itself succeeds. */
+  memset(bad_hash, 0xAB, sizeof(bad_hash));
+  CHECK_OK(kvtier_client_offload(client, engine_id, bad_hash, sizeof(bad_hash), &out_of_range, 1,
+                                 NULL, &stored, codes, &err));
+  CHECK(stored == 0 && codes[0] == KVTIER_ITEM_INVALID_ARGUMENT);
+  /* A miss ends the onboard: the later items are SKIPPED. */
+  {
+    uint8_t two[2 * KVTIER_BLOCK_HASH_BYTES];
+    memcpy(two, bad_hash, KVTIER_BLOCK_HASH_BYTES);
+    memcpy(two + KVTIER_BLOCK_HASH_BYTES, hashes, KVTIER_BLOCK_HASH_BYTES);
+    CHECK_OK(kvtier_client_onboard(client, engine_id, two, KVTIER_BLOCK_HASH_BYTES, targets, 2, 0,
+                                   &onboarded, codes, NULL, &err));
+    CHECK(onboarded == 0 && codes[0] == KVTIER_ITEM_NOT_FOUND && codes[1] == KVTIER_ITEM_SKIPPED);
+  }
+  /* An unknown engine is NOT_FOUND with the server's message. */
+  status = kvtier_client_lookup(client, "e-no-such-engine", hashes, KVTIER_BLOCK_HASH_BYTES, PAGES,
+                                0, &hits, NULL, &err);
+  CHECK(status == KVTIER_NOT_FOUND && err.code == KVTIER_NOT_FOUND);
+  CHECK(strstr(err.message, "e-no-such-engine") != NULL);
+  CHECK(strstr(err.message, "not registered") != NULL);
+  /* A hash longer than 32 bytes is rejected before any RPC. */
+  status = kvtier_client_lookup(client, engine_id, hashes, 33, 1, 0, &hits, NULL, &err);
+  CHECK(status == KVTIER_INVALID_ARGUMENT && strstr(err.message, "hash_len") != NULL);
+
+  /* Park pages 0..3 with user data; resume them into 24..27. */
+  memset(&park_options, 0, sizeof(park_options));
+  park_options.num_tokens = 4 * TOKENS_PER_PAGE - 3;
+  park_options.user_data = (const uint8_t*)secret;
+  park_options.user_data_len = strlen(secret);
+  park_options.ack = KVTIER_ACK_STORED;
+  CHECK_OK(
+      kvtier_client_park(client, engine_id, "req-1", indices, 4, &park_options, &parked, &err));
+  CHECK(parked.parked_pages == 4 && parked.expires_at_unix_ms > 0);
+  {
+    uint32_t resume_into[4] = {24, 25, 26, 27}, again[4] = {28, 29, 30, 31};
+    memset(base + 24 * PAGE_BYTES, 0, 8 * PAGE_BYTES);
+    memset(user_data, 0, sizeof(user_data));
+    CHECK_OK(kvtier_client_resume(client, engine_id, "req-1", resume_into, 4, 0, 1, user_data,
+                                  sizeof(user_data), &resumed, &err));
+    CHECK(resumed.resumed_pages == 4 && resumed.parked_pages == 4);
+    CHECK(resumed.num_tokens == 4 * TOKENS_PER_PAGE - 3 && !resumed.released);
+    CHECK(resumed.user_data_len == strlen(secret));
+    CHECK(memcmp(user_data, secret, strlen(secret)) == 0);
+    for (i = 0; i < 4; ++i) {
+      CHECK(memcmp(base + i * PAGE_BYTES, base + (24 + i) * PAGE_BYTES, PAGE_BYTES) == 0);
+    }
+    /* A user_data buffer that is too small gets the first bytes and the full length. */
+    memset(user_data, 0, sizeof(user_data));
+    CHECK_OK(kvtier_client_resume(client, engine_id, "req-1", again, 4, 0, 1, user_data, 4,
+                                  &resumed, &err));
+    CHECK(resumed.user_data_len == strlen(secret) && memcmp(user_data, secret, 4) == 0);
+    CHECK(user_data[4] == 0);
+    CHECK(memcmp(base + 3 * PAGE_BYTES, base + 31 * PAGE_BYTES, PAGE_BYTES) == 0);
+  }
+  CHECK_OK(kvtier_client_release(client, engine_id, release_ids, 2, codes, &freed, &err));
+  CHECK(codes[0] == KVTIER_ITEM_OK && codes[1] == KVTIER_ITEM_NOT_FOUND);
+  status =
+      kvtier_client_resume(client, engine_id, "req-1", indices, 4, 0, 0, NULL, 0, &resumed, &err);
+  CHECK(status == KVTIER_NOT_FOUND && err.message[0] != '\0');
+
+  /* Pin and unpin the stored blocks. */
+  CHECK_OK(
+      kvtier_client_pin(client, engine_id, hashes, KVTIER_BLOCK_HASH_BYTES, 2, 5000, codes, &err));
+  CHECK(codes[0] == KVTIER_ITEM_OK && codes[1] == KVTIER_ITEM_OK);
+  CHECK_OK(kvtier_client_unpin(client, engine_id, hashes, KVTIER_BLOCK_HASH_BYTES, 2, codes, &err));
+
+  /* The counters saw the traffic. */
+  CHECK_OK(kvtier_client_stats(client, &stats, &err));
+  CHECK(stats.hot_bytes_offloaded >= (uint64_t)PAGES * PAGE_BYTES);
+  CHECK(stats.hot_bytes_onboarded >= (uint64_t)PAGES * PAGE_BYTES);
+  CHECK(stats.registered_engines >= 1);
+  CHECK(stats.num_tiers >= 1);
+  {
+    uint64_t blocks = 0;
+    for (i = 0; i < stats.num_tiers; ++i) {
+      if (stats.tiers[i].tier == KVTIER_TIER_HOST) blocks = stats.tiers[i].blocks;
+    }
+    CHECK(blocks >= PAGES);
+  }
+
+  /* Two engines registered (the id that did not fit, and this one); unregister this one. */
+  CHECK_OK(kvtier_client_unregister(client, engine_id, &err));
+  status = kvtier_client_lookup(client, engine_id, hashes, KVTIER_BLOCK_HASH_BYTES, 1, 0, &hits,
+                                NULL, &err);
+  CHECK(status == KVTIER_NOT_FOUND);
+
+  kvtier_hasher_destroy(hasher);
+  kvtier_client_close(client);
+  kvtier_shm_pool_destroy(pool);
+  kvtier_layout_destroy(layout);
+  CHECK(access(pool_path, F_OK) != 0); /* destroy removed the file */
+
+  kill(g_daemon, SIGTERM);
+  CHECK(waitpid(g_daemon, &exit_status, 0) == g_daemon);
+  g_daemon = 0;
+  if (!WIFEXITED(exit_status) || WEXITSTATUS(exit_status) != 0) {
+    Fail(__FILE__, __LINE__, "kvtierd exited with status 0 after SIGTERM", NULL);
+  }
+  Cleanup();
+  printf("c_api_test: OK\n");
+  return 0;
+}
