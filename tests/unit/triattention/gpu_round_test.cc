@@ -1,7 +1,8 @@
 // The batched GPU round (triattention/gpu_round.h over kernels/kv_round.cu) against the CPU
 // reference on a real device, over dtypes (BF16, FP16, FP8 E4M3), head_dim 64 / 128 / 256, pages
 // of 16 to 256 tokens, HND and NHD pages, separate and combined pools, GQA groups 1 to 16, the
-// three modes and both compaction orders, with ragged requests in one batch:
+// three modes and both compaction orders, pools whose pages hold every layer (page_stride_bytes),
+// with ragged requests in one batch:
 //  - raw scores of GPU and CPU within 1e-3 relative of a float64 oracle of the folded form;
 //  - kept sets identical to the CPU's (ScoreRequest, NormalizeRows, SelectKeptTokens);
 //  - every pool byte after the round equal to the CPU's CompactRequest applied with the GPU's
@@ -59,6 +60,10 @@ struct Geometry {
   int kv_heads = 2;
   int group = 4;
   int64_t num_pages = 96;
+  // One pool for every layer, a kvtier layout: each page holds layer 0's K and V planes, then
+  // layer 1's, ..., so layer l's K starts 2l planes into the pool, its V 2l + 1 planes in (the
+  // second plane of the page for a combined pool), and page_stride_bytes = layers * 2 * plane.
+  bool all_layers_in_page = false;
 };
 
 struct RoundConfig {
@@ -71,25 +76,46 @@ struct RoundConfig {
 std::string Describe(const Geometry& g, const RoundConfig& c) {
   return absl::StrCat(codec::DTypeName(g.dtype), " d", g.head_dim, " p", g.page,
                       g.layout == KvLayout::kHnd ? " HND" : " NHD",
-                      g.kind == KvPoolKind::kCombined ? " combined" : " separate", " G", g.kv_heads,
-                      " group", g.group, " mode", static_cast<int>(c.mode), " order",
+                      g.kind == KvPoolKind::kCombined ? " combined" : " separate",
+                      g.all_layers_in_page ? " all-layer pages" : "", " G", g.kv_heads, " group",
+                      g.group, " mode", static_cast<int>(c.mode), " order",
                       static_cast<int>(c.order), c.normalize ? "" : " raw");
 }
 
 // Host pools and their device copies.
 struct Cache {
   Geometry geo;
-  std::vector<std::vector<uint8_t>> host;  // per pool: layer l's K at 2l, V at 2l + 1 (separate)
+  // Per pool: layer l's K at 2l, V at 2l + 1 (separate), or one pool (all_layers_in_page).
+  std::vector<std::vector<uint8_t>> host;
   std::vector<void*> device;
   KvCacheView host_view, device_view;
 
   ~Cache() {
     for (void* p : device) kernels::FreeDeviceMemory(p);
   }
+  uint64_t PlaneBytes() const {
+    return codec::DTypeBytes(geo.dtype) * geo.head_dim * geo.page * geo.kv_heads;
+  }
+  // 0 for pools of one layer (the derived stride).
+  uint64_t PageStride() const { return geo.all_layers_in_page ? geo.layers * 2 * PlaneBytes() : 0; }
   uint64_t PoolBytes() const {
-    const uint64_t row = codec::DTypeBytes(geo.dtype) * geo.head_dim;
-    const uint64_t plane = row * geo.page * geo.kv_heads;
-    return geo.num_pages * plane * (geo.kind == KvPoolKind::kCombined ? 2 : 1);
+    if (geo.all_layers_in_page) return geo.num_pages * PageStride();
+    return geo.num_pages * PlaneBytes() * (geo.kind == KvPoolKind::kCombined ? 2 : 1);
+  }
+  // Points view->layers at the pools whose bases are `pools` (laid out as `host`).
+  void PointLayers(const std::vector<uint8_t*>& pools, KvCacheView* view) const {
+    const bool combined = geo.kind == KvPoolKind::kCombined;
+    view->layers.clear();
+    for (int l = 0; l < geo.layers; ++l) {
+      if (geo.all_layers_in_page) {
+        uint8_t* k = pools[0] + 2 * l * PlaneBytes();
+        view->layers.push_back({k, combined ? nullptr : k + PlaneBytes()});
+      } else if (combined) {
+        view->layers.push_back({pools[l], nullptr});
+      } else {
+        view->layers.push_back({pools[2 * l], pools[2 * l + 1]});
+      }
+    }
   }
   void Upload() {
     for (size_t i = 0; i < host.size(); ++i) {
@@ -112,7 +138,7 @@ std::unique_ptr<Cache> MakeCache(const Geometry& geo, std::mt19937_64& rng) {
   auto c = std::make_unique<Cache>();
   c->geo = geo;
   const bool combined = geo.kind == KvPoolKind::kCombined;
-  const int pools = geo.layers * (combined ? 1 : 2);
+  const int pools = geo.all_layers_in_page ? 1 : geo.layers * (combined ? 1 : 2);
   const uint64_t bytes = c->PoolBytes();
   const size_t elems = bytes / codec::DTypeBytes(geo.dtype);
   // Per-band scales so the bands matter unequally, as in real keys.
@@ -136,16 +162,14 @@ std::unique_ptr<Cache> MakeCache(const Geometry& geo, std::mt19937_64& rng) {
     view->dtype = geo.dtype;
     view->layout = geo.layout;
     view->pool_kind = geo.kind;
+    view->page_stride_bytes = c->PageStride();
     const bool dev = view == &c->device_view;
     view->memory = dev ? KvMemory::kDevice : KvMemory::kHost;
-    for (int l = 0; l < geo.layers; ++l) {
-      if (combined) {
-        view->layers.push_back({dev ? c->device[l] : c->host[l].data(), nullptr});
-      } else {
-        view->layers.push_back({dev ? c->device[2 * l] : c->host[2 * l].data(),
-                                dev ? c->device[2 * l + 1] : c->host[2 * l + 1].data()});
-      }
+    std::vector<uint8_t*> bases;
+    for (int p = 0; p < pools; ++p) {
+      bases.push_back(dev ? static_cast<uint8_t*>(c->device[p]) : c->host[p].data());
     }
+    c->PointLayers(bases, view);
   }
   return c;
 }
@@ -318,13 +342,9 @@ void CheckRound(const Geometry& geo, const RoundConfig& rc, uint64_t seed, int c
 
   std::vector<std::vector<uint8_t>> expected = cache->host;  // CPU compaction target
   KvCacheView expected_view = cache->host_view;
-  for (int l = 0; l < geo.layers; ++l) {
-    if (geo.kind == KvPoolKind::kCombined) {
-      expected_view.layers[l] = {expected[l].data(), nullptr};
-    } else {
-      expected_view.layers[l] = {expected[2 * l].data(), expected[2 * l + 1].data()};
-    }
-  }
+  std::vector<uint8_t*> expected_bases;
+  for (std::vector<uint8_t>& pool : expected) expected_bases.push_back(pool.data());
+  cache->PointLayers(expected_bases, &expected_view);
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("request ", i, " prompt ", views[i].prompt_len, " decode ",
                               views[i].DecodeTokens(), " tail ", views[i].protected_tail));
@@ -429,6 +449,27 @@ TEST_F(GpuRoundTest, MatchesCpuReferenceAcrossGeometries) {
        {EvictionMode::kUnion, CompactionOrder::kFillHoles, true, 60}},
   };
   uint64_t seed = 1;
+  for (const Case& c : cases) CheckRound(c.geo, c.rc, seed++);
+}
+
+// Pools whose pages hold every layer's K and V end to end (a kvtier layout, page_stride_bytes =
+// layers * 2 * plane): the round reads and moves each layer's rows through the larger stride and
+// leaves the other layers' planes of every page alone (the whole pool is compared).
+TEST_F(GpuRoundTest, PagesHoldingEveryLayerMatchCpuReference) {
+  REQUIRE_GPU();
+  struct Case {
+    Geometry geo;
+    RoundConfig rc;
+  };
+  const Case cases[] = {
+      {{DType::kBf16, 128, 32, KvLayout::kHnd, KvPoolKind::kSeparate, 3, 2, 4, 96, true},
+       {EvictionMode::kPerLayerPerHead, CompactionOrder::kFillHoles, true, 96}},
+      {{DType::kFp16, 64, 16, KvLayout::kNhd, KvPoolKind::kCombined, 2, 3, 2, 96, true},
+       {EvictionMode::kUnion, CompactionOrder::kPreserveOrder, true, 80}},
+      {{DType::kFp8E4M3, 128, 16, KvLayout::kHnd, KvPoolKind::kSeparate, 2, 2, 4, 96, true},
+       {EvictionMode::kPerHead, CompactionOrder::kPreserveOrder, false, 64}},
+  };
+  uint64_t seed = 800;
   for (const Case& c : cases) CheckRound(c.geo, c.rc, seed++);
 }
 

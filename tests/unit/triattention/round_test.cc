@@ -757,5 +757,40 @@ TEST(RoundKvViewTest, ValidationNamesTheField) {
               HasSubstr("protected_tail 17"));
 }
 
+// page_stride_bytes: 0 derives the stride, a larger multiple of 16 replaces it (pages holding
+// more than this layer), anything below one page or off the 16-byte grid is refused.
+TEST(RoundKvViewTest, PageStrideCoversAPageAndIsAMultipleOf16) {
+  std::mt19937_64 rng(2);
+  for (KvPoolKind kind : {KvPoolKind::kSeparate, KvPoolKind::kCombined}) {
+    CacheSpec spec{DType::kFp16, KvLayout::kNhd, kind, 16, 2, 128, 1, 8};
+    TestCache cache = MakeCache(spec, rng);
+    const uint64_t plane = 16u * 2u * 256u;
+    const uint64_t page = kind == KvPoolKind::kCombined ? 2 * plane : plane;
+    ASSERT_EQ(KvStridesOf(cache.view).page, page);
+
+    KvCacheView v = cache.view;
+    for (uint64_t stride : {page, page + 16, 3 * 2 * plane}) {
+      v.page_stride_bytes = stride;
+      EXPECT_TRUE(ValidateKvCacheView(v).ok()) << stride;
+      const KvStrides s = KvStridesOf(v);
+      EXPECT_EQ(s.page, stride);
+      EXPECT_EQ(s.plane, plane);  // the rest of the geometry is unchanged
+      EXPECT_EQ(s.token, 512u);
+      EXPECT_EQ(s.v_in_page, kind == KvPoolKind::kCombined ? plane : 0u);
+    }
+    for (uint64_t stride : {page - 16, uint64_t{16}, page + 8, 2 * page + 1}) {
+      v.page_stride_bytes = stride;
+      const absl::Status s = ValidateKvCacheView(v);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << stride;
+      EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("page_stride_bytes ", stride)));
+    }
+    // A combined pool's page is both planes: one plane is too small.
+    if (kind == KvPoolKind::kCombined) {
+      v.page_stride_bytes = plane;
+      EXPECT_TRUE(absl::IsInvalidArgument(ValidateKvCacheView(v)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::triattention
