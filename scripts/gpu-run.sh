@@ -40,6 +40,31 @@ while IFS=$'\t' read -r name exe args; do
     done
   fi
 done <"$bundle/data/tests.tsv"
+# The example engine with its KV pool in GPU memory (shared with kvtierd through CUDA IPC, the
+# fused kernels on the daemon's side): synthetic agentic sessions under raw and nvfp4, every
+# onboarded and resumed page checked (the engine exits non-zero on a mismatch).
+if [ -x "$bundle/bin/kvtier-example-engine" ] && [ -x "$bundle/bin/kvtierd" ]; then
+  edir=$(mktemp -d /tmp/kvtier-engine.XXXXXX)
+  LD_LIBRARY_PATH="$bundle/lib" "$bundle/bin/kvtierd" --state-dir="$edir/state" \
+    --socket="$edir/kvtier.sock" --set=host.capacity=256MiB --set=disk.capacity=1GiB \
+    --set=disk.chunk=16MiB --set="pools.allowed_dirs=[$edir]" \
+    --set=metrics.listen=127.0.0.1:19466 >"$results/example_engine_kvtierd.log" 2>&1 &
+  epid=$!
+  for _ in $(seq 300); do [ -S "$edir/kvtier.sock" ] && break; sleep 0.1; done
+  for codec in raw nvfp4; do
+    if "$bundle/run" kvtier-example-engine --socket="$edir/kvtier.sock" --pool-dir="$edir" \
+        --device=0 --codec="$codec" --requests=48 --model="gpu-$codec" \
+        >"$results/example_engine_$codec.txt" 2>&1; then
+      passed=$((passed + 1)); echo "passed  example engine on the GPU ($codec)"
+    else
+      failed=$((failed + 1)); echo "FAILED  example engine on the GPU ($codec)"
+      tail -20 "$results/example_engine_$codec.txt"
+    fi
+  done
+  kill -TERM "$epid"
+  wait "$epid" || { failed=$((failed + 1)); echo "FAILED  kvtierd did not stop cleanly"; }
+  rm -rf "$edir"
+fi
 if [ -x "$bundle/bin/kvtier-kernels-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1 ]; then
   "$bundle/run" kvtier-kernels-bench --benchmark_min_time=0.2 \
     --benchmark_out="$results/kernels_bench.json" --benchmark_out_format=json \

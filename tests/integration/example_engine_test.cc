@@ -4,10 +4,12 @@
 // (the engine and the library are not touched to add it).
 #include <atomic>
 #include <fstream>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "kvtier/compression.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/testing/triattention_files.h"
 #include "tools/engine/replay.h"
 #include "tools/engine/trace.h"
 
@@ -155,6 +157,41 @@ TEST_F(ExampleEngineTest, AThirdMethodPlugsInThroughTheRegistry) {
   EXPECT_EQ(g_resumes, turns - 5);
   // One step per generated token and one per tool result appended after a resume.
   EXPECT_EQ(g_steps, generated + (turns - 5));
+}
+
+// TriAttention and cold-page offload together, from configuration blocks: a calibration file and a
+// config.json of the engine's model, the CPU reference (host pool), a small budget so that rounds
+// run; resumed pages still match their snapshots, and only exact pages reach the cache.
+TEST_F(ExampleEngineTest, TriAttentionAndColdPagesThroughTheHooks) {
+  StartDaemon();
+  const testing::TriAttentionModel model{2, 2, 1, 64, 10000.0};
+  std::mt19937_64 rng(11);
+  testing::WriteSafetensorsCalibration(testing::MakeCalibration(model, rng),
+                                       dir_->File("calibration.safetensors"));
+  testing::WriteModelConfigJson(model, dir_->File("config.json"));
+  absl::StatusOr<CompressionConfig> tri = ParseCompressionConfig(
+      absl::StrCat("algorithm: triattention\nbudget: 32\nbeta: 16\neviction_mode: per_head\n",
+                   "calibration_path: ", dir_->File("calibration.safetensors"), "\n",
+                   "model_config_path: ", dir_->File("config.json"), "\n"));
+  ASSERT_TRUE(tri.ok()) << tri.status();
+  EngineRunOptions o = Options("nvfp4", Synthetic(6));
+  o.configs.insert(o.configs.begin(), *tri);
+  absl::StatusOr<EngineRunResult> r = engine::RunEngine(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->methods, (std::vector<std::string>{"triattention", "quantization_for_cold_page"}));
+  EXPECT_EQ(r->report.hook_errors, 0u) << r->report.first_error;
+  EXPECT_GT(r->report.evicted_tokens, 0u);
+  EXPECT_EQ(r->mismatches(), 0u);
+  EXPECT_GT(r->report.resumed_pages_checked, 0u);
+  EXPECT_GT(r->report.cached_tokens, 0u);
+
+  // A calibration of another model is refused before anything runs, naming both sides.
+  testing::WriteModelConfigJson(model, dir_->File("config3.json"), 3);
+  tri->model_config_path = dir_->File("config3.json");
+  o.configs[0] = *tri;
+  r = engine::RunEngine(o);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("triattention"), std::string::npos) << r.status();
 }
 
 TEST_F(ExampleEngineTest, UnknownMethodIsRejectedBeforeTheReplay) {

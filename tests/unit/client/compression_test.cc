@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/layout.h"
+#include "tests/testing/triattention_files.h"
 #include "triattention/calibration.h"
 #include "triattention/evictor.h"
 #include "triattention/kv_view.h"
@@ -334,65 +335,7 @@ PageLayout TestLayout() {
   return PageLayout::Gqa(o).value();
 }
 
-triattention::Calibration MakeCalibration(std::mt19937_64& rng) {
-  triattention::Calibration c;
-  c.layers = kLayers;
-  c.heads = kQueryHeads;
-  c.bands = kHeadDim / 2;
-  c.head_dim = kHeadDim;
-  c.rope_style = "half";
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int i = 0; i < kLayers * c.heads * c.bands; ++i) {
-    c.q_mean_real.push_back(normal(rng));
-    c.q_mean_imag.push_back(normal(rng));
-    c.q_abs_mean.push_back(std::hypot(c.q_mean_real.back(), c.q_mean_imag.back()) + 0.5f);
-  }
-  c.present.assign(static_cast<size_t>(kLayers) * c.heads, 1);
-  c.omega.emplace();
-  for (int f = 0; f < c.bands; ++f) {
-    c.omega->push_back(static_cast<float>(std::pow(kTheta, -2.0 * f / kHeadDim)));
-  }
-  c.freq_scale_sq.emplace(c.bands, 1.0f);
-  return c;
-}
-
-// A calibration file in safetensors form (the flat form's tensors), as evictor_test writes it.
-void WriteSafetensors(const triattention::Calibration& c, const std::string& path) {
-  const std::pair<const char*, const std::vector<float>*> tensors[] = {
-      {"E_q_real", &c.q_mean_real},
-      {"E_q_imag", &c.q_mean_imag},
-      {"E_q_norm", &c.q_abs_mean},
-      {"omega", &*c.omega},
-      {"freq_scale_sq", &*c.freq_scale_sq}};
-  std::string header = "{";
-  uint64_t at = 0;
-  for (const auto& [name, values] : tensors) {
-    const uint64_t bytes = values->size() * sizeof(float);
-    const std::string shape = values->size() == static_cast<size_t>(c.bands)
-                                  ? absl::StrCat("[", c.bands, "]")
-                                  : absl::StrCat("[", c.layers, ",", c.heads, ",", c.bands, "]");
-    absl::StrAppend(&header, at == 0 ? "" : ",", "\"", name,
-                    "\":{\"dtype\":\"F32\",\"shape\":", shape, ",\"data_offsets\":[", at, ",",
-                    at + bytes, "]}");
-    at += bytes;
-  }
-  header += "}";
-  std::ofstream out(path, std::ios::binary);
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header.size() >> (8 * i)) & 0xff));
-  out << header;
-  for (const auto& [name, values] : tensors) {
-    out.write(reinterpret_cast<const char*>(values->data()),
-              static_cast<std::streamsize>(values->size() * sizeof(float)));
-  }
-}
-
-void WriteConfigJson(const std::string& path, int layers) {
-  std::ofstream(path) << "{\"model_type\": \"llama\", \"num_hidden_layers\": " << layers
-                      << ", \"num_attention_heads\": " << kQueryHeads
-                      << ", \"num_key_value_heads\": " << kKvHeads
-                      << ", \"hidden_size\": 256, \"head_dim\": " << kHeadDim
-                      << ", \"rope_theta\": " << kTheta << ", \"max_position_embeddings\": 4096}";
-}
+constexpr testing::TriAttentionModel kModel{kLayers, kQueryHeads, kKvHeads, kHeadDim, kTheta};
 
 class TriAttentionMethodTest : public ::testing::Test {
  protected:
@@ -402,9 +345,9 @@ class TriAttentionMethodTest : public ::testing::Test {
     model_config_path_ = dir + "/compression_test_config.json";
     other_config_path_ = dir + "/compression_test_config3.json";
     std::mt19937_64 rng(5);
-    WriteSafetensors(MakeCalibration(rng), calibration_path_);
-    WriteConfigJson(model_config_path_, kLayers);
-    WriteConfigJson(other_config_path_, 3);
+    testing::WriteSafetensorsCalibration(testing::MakeCalibration(kModel, rng), calibration_path_);
+    testing::WriteModelConfigJson(kModel, model_config_path_);
+    testing::WriteModelConfigJson(kModel, other_config_path_, 3);
   }
   void TearDown() override {
     std::remove(calibration_path_.c_str());
