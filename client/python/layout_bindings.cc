@@ -228,6 +228,72 @@ void BindHasher(py::module_& m) {
       "Lower-case hex of a block hash.");
 }
 
+// DLPack's C structures (dlpack.h, ABI-stable since v0.2): what a "dltensor" capsule points to.
+struct DlDevice {
+  int32_t device_type;  // 1 CPU, 2 CUDA, 3 CUDA host (pinned), 13 CUDA managed, ...
+  int32_t device_id;
+};
+struct DlDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DlTensor {
+  void* data;
+  DlDevice device;
+  int32_t ndim;
+  DlDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // in elements; null: compact row-major
+  uint64_t byte_offset;
+};
+struct DlManagedTensor {
+  DlTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DlManagedTensor*);
+};
+constexpr int32_t kDlCuda = 2;
+
+// The device and the byte range of a C-contiguous array exported through __dlpack__. The capsule
+// is not consumed (its destructor releases the export); the caller keeps the array alive.
+struct DlpackRange {
+  int32_t device_type = 0;
+  int32_t device_id = 0;
+  uintptr_t pointer = 0;
+  uint64_t bytes = 0;
+};
+
+DlpackRange ReadDlpack(const py::object& array) {
+  if (!py::hasattr(array, "__dlpack__")) {
+    throw py::value_error(
+        "the array has no __dlpack__ (torch.Tensor, cupy.ndarray and numpy arrays have it)");
+  }
+  const py::object capsule = array.attr("__dlpack__")();
+  auto* managed = static_cast<DlManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (managed == nullptr) {
+    PyErr_Clear();
+    throw py::value_error("__dlpack__ did not return a 'dltensor' capsule");
+  }
+  const DlTensor& t = managed->dl_tensor;
+  uint64_t elements = 1;
+  int64_t expected_stride = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.strides != nullptr && t.shape[i] != 1 && t.strides[i] != expected_stride) {
+      throw py::value_error(absl::StrCat("the array is not C-contiguous (dimension ", i,
+                                         " has stride ", t.strides[i], ", expected ",
+                                         expected_stride, ")"));
+    }
+    expected_stride *= t.shape[i];
+    elements *= static_cast<uint64_t>(t.shape[i]);
+  }
+  DlpackRange r;
+  r.device_type = t.device.device_type;
+  r.device_id = t.device.device_id;
+  r.pointer = reinterpret_cast<uintptr_t>(t.data) + t.byte_offset;
+  r.bytes = elements * ((uint64_t{t.dtype.bits} * t.dtype.lanes + 7) / 8);
+  return r;
+}
+
 void BindPools(py::module_& m) {
   py::class_<PoolRegistration>(
       m, "PoolRegistration",
@@ -263,6 +329,24 @@ void BindPools(py::module_& m) {
           "Exports `size_bytes` of the engine's own cudaMalloc allocation starting at the "
           "device address `pointer` (e.g. torch's t.data_ptr()), the pool starting "
           "`offset_bytes` into it. kvtier.Error UNIMPLEMENTED in builds without CUDA.")
+      .def_static(
+          "from_dlpack",
+          [](std::string name, uint32_t slots, const py::object& array) {
+            const DlpackRange r = ReadDlpack(array);
+            if (r.device_type != kDlCuda) {
+              throw py::value_error(absl::StrCat(
+                  "pool '", name, "': a DLPack array on device type ", r.device_type,
+                  " (not CUDA) cannot be shared with kvtierd; for a host pool create a "
+                  "kvtier.SharedMemoryPool and use its array()"));
+            }
+            return ValueOrThrow(ExportCudaPool(std::move(name), slots, r.device_id,
+                                               reinterpret_cast<void*>(r.pointer), 0, r.bytes));
+          },
+          py::arg("name"), py::arg("slots"), py::arg("array"),
+          "Exports a C-contiguous CUDA array (torch.Tensor, cupy.ndarray: anything with "
+          "__dlpack__) that starts a cudaMalloc allocation as the pool `name`; the array's bytes "
+          "must hold `slots` pages. ValueError for host or non-contiguous arrays; kvtier.Error "
+          "UNIMPLEMENTED in builds without CUDA.")
       .def_readonly("name", &PoolRegistration::name)
       .def_readonly("slots", &PoolRegistration::slots)
       .def_property_readonly("kind",

@@ -425,6 +425,17 @@ class ClientTest(unittest.TestCase):
         self.assertIn("triattention", names)
         self.assertIn("quantization_for_cold_page", names)
 
+    def test_11b_dlpack_pools(self):
+        # Host arrays cannot be shared with the daemon; a strided view is refused before that.
+        with self.assertRaises(ValueError) as ctx:
+            kvtier.PoolRegistration.from_dlpack("kv", 4, np.zeros(4 * 1024, dtype=np.uint8))
+        self.assertIn("SharedMemoryPool", str(ctx.exception))
+        with self.assertRaises(ValueError) as ctx:
+            kvtier.PoolRegistration.from_dlpack("kv", 4, np.zeros((64, 64), np.uint16)[:, ::2])
+        self.assertIn("not C-contiguous", str(ctx.exception))
+        with self.assertRaises(ValueError):
+            kvtier.PoolRegistration.from_dlpack("kv", 4, [1, 2, 3])
+
     def test_12_unregister_and_close(self):
         client = kvtier.Client.connect(socket=self.socket, client_name="python-test-2")
         pool = kvtier.SharedMemoryPool(os.path.join(self.dir, "short.kv"), "kv", 4,
