@@ -64,6 +64,13 @@ if [ -x "$bundle/bin/kvtier-example-engine" ] && [ -x "$bundle/bin/kvtierd" ]; t
   kill -TERM "$epid"
   wait "$epid" || { failed=$((failed + 1)); echo "FAILED  kvtierd did not stop cleanly"; }
   rm -rf "$edir"
+  if scripts/example-engine-triattention.sh "$bundle" >"$results/example_engine_triattention.txt" 2>&1
+  then
+    passed=$((passed + 1)); echo "passed  example engine on the GPU (triattention + nvfp4)"
+  else
+    failed=$((failed + 1)); echo "FAILED  example engine on the GPU (triattention + nvfp4)"
+    tail -20 "$results/example_engine_triattention.txt"
+  fi
 fi
 if [ -x "$bundle/bin/kvtier-kernels-bench" ] && [ "${KVTIER_SKIP_BENCH:-0}" != 1 ]; then
   "$bundle/run" kvtier-kernels-bench --benchmark_min_time=0.2 \

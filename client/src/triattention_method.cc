@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "client/src/compression_methods.h"
@@ -140,6 +141,17 @@ absl::StatusOr<ta::EvictorConfig> EvictorConfigOf(const CompressionConfig& confi
       return Invalid(absl::StrCat("normalize_scores '", it->second, "' is not true or false"));
     }
   }
+  // A GPU round sizes its workspace for max_decode_tokens per request. Between rounds a request
+  // grows by beta decode tokens, but an agent's request also grows by whole tool results (one
+  // step that confirms thousands of tokens), so the default leaves room for such an append.
+  int64_t max_append = 4096;
+  if (auto it = config.options.find("max_append_tokens"); it != config.options.end()) {
+    if (!absl::SimpleAtoi(it->second, &max_append) || max_append < 0) {
+      return Invalid(
+          absl::StrCat("max_append_tokens '", it->second, "' is not a non-negative integer"));
+    }
+  }
+  evictor.max_decode_tokens = config.budget + 2 * config.beta + 64 + max_append;
   evictor.device = engine.device;
   return evictor;
 }

@@ -49,7 +49,9 @@ struct CompressionConfig {
   std::string daemon_socket;                 // "" = ClientOptions' default
   bool durable = false;                      // offloads written through to disk
   // Every key of the block as text ("budget" -> "2048"), for methods of their own. The built-ins
-  // also read from here: triattention normalize_scores (true | false, default true);
+  // also read from here: triattention normalize_scores (true | false, default true) and
+  // max_append_tokens (the most tokens one step may confirm, e.g. a tool result appended after
+  // a resume; sizes the GPU round's workspace; default 4096);
   // quantization_for_cold_page tenant, partition, engine_name, token and connect_timeout_ms.
   std::map<std::string, std::string> options;
 };
