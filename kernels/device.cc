@@ -331,6 +331,20 @@ absl::StatusOr<uint64_t> AllocationBytesFrom(const void* ptr) {
 #endif
 }
 
+absl::StatusOr<DeviceAllocation> AllocationOf(const void* ptr) {
+  absl::StatusOr<uint64_t> tail = AllocationBytesFrom(ptr);
+  if (!tail.ok()) return tail.status();
+#if KVTIER_WITH_CUDA
+  uint64_t base = 0, size = 0;
+  if (int err = internal::AllocationRange(const_cast<void*>(ptr), &base, &size); err != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%p is not in a device allocation", ptr));
+  }
+  return DeviceAllocation{reinterpret_cast<void*>(base), size};
+#else
+  KVTIER_NO_CUDA_RETURN();
+#endif
+}
+
 absl::StatusOr<int> DeviceByUuid(absl::string_view uuid) {
   auto devices = ListDevices();
   if (!devices.ok()) return devices.status();

@@ -105,6 +105,15 @@ void CloseIpcMemory(void* ptr);  // logs CUDA errors
 // no allocation; Unimplemented without CUDA.
 absl::StatusOr<uint64_t> AllocationBytesFrom(const void* ptr);
 
+// The device allocation that contains `ptr`: its start and size (an engine's tensor usually lies
+// inside a larger cudaMalloc segment of its framework's caching allocator). Same errors as
+// AllocationBytesFrom.
+struct DeviceAllocation {
+  void* base = nullptr;
+  uint64_t bytes = 0;
+};
+absl::StatusOr<DeviceAllocation> AllocationOf(const void* ptr);
+
 // The ordinal of the device with this 16-byte UUID. NotFound when this process does not see it.
 absl::StatusOr<int> DeviceByUuid(absl::string_view uuid);
 

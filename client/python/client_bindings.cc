@@ -107,6 +107,9 @@ std::pair<py::object, Callback<T>> MakeFuture() {
       }
     } catch (py::error_already_set& e) {
       e.discard_as_unraisable("kvtier: completing a Future");
+    } catch (const std::exception& e) {  // e.g. a cast error: never let it reach gRPC's thread
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      PyErr_WriteUnraisable(nullptr);
     }
   };
   return {future, std::move(done)};
@@ -454,12 +457,15 @@ void BindClientClass(py::module_& m) {
             o.lease_ttl = FromSeconds(lease_ttl);
             return c.Blocking([&o](Client& k) { return k.RegisterEngine(o); });
           },
-          py::arg("model"), py::arg("layout"), py::arg("pools"), py::kw_only(),
-          py::arg("codec") = "", py::arg("engine_name") = "", py::arg("tenant") = "",
+          // The Engine keeps `pools` (and so the memory the daemon maps) alive.
+          py::keep_alive<0, 4>(), py::arg("model"), py::arg("layout"), py::arg("pools"),
+          py::kw_only(), py::arg("codec") = "", py::arg("engine_name") = "", py::arg("tenant") = "",
           py::arg("partition") = "", py::arg("codec_alignment_bytes") = 0,
           py::arg("lease_ttl") = 0.0,
           "Registers an engine; `pools` has one SharedMemoryPool, DevicePool or "
-          "PoolRegistration per layout pool. codec '' is the daemon's default.")
+          "PoolRegistration per layout pool, kept alive by the returned Engine (a DLPack "
+          "array or pointer behind a PoolRegistration is the caller's to keep). codec '' is the "
+          "daemon's default.")
       .def(
           "unregister",
           [](PyClient& c, const py::object& engine) {

@@ -326,9 +326,9 @@ void BindPools(py::module_& m) {
           },
           py::arg("name"), py::arg("slots"), py::arg("device"), py::arg("pointer"),
           py::arg("size_bytes"), py::arg("offset_bytes") = 0,
-          "Exports `size_bytes` of the engine's own cudaMalloc allocation starting at the "
-          "device address `pointer` (e.g. torch's t.data_ptr()), the pool starting "
-          "`offset_bytes` into it. kvtier.Error UNIMPLEMENTED in builds without CUDA.")
+          "Exports `size_bytes` of device memory starting `offset_bytes` after the device "
+          "address `pointer` (e.g. torch's t.data_ptr(); it may lie inside a larger "
+          "allocation). kvtier.Error UNIMPLEMENTED in builds without CUDA.")
       .def_static(
           "from_dlpack",
           [](std::string name, uint32_t slots, const py::object& array) {
@@ -344,7 +344,8 @@ void BindPools(py::module_& m) {
           },
           py::arg("name"), py::arg("slots"), py::arg("array"),
           "Exports a C-contiguous CUDA array (torch.Tensor, cupy.ndarray: anything with "
-          "__dlpack__) that starts a cudaMalloc allocation as the pool `name`; the array's bytes "
+          "__dlpack__) as the pool `name` (the registration names its cudaMalloc allocation and "
+          "the array's offset in it); the array's bytes "
           "must hold `slots` pages. ValueError for host or non-contiguous arrays; kvtier.Error "
           "UNIMPLEMENTED in builds without CUDA.")
       .def_readonly("name", &PoolRegistration::name)

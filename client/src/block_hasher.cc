@@ -42,6 +42,10 @@ absl::StatusOr<std::vector<std::string>> BlockHasher::HashAfter(
     std::string_view parent, std::span<const uint32_t> tokens,
     std::span<const std::string> extra_keys) const {
   const size_t pages = tokens.size() / tokens_per_page_;
+  if (parent.size() != kBlockHashBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("block hasher: parent hash is ", parent.size(),
+                                                   " bytes, expected ", kBlockHashBytes));
+  }
   if (!extra_keys.empty() && extra_keys.size() != pages) {
     return absl::InvalidArgumentError(absl::StrCat("block hasher: ", extra_keys.size(),
                                                    " extra keys for ", pages, " full pages of ",

@@ -239,7 +239,10 @@ int kvtier_client_server_info(kvtier_client* client, int refresh, kvtier_server_
     kvtier::CopyFixed(s.server_version, info->server_version);
     kvtier::CopyFixed(s.node_name, info->node_name);
     kvtier::CopyFixed(absl::StrJoin(s.codecs, ","), info->codecs);
-    for (kvtier::Tier t : s.tiers) info->tier_mask |= 1u << static_cast<int>(t);
+    for (kvtier::Tier t : s.tiers) {
+      const int bit = static_cast<int>(t);
+      if (bit > 0 && bit < 32) info->tier_mask |= 1u << bit;  // a newer server's tiers: ignored
+    }
     info->max_items_per_request = s.max_items_per_request;
     info->cuda = s.cuda;
     info->cuda_ipc_pools = s.cuda_ipc_pools;
@@ -415,6 +418,13 @@ int kvtier_client_register_engine(kvtier_client* client, const kvtier_engine_opt
       o.pools.push_back(options->pools[i]->impl->Registration());
     }
     o.lease_ttl = kvtier::Millis(options->lease_ttl_ms);
+    // Checked before registering: an engine whose id the caller never learns could not be
+    // unregistered.
+    if (engine_id == nullptr || capacity < KVTIER_ENGINE_ID_BYTES) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine_id needs a buffer of KVTIER_ENGINE_ID_BYTES (",
+                       KVTIER_ENGINE_ID_BYTES, ") bytes, got ", capacity));
+    }
     absl::StatusOr<kvtier::Engine> engine = client->impl->RegisterEngine(o);
     if (!engine.ok()) return engine.status();
     if (hash_root != nullptr) {
@@ -431,7 +441,6 @@ int kvtier_client_register_engine(kvtier_client* client, const kvtier_engine_opt
       info->lease_ttl_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(engine->lease_ttl));
       kvtier::CopyFixed(engine->codec, info->codec);
     }
-    // The engine stays registered when the id does not fit: the caller learns the size it needs.
     return kvtier::WriteString(engine->engine_id, engine_id, capacity, nullptr, "engine id");
   });
 }

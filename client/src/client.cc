@@ -263,8 +263,9 @@ struct ChunkSpec {
   std::function<bool(size_t begin, size_t end, Resp& resp, Result* result)> merge;
   // Called when the chain stopped early with `end` the first item not sent.
   std::function<void(size_t end, Result* result)> stopped;
-  // Called when the request starting at `begin` failed.
-  std::function<void(size_t begin)> failed;
+  // Called when the request starting at `begin` failed; the chain finishes with the failure once
+  // `then` runs (so a clean-up RPC ends before the caller hears of the failure).
+  std::function<void(size_t begin, std::function<void()> then)> failed;
 };
 
 template <typename Req, typename Resp, typename Result>
@@ -289,7 +290,11 @@ class ChunkedCall : public std::enable_shared_from_this<ChunkedCall<Req, Resp, R
 
   void Done(size_t begin, size_t end, absl::StatusOr<Resp> resp) {
     if (!resp.ok()) {
-      if (spec_.failed) spec_.failed(begin);
+      if (spec_.failed) {
+        auto self = this->shared_from_this();
+        spec_.failed(begin, [self, status = resp.status()] { self->Finish(status); });
+        return;
+      }
       Finish(resp.status());
       return;
     }
@@ -699,14 +704,18 @@ class ClientImpl : public Client {
     };
     if (!options.append) {
       // All or nothing across chunks too: a failed later chunk releases what the first parked.
-      spec.failed = [core = core_.get(), engine_id, request_id](size_t begin) {
-        if (begin == 0) return;
+      spec.failed = [core = core_.get(), engine_id, request_id](size_t begin,
+                                                                std::function<void()> then) {
+        if (begin == 0) {
+          then();
+          return;
+        }
         v1::ReleaseRequest req;
         req.set_engine_id(engine_id);
         req.add_request_ids(request_id);
         core->Call<v1::ReleaseRequest, v1::ReleaseResponse>(
             "Release", &AsyncStub::Release, std::move(req),
-            [](absl::StatusOr<v1::ReleaseResponse>) {});
+            [then = std::move(then)](absl::StatusOr<v1::ReleaseResponse>) { then(); });
       };
     }
     RunChunks(core_.get(), std::move(spec), std::move(done));
@@ -780,6 +789,8 @@ class ClientImpl : public Client {
   }
 
   void StartKeepAlive(const std::string& engine_id, absl::Duration lease) {
+    // A server that reports no lease gets the contract's default (30 s) assumed.
+    if (lease <= absl::ZeroDuration()) lease = absl::Seconds(30);
     const absl::Duration period = std::max(lease / 3, absl::Milliseconds(10));
     absl::MutexLock lock(&engines_mu_);
     if (stop_) return;

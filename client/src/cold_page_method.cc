@@ -183,7 +183,12 @@ class ColdPageMethod : public CompressionManager {
           std::vector<uint32_t>(indices->begin() + first, indices->begin() + first + n),
           static_cast<uint32_t>(first));
       if (!resume.ok()) {
-        if (absl::IsNotFound(resume.status())) parked_.erase(it);  // expired: nothing to release
+        // The engine recomputes the request: drop the parked state (expired already when
+        // NotFound), so that its next pause can park under the same key.
+        if (!absl::IsNotFound(resume.status())) {
+          (void)client_->Release(engine_.engine_id, {parked.name});
+        }
+        parked_.erase(it);
         return Annotate(resume.status(), absl::StrCat("Resume '", parked.name, "'"));
       }
       resumed_pages_.fetch_add(resume->resumed_pages, std::memory_order_relaxed);

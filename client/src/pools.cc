@@ -33,7 +33,10 @@ absl::StatusOr<std::unique_ptr<SharedMemoryPool>> SharedMemoryPool::Create(const
                                                    " slots of ", slot_bytes, " bytes"));
   }
   const uint64_t bytes = uint64_t{slots} * slot_bytes;
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // A new file (a new inode) even where one exists: a daemon may still map the old one (an engine
+  // restarted before its lease ended), and truncating that would pull its pages away.
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("unlink", path);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("open", path);
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const absl::Status st = Errno("ftruncate", path);
@@ -86,7 +89,7 @@ bool CudaAvailable() {
 }
 
 absl::StatusOr<PoolRegistration> ExportCudaPool(std::string name, uint32_t slots, int device,
-                                                void* allocation_base, uint64_t offset_bytes,
+                                                void* pointer, uint64_t offset_bytes,
                                                 uint64_t size_bytes) {
   absl::StatusOr<std::vector<kernels::DeviceInfo>> devices = kernels::ListDevices();
   if (!devices.ok()) return devices.status();
@@ -95,14 +98,19 @@ absl::StatusOr<PoolRegistration> ExportCudaPool(std::string name, uint32_t slots
                                                    " does not exist (", devices->size(),
                                                    " devices)"));
   }
-  absl::StatusOr<uint64_t> available = kernels::AllocationBytesFrom(allocation_base);
-  if (!available.ok()) return available.status();
-  if (offset_bytes > *available || size_bytes > *available - offset_bytes) {
+  // The IPC handle names the whole cudaMalloc allocation; the daemon maps its start and adds
+  // base_offset_bytes, so a pointer inside an allocation (a tensor of a caching allocator) is
+  // exported as its allocation plus an offset.
+  absl::StatusOr<kernels::DeviceAllocation> allocation = kernels::AllocationOf(pointer);
+  if (!allocation.ok()) return allocation.status();
+  const uint64_t start = reinterpret_cast<uintptr_t>(pointer) -
+                         reinterpret_cast<uintptr_t>(allocation->base) + offset_bytes;
+  if (start > allocation->bytes || size_bytes > allocation->bytes - start) {
     return absl::InvalidArgumentError(
-        absl::StrCat("CUDA pool '", name, "': ", size_bytes, " bytes at offset ", offset_bytes,
-                     " do not fit in the allocation (", *available, " bytes)"));
+        absl::StrCat("CUDA pool '", name, "': ", size_bytes, " bytes at offset ", start,
+                     " of its allocation do not fit in it (", allocation->bytes, " bytes)"));
   }
-  absl::StatusOr<std::string> handle = kernels::ExportIpcMemory(allocation_base);
+  absl::StatusOr<std::string> handle = kernels::ExportIpcMemory(allocation->base);
   if (!handle.ok()) return handle.status();
   PoolRegistration r;
   r.name = std::move(name);
@@ -111,7 +119,7 @@ absl::StatusOr<PoolRegistration> ExportCudaPool(std::string name, uint32_t slots
   r.cuda_ipc->handle = *std::move(handle);
   r.cuda_ipc->device_uuid = (*devices)[static_cast<size_t>(device)].uuid;
   r.cuda_ipc->device_ordinal = static_cast<uint32_t>(device);
-  r.cuda_ipc->base_offset_bytes = offset_bytes;
+  r.cuda_ipc->base_offset_bytes = start;
   r.cuda_ipc->size_bytes = size_bytes;
   return r;
 }

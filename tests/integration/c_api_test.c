@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
   options.num_pools = 1;
   memset(root, 0, sizeof(root));
   status = kvtier_client_register_engine(client, &options, engine_id, 2, root, &info, &err);
-  CHECK(status == KVTIER_RESOURCE_EXHAUSTED); /* registered, but the id does not fit */
+  CHECK(status == KVTIER_INVALID_ARGUMENT); /* refused before anything is registered */
   CHECK_OK(kvtier_client_register_engine(client, &options, engine_id, sizeof(engine_id), root,
                                          &info, &err));
   CHECK(engine_id[0] != '\0');

@@ -230,6 +230,9 @@ int Main(int argc, char** argv) {
                 static_cast<unsigned long long>(r.pages_checked + r.resumed_pages_checked));
     std::printf("  mismatches                   %14llu\n",
                 static_cast<unsigned long long>(mismatches));
+    if (r.pages_checked + r.resumed_pages_checked == 0) {
+      std::printf("  note: no page came back from kvtierd, so none was checked\n");
+    }
     if (r.evicted_tokens > 0) {
       std::printf("  tokens evicted (decode)      %14llu\n",
                   static_cast<unsigned long long>(r.evicted_tokens));

@@ -194,14 +194,24 @@ absl::Status Replay::StartTurn(const Session& s, size_t t, Live& live) {
     st.freed_pages.clear();
     const int64_t before = st.num_tokens;
     Hook(methods_.OnGenerationStepEnd(batch), "OnGenerationStepEnd");
+    if (st.num_tokens >= before && !st.freed_pages.empty()) {
+      Hook(absl::InternalError("pages freed although the request did not shrink"),
+           "OnGenerationStepEnd");
+    }
     if (st.num_tokens < before) {
       report_.evicted_tokens += static_cast<uint64_t>(before - st.num_tokens);
       // Positions moved: later rows continue from the new length.
       st.tokens.resize(static_cast<size_t>(st.num_tokens));
       live.digests.resize(static_cast<size_t>(st.num_tokens));
       for (const int32_t p : st.freed_pages) {
+        const auto it = std::find(st.block_table.begin(), st.block_table.end(), p);
+        if (it == st.block_table.end()) {
+          Hook(absl::InternalError(absl::StrCat("freed page ", p, " is not the request's")),
+               "OnGenerationStepEnd");
+          continue;
+        }
         pool_.Free(p);
-        st.block_table.erase(std::find(st.block_table.begin(), st.block_table.end(), p));
+        st.block_table.erase(it);
       }
     }
   }

@@ -35,7 +35,8 @@ class BlockHasher {
                           std::string_view extra_key = {});
 
   // Continues a chain: the hashes of the full pages of `tokens`, chained after `parent` (a
-  // previous page's hash). Same errors as Hash.
+  // previous page's hash). Same errors as Hash, and InvalidArgument for a parent that is not 32
+  // bytes.
   absl::StatusOr<std::vector<std::string>> HashAfter(
       std::string_view parent, std::span<const uint32_t> tokens,
       std::span<const std::string> extra_keys = {}) const;

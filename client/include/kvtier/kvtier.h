@@ -217,10 +217,11 @@ typedef struct kvtier_engine_info {
   char codec[32]; /* the effective codec */
 } kvtier_engine_info;
 
-/* Registers an engine: its id goes to `engine_id` (caller buffer of capacity bytes, see the
- * conventions; KVTIER_ENGINE_ID_BYTES is enough), the 32-byte hasher root to `hash_root` (may be
- * NULL), the rest to `info` (may be NULL). The daemon's errors pass through (INVALID_ARGUMENT
- * for a pool outside its pools.allowed_dirs or one that does not match the layout). */
+/* Registers an engine: its id goes to `engine_id` (a caller buffer of at least
+ * KVTIER_ENGINE_ID_BYTES, checked before anything is registered), the 32-byte hasher root to
+ * `hash_root` (may be NULL), the rest to `info` (may be NULL). The daemon's errors pass through
+ * (INVALID_ARGUMENT for a pool outside its pools.allowed_dirs or one that does not match the
+ * layout). */
 int kvtier_client_register_engine(kvtier_client* client, const kvtier_engine_options* options,
                                   char* engine_id, size_t capacity, uint8_t* hash_root,
                                   kvtier_engine_info* info, kvtier_error* err);

@@ -39,7 +39,8 @@ struct PoolRegistration {
   std::optional<CudaIpc> cuda_ipc;
 };
 
-// A host pool in a shared-memory file: created (or replaced) at construction, mapped read-write,
+// A host pool in a shared-memory file: created at construction (a file already at the path is
+// unlinked first, so a daemon still mapping it keeps its pages), mapped read-write,
 // unmapped and removed at destruction.
 class SharedMemoryPool {
  public:
@@ -107,12 +108,13 @@ class DevicePool {
   PoolRegistration registration_;
 };
 
-// Describes `size_bytes` of an engine's own cudaMalloc allocation starting at `allocation_base`
-// on `device`, pool `name` of `slots` slots starting `offset_bytes` into it. Unimplemented without
-// CUDA; InvalidArgument when the pointer is not the start of an allocation or the pool does not
-// fit in it.
+// Describes `size_bytes` of device memory on `device` starting `offset_bytes` after `pointer`
+// as pool `name` of `slots` slots. `pointer` may lie anywhere inside a cudaMalloc allocation (a
+// tensor of a framework's caching allocator): the registration names the whole allocation and
+// the pool's offset in it. Unimplemented without CUDA; InvalidArgument when the pointer is in no
+// device allocation or the pool does not fit in the allocation.
 absl::StatusOr<PoolRegistration> ExportCudaPool(std::string name, uint32_t slots, int device,
-                                                void* allocation_base, uint64_t offset_bytes,
+                                                void* pointer, uint64_t offset_bytes,
                                                 uint64_t size_bytes);
 
 // True when this libkvtier was built with CUDA and sees at least one device.
