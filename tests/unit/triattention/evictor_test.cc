@@ -5,6 +5,7 @@
 // compaction orders keep the same rows, and every error leaves the schedule and the cache as they
 // were. Also the config, mode-name and geometry checks and the file-loading factory.
 #include "triattention/evictor.h"
+#include "tests/testing/triattention_files.h"
 
 #include <algorithm>
 #include <cmath>
@@ -647,36 +648,6 @@ TEST(EvictorCreateTest, DeviceViewNeedsCuda) {
       << created.status();
 }
 
-// Writes `calibration` as a safetensors calibration file (the flat form's tensors).
-void WriteSafetensors(const Calibration& c, const std::string& path) {
-  const std::pair<const char*, const std::vector<float>*> tensors[] = {
-      {"E_q_real", &c.q_mean_real},
-      {"E_q_imag", &c.q_mean_imag},
-      {"E_q_norm", &c.q_abs_mean},
-      {"omega", &*c.omega},
-      {"freq_scale_sq", &*c.freq_scale_sq}};
-  std::string header = "{";
-  uint64_t at = 0;
-  for (const auto& [name, values] : tensors) {
-    const uint64_t bytes = values->size() * sizeof(float);
-    const std::string shape = values->size() == static_cast<size_t>(c.bands)
-                                  ? absl::StrCat("[", c.bands, "]")
-                                  : absl::StrCat("[", c.layers, ",", c.heads, ",", c.bands, "]");
-    absl::StrAppend(&header, at == 0 ? "" : ",", "\"", name,
-                    "\":{\"dtype\":\"F32\",\"shape\":", shape, ",\"data_offsets\":[", at, ",",
-                    at + bytes, "]}");
-    at += bytes;
-  }
-  header += "}";
-  std::ofstream out(path, std::ios::binary);
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header.size() >> (8 * i)) & 0xff));
-  out << header;
-  for (const auto& [name, values] : tensors) {
-    out.write(reinterpret_cast<const char*>(values->data()),
-              static_cast<std::streamsize>(values->size() * sizeof(float)));
-  }
-}
-
 void WriteConfigJson(const std::string& path, int layers, int kv_heads) {
   std::ofstream(path) << "{\"model_type\": \"llama\", \"num_hidden_layers\": " << layers
                       << ", \"num_attention_heads\": " << kQueryHeads
@@ -691,7 +662,7 @@ TEST(EvictorCreateTest, CreateFromFilesMatchesCreate) {
   const std::string calibration_path = dir + "/evictor_test_calibration.safetensors";
   const std::string config_path = dir + "/evictor_test_config.json";
   const Calibration calibration = MakeCalibration(kLayers, rng);
-  WriteSafetensors(calibration, calibration_path);
+  kvtier::testing::WriteSafetensorsCalibration(calibration, calibration_path);
   WriteConfigJson(config_path, kLayers, kKvHeads);
 
   HostCache from_files = MakeHostCache(KvLayout::kHnd, rng);
