@@ -43,8 +43,6 @@
 namespace kvtier::compression_internal {
 namespace {
 
-constexpr uint32_t kDefaultMaxItems = 4096;  // the daemon's per-call limit when Hello says 0
-
 absl::Status Invalid(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("quantization_for_cold_page: ", what));
 }
@@ -91,10 +89,7 @@ class ColdPageMethod : public CompressionManager {
       : client_(std::move(client)),
         engine_(std::move(engine)),
         hasher_(std::move(hasher)),
-        durable_(durable) {
-    const uint32_t max_items = client_->server().max_items_per_request;
-    max_items_ = max_items == 0 ? kDefaultMaxItems : max_items;
-  }
+        durable_(durable) {}
 
   ~ColdPageMethod() override {
     for (const auto& [id, parked] : parked_)
@@ -148,22 +143,13 @@ class ColdPageMethod : public CompressionManager {
     absl::StatusOr<std::vector<uint32_t>> indices = PageIndices(request, 0, pages);
     if (!indices.ok()) return indices.status();
     if (pages == 0) return absl::OkStatus();
-    uint64_t parked_pages = 0;
-    for (size_t first = 0; first < pages; first += max_items_) {
-      const size_t n = std::min<size_t>(max_items_, pages - first);
-      ParkOptions options;
-      options.append = first > 0;
-      options.num_tokens = static_cast<uint64_t>(request.num_tokens);
-      absl::StatusOr<ParkResult> park = client_->Park(
-          engine_.engine_id, key,
-          std::vector<uint32_t>(indices->begin() + first, indices->begin() + first + n), options);
-      if (!park.ok()) {
-        if (first > 0) (void)client_->Release(engine_.engine_id, {key});
-        return Annotate(park.status(), absl::StrCat("Park '", key, "'"));
-      }
-      parked_pages = park->parked_pages;
-      parked_cold_bytes_.fetch_add(park->cold_bytes, std::memory_order_relaxed);
-    }
+    // The Client splits a Park above the server's item limit and keeps it all-or-nothing.
+    ParkOptions options;
+    options.num_tokens = static_cast<uint64_t>(request.num_tokens);
+    absl::StatusOr<ParkResult> park = client_->Park(engine_.engine_id, key, *indices, options);
+    if (!park.ok()) return Annotate(park.status(), absl::StrCat("Park '", key, "'"));
+    const uint64_t parked_pages = park->parked_pages;
+    parked_cold_bytes_.fetch_add(park->cold_bytes, std::memory_order_relaxed);
     parked_pages_.fetch_add(parked_pages, std::memory_order_relaxed);
     parked_[request.id] = Parked{key, parked_pages};
     return absl::OkStatus();
@@ -175,25 +161,18 @@ class ColdPageMethod : public CompressionManager {
     const Parked parked = it->second;
     absl::StatusOr<std::vector<uint32_t>> indices = PageIndices(request, 0, parked.pages);
     if (!indices.ok()) return indices.status();
-    uint64_t num_tokens = 0;
-    for (size_t first = 0; first < parked.pages; first += max_items_) {
-      const size_t n = std::min<size_t>(max_items_, parked.pages - first);
-      absl::StatusOr<ResumeResult> resume = client_->Resume(
-          engine_.engine_id, parked.name,
-          std::vector<uint32_t>(indices->begin() + first, indices->begin() + first + n),
-          static_cast<uint32_t>(first));
-      if (!resume.ok()) {
-        // The engine recomputes the request: drop the parked state (expired already when
-        // NotFound), so that its next pause can park under the same key.
-        if (!absl::IsNotFound(resume.status())) {
-          (void)client_->Release(engine_.engine_id, {parked.name});
-        }
-        parked_.erase(it);
-        return Annotate(resume.status(), absl::StrCat("Resume '", parked.name, "'"));
+    absl::StatusOr<ResumeResult> resume = client_->Resume(engine_.engine_id, parked.name, *indices);
+    if (!resume.ok()) {
+      // The engine recomputes the request: drop the parked state (expired already when
+      // NotFound), so that its next pause can park under the same key.
+      if (!absl::IsNotFound(resume.status())) {
+        (void)client_->Release(engine_.engine_id, {parked.name});
       }
-      resumed_pages_.fetch_add(resume->resumed_pages, std::memory_order_relaxed);
-      num_tokens = resume->num_tokens;
+      parked_.erase(it);
+      return Annotate(resume.status(), absl::StrCat("Resume '", parked.name, "'"));
     }
+    resumed_pages_.fetch_add(resume->resumed_pages, std::memory_order_relaxed);
+    const uint64_t num_tokens = resume->num_tokens;
     parked_.erase(it);
     request.num_tokens = static_cast<int64_t>(num_tokens);
     request.cached_tokens = request.num_tokens;  // the whole KV is back
@@ -284,7 +263,6 @@ class ColdPageMethod : public CompressionManager {
   Engine engine_;
   BlockHasher hasher_;
   bool durable_ = false;
-  uint32_t max_items_ = kDefaultMaxItems;
   absl::flat_hash_map<uint64_t, Parked> parked_;  // by RequestState::id
   // Leading pages of each live request known to be in the cache, by RequestState::id.
   absl::flat_hash_map<uint64_t, size_t> in_cache_;
