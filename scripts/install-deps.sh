@@ -14,6 +14,7 @@ packages=(
   libyaml-cpp-dev libssl-dev openssl
   clang clang-format libclang-rt-14-dev
   python3-grpcio python3-grpc-tools prometheus
+  systemd yamllint python3-yaml
   pybind11-dev python3-dev python3-numpy
 )
 
