@@ -1,4 +1,4 @@
-// kvtierd: store + gRPC server + signals.
+// kvtierd: store + gRPC server + signals + systemd notifications.
 #include "daemon/kvtierd/daemon.h"
 
 #include <fcntl.h>
@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,12 +15,16 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "daemon/io/posix_file.h"
+#include "daemon/kvtierd/activated_listener.h"
 #include "daemon/kvtierd/metrics_http.h"
+#include "daemon/kvtierd/systemd_notify.h"
+#include "daemon/kvtierd/systemd_watchdog.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/store/block_store.h"
@@ -197,12 +202,31 @@ void BlockShutdownSignals() {
 
 absl::Status Run(const Config& config, const ConfigSource& source) {
   SetMinLogSeverity(ParseLevel(config.log_level));
-  if (absl::Status st = MakeDirs(config.state_dir, "state"); !st.ok()) return st;
-  const std::string socket_dir = std::filesystem::path(config.socket).parent_path().string();
-  if (!socket_dir.empty()) {
-    if (absl::Status st = MakeDirs(socket_dir, "socket"); !st.ok()) return st;
+  // systemd: readiness and watchdog notifications, and a socket-activated Unix socket.
+  const SystemdNotifier notifier = SystemdNotifier::FromEnvironment();
+  auto notify = [&notifier](const std::string& state) {
+    if (absl::Status st = notifier.Notify(state); !st.ok()) {
+      KVTIER_LOG(kWarning, "cannot notify systemd: ", st.message());
+    }
+  };
+  absl::StatusOr<std::vector<int>> listen_fds = ListenFds();
+  if (!listen_fds.ok()) return listen_fds.status();
+  if (listen_fds->size() > 1) {
+    for (int fd : *listen_fds) close(fd);
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "socket activation passed %d sockets; kvtierd takes one (ListenStream= of the Unix "
+        "socket; TCP goes through tcp.listen)",
+        listen_fds->size()));
   }
-  if (absl::Status st = ClearStaleSocket(config.socket); !st.ok()) return st;
+  const int activated_fd = listen_fds->empty() ? -1 : listen_fds->front();
+  if (absl::Status st = MakeDirs(config.state_dir, "state"); !st.ok()) return st;
+  if (activated_fd < 0) {
+    const std::string socket_dir = std::filesystem::path(config.socket).parent_path().string();
+    if (!socket_dir.empty()) {
+      if (absl::Status st = MakeDirs(socket_dir, "socket"); !st.ok()) return st;
+    }
+    if (absl::Status st = ClearStaleSocket(config.socket); !st.ok()) return st;
+  }
   const std::string port_file = config.state_dir + "/tcp.port";
   unlink(port_file.c_str());  // a previous run's port
 
@@ -215,6 +239,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   absl::StatusOr<store::BlockStoreOptions> store_options = StoreOptions(config);
   if (!store_options.ok()) return store_options.status();
   store_options->events = &events;
+  notify("STATUS=opening the store (index recovery)");
   absl::StatusOr<std::unique_ptr<store::BlockStore>> store =
       store::BlockStore::Open(*store_options);
   if (!store.ok()) return store.status();
@@ -253,7 +278,9 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   if (!config.tcp_listen.empty()) {
     builder.AddListeningPort(config.tcp_listen, TcpCredentials(config), &tcp_port);
   }
-  builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
+  if (activated_fd < 0) {
+    builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
+  }
   builder.RegisterService(service.get());
   auto admin = std::make_unique<service::KvTierAdminService>(store->get(), service.get());
   builder.RegisterService(admin.get());
@@ -266,11 +293,32 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
         config.tcp_listen,
         config.tcp_insecure ? "" : ", or tcp.tls.cert_file and key_file refused as a pair"));
   }
+  if (server == nullptr && activated_fd >= 0) {
+    close(activated_fd);
+    return absl::UnavailableError("cannot start the gRPC server (see the gRPC log above)");
+  }
   if (server == nullptr) {
     return absl::UnavailableError(
         absl::StrFormat("cannot listen on unix:%s (see the gRPC log above)", config.socket));
   }
-  chmod(config.socket.c_str(), 0660);
+  std::unique_ptr<ActivatedUnixListener> activated;
+  if (activated_fd >= 0) {
+    absl::StatusOr<std::unique_ptr<ActivatedUnixListener>> l =
+        ActivatedUnixListener::Start(activated_fd, server.get());
+    if (!l.ok()) {
+      server->Shutdown();
+      return l.status();
+    }
+    activated = std::move(*l);
+    if (activated->path() != config.socket) {
+      KVTIER_LOG(kWarning, "the socket-activated socket ", activated->path(),
+                 " is not server.socket (", config.socket, "), where kvtierctl looks by default");
+    }
+  } else {
+    chmod(config.socket.c_str(), 0660);
+  }
+  const std::string unix_address =
+      activated ? absl::StrCat(activated->path(), " (socket-activated)") : config.socket;
   std::string tcp_address;
   if (!config.tcp_listen.empty()) {
     tcp_address =
@@ -300,10 +348,20 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     }
     metrics = std::move(*m);
   }
-  KVTIER_LOG(kInfo, "kvtierd ready: unix:", config.socket,
-             tcp_address.empty() ? "" : absl::StrCat(", tcp ", tcp_address),
-             metrics ? absl::StrCat(", metrics on http://", metrics->address()) : "",
+  const std::string serving = absl::StrCat(
+      "unix:", unix_address, tcp_address.empty() ? "" : absl::StrCat(", tcp ", tcp_address),
+      metrics ? absl::StrCat(", metrics on http://", metrics->address()) : "");
+  KVTIER_LOG(kInfo, "kvtierd ready: ", serving,
              absl::StrFormat(", incarnation %016x", service->incarnation()));
+  // Every listener is up: systemd may start the units ordered after this one.
+  notify(absl::StrCat("READY=1\nSTATUS=serving on ", serving, "\nMAINPID=", getpid()));
+  StoreHealthCheck health(store->get());
+  std::unique_ptr<SystemdWatchdog> watchdog =
+      SystemdWatchdog::Start(&notifier, [&health] { return health.Check(); });
+  if (watchdog != nullptr) {
+    KVTIER_LOG(kInfo, "systemd watchdog: pinging every ",
+               absl::FormatDuration(*notifier.watchdog() / 2), " while the store is healthy");
+  }
 
   sigset_t set;
   sigemptyset(&set);
@@ -314,19 +372,29 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
     if (sig == SIGHUP) {
+      timespec now{};
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      notify(absl::StrCat("RELOADING=1\nMONOTONIC_USEC=",
+                          int64_t{now.tv_sec} * 1000000 + now.tv_nsec / 1000));
       absl::StatusOr<Config> reloaded = LoadConfig(source.file, source.overrides);
       if (!reloaded.ok()) {
         KVTIER_LOG(kError, "SIGHUP: configuration not reloaded: ", reloaded.status().message());
+        notify(absl::StrCat("READY=1\nSTATUS=serving on ", serving,
+                            "; the last reload failed: ", reloaded.status().message()));
         continue;
       }
       SetMinLogSeverity(ParseLevel(reloaded->log_level));
       KVTIER_LOG(kWarning, "SIGHUP: reloaded log.level (", reloaded->log_level,
                  "); other fields take effect at the next start");
+      notify(absl::StrCat("READY=1\nSTATUS=serving on ", serving));
       continue;
     }
     KVTIER_LOG(kInfo, "signal ", sig, ": draining and stopping");
+    notify("STOPPING=1\nSTATUS=draining");
     break;
   }
+  watchdog.reset();   // systemd does not watch a stopping service
+  activated.reset();  // new connections wait in the backlog for the next start
   if (metrics) metrics->SetReady(false);
   // Drain: refuse new work, let requests on the workers finish within the grace period, then shut
   // the server down at once (gRPC would otherwise wait out the deadline for idle connections).
@@ -343,7 +411,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   service.reset();  // joins the workers: no request touches the store any more
   absl::Status flushed = (*store)->Flush();
   store->reset();
-  unlink(config.socket.c_str());
+  if (activated_fd < 0) unlink(config.socket.c_str());  // systemd owns an activated socket
   if (!tcp_address.empty()) unlink(port_file.c_str());
   if (!flushed.ok()) return flushed;
   KVTIER_LOG(kInfo, "kvtierd stopped cleanly");

@@ -2,7 +2,10 @@
 // on the configured Unix socket and optional TCP (TLS) listener (with server reflection) and the
 // metrics endpoint, and handles signals: SIGTERM and SIGINT drain and stop (event streams end,
 // in-flight requests finish within shutdown_grace_seconds, the index is flushed), SIGHUP reloads
-// the settings that are safe to change while running (log.level).
+// the settings that are safe to change while running (log.level). Under systemd it speaks the
+// sd_notify protocol (READY=1 once every listener is up, RELOADING=1, STOPPING=1, WATCHDOG=1 while
+// the store is healthy) and serves a socket-activated Unix socket ($LISTEN_FDS) instead of binding
+// server.socket.
 #ifndef KVTIER_DAEMON_KVTIERD_DAEMON_H_
 #define KVTIER_DAEMON_KVTIERD_DAEMON_H_
 
@@ -25,7 +28,9 @@ struct ConfigSource {
 void BlockShutdownSignals();
 
 // Runs the daemon until SIGTERM or SIGINT. Returns the error that kept it from starting (the
-// store's, the socket's) or from stopping cleanly.
+// store's, the socket's) or from stopping cleanly. Reads and unsets the systemd environment
+// (NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID, LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES).
+// REQUIRES: called before any other thread starts.
 absl::Status Run(const Config& config, const ConfigSource& source);
 
 }  // namespace kvtier::kvtierd

@@ -25,6 +25,9 @@ constexpr const char* kUsage = R"(usage: kvtierd [options]
   --version                print the version and exit
 
 Signals: SIGTERM/SIGINT drain and stop; SIGHUP reloads log.level.
+systemd: with NOTIFY_SOCKET set, kvtierd sends READY=1, RELOADING=1, STOPPING=1 and (with
+WATCHDOG_USEC) WATCHDOG=1 while healthy; with LISTEN_FDS=1 and LISTEN_PID it serves gRPC on the
+inherited Unix socket (fd 3) instead of binding server.socket. See deploy/systemd/README.md.
 Exit status: 0 after a clean stop, 1 on a configuration or start-up error, 2 on a usage error.
 )";
 
