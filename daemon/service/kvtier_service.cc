@@ -104,12 +104,17 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
   // 32 bits: the store's namespace ids (and its index keys) are 32-bit.
   for (int i = 0; i < 4; ++i) out.id |= uint64_t{digest[i]} << (8 * i);
   if (out.id == 0) out.id = 1;
-  std::string root = "kvtier-hash-root-v1";
-  root.append(reinterpret_cast<const char*>(&out.id), sizeof(out.id));
-  root.append(secret);  // authentication on: roots cannot be computed without the tenant's tokens
-  SHA256(reinterpret_cast<const unsigned char*>(root.data()), root.size(), digest);
-  out.hash_root.assign(reinterpret_cast<const char*>(digest), sizeof(digest));
+  out.hash_root = NamespaceHashRoot(out.id, secret);
   return out;
+}
+
+std::string NamespaceHashRoot(uint64_t id, const std::string& secret) {
+  std::string root = "kvtier-hash-root-v1";
+  root.append(reinterpret_cast<const char*>(&id), sizeof(id));
+  root.append(secret);  // authentication on: roots cannot be computed without the tenant's tokens
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(root.data()), root.size(), digest);
+  return std::string(reinterpret_cast<const char*>(digest), sizeof(digest));
 }
 
 // ---- Engine ----
@@ -1029,8 +1034,10 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     resp->set_parked_requests(parked_.size());
   }
   absl::flat_hash_map<uint64_t, uint32_t> engines_per_ns;
+  absl::flat_hash_map<uint64_t, uint64_t> parked_per_ns;
   {
     absl::MutexLock lock(&mu_);
+    for (const auto& [key, parked] : parked_) ++parked_per_ns[parked.ns];
     resp->set_registered_engines(static_cast<uint32_t>(engines_.size()));
     for (const auto& [id, engine] : engines_) {
       ++engines_per_ns[engine->ns];
@@ -1045,16 +1052,55 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     }
   }
   if (req->include_namespaces()) {
+    const v1::NamespaceSelector& selector = req->namespaces();
+    if (selector.selector_case() == v1::NamespaceSelector::kAll && !selector.all()) {
+      return FinishWith(ctx, absl::InvalidArgumentError(
+                                 "namespaces.all must be true when set (or leave it unset)"));
+    }
+    const v1::NamespaceMatch& match = selector.match();  // empty unless the selector is a match
     for (const auto& [id, record] : store_->Namespaces()) {
       v1::Namespace described;
       if (!described.ParseFromString(record.first)) continue;
       if (filtered && described.tenant() != *caller) continue;
+      if (selector.selector_case() == v1::NamespaceSelector::kNamespaceId &&
+          id != selector.namespace_id()) {
+        continue;
+      }
+      if ((!match.tenant().empty() && match.tenant() != described.tenant()) ||
+          (!match.model().empty() && match.model() != described.model()) ||
+          (!match.partition().empty() && match.partition() != described.partition())) {
+        continue;
+      }
       v1::NamespaceStats* ns = resp->add_namespaces();
       ns->set_namespace_id(id);
       *ns->mutable_ns() = described;
       ns->set_quota_bytes(record.second);
+      ns->set_hash_root(NamespaceHashRoot(
+          id, options_.auth != nullptr ? options_.hash_root_key + described.tenant() : ""));
       auto it = engines_per_ns.find(id);
       ns->set_engines(it == engines_per_ns.end() ? 0 : it->second);
+      auto parked = parked_per_ns.find(id);
+      ns->set_parked_requests(parked == parked_per_ns.end() ? 0 : parked->second);
+      const store::BlockStore::NamespaceUsage usage = store_->UsageOf(id);
+      for (index::Tier t : kTiers) {
+        if (stats.tiers[static_cast<int>(t)].capacity_bytes == 0) continue;
+        v1::TierUsage* tier = ns->add_tiers();
+        tier->set_tier(TierToProto(t));
+        tier->set_blocks(usage.blocks[static_cast<int>(t)]);
+        tier->set_used_bytes(usage.bytes[static_cast<int>(t)]);
+      }
+      ns->set_hits(usage.hits);
+      ns->set_misses(usage.misses);
+      if (usage.last_access_ms != 0) {
+        SetTime(absl::FromUnixMillis(static_cast<int64_t>(usage.last_access_ms)),
+                ns->mutable_last_access());
+      }
+    }
+    if (selector.selector_case() == v1::NamespaceSelector::kNamespaceId &&
+        resp->namespaces().empty()) {
+      // Another tenant's namespace looks unknown.
+      return FinishWith(ctx, absl::NotFoundError(absl::StrFormat("namespace %016x is unknown",
+                                                                 selector.namespace_id())));
     }
   }
   return FinishWith(ctx, absl::OkStatus());

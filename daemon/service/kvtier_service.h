@@ -275,6 +275,8 @@ struct DerivedNamespace {
 DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& model,
                                  const std::string& partition, uint64_t layout_fingerprint,
                                  const codec::CodecSpec& codec, const std::string& secret = "");
+// The hash root of namespace `id` (DeriveNamespace's second step).
+std::string NamespaceHashRoot(uint64_t id, const std::string& secret);
 
 }  // namespace kvtier::service
 

@@ -33,6 +33,13 @@ uint64_t NowMs(const BlockStoreOptions& options) {
                                    .count());
 }
 
+void CountNamespaceRead(State& s, NamespaceId ns, bool hit, uint64_t now_ms) {
+  auto it = s.namespaces.find(ns);
+  if (it == s.namespaces.end()) return;
+  ++(hit ? it->second.hits : it->second.misses);
+  if (hit) it->second.last_access_ms = now_ms;
+}
+
 index::BlockRecord RecordFor(const State& s, const Entry& e) {
   index::BlockRecord r = e.rec;
   if (e.disk.has_value()) {
@@ -536,7 +543,9 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
   if (options.durable) e->rec.flags |= index::kBlockFlagDurable;
   e->silent = options.silent;
   s.host_lru.PushFront(e);
-  s.namespaces[e->key.ns].lru.PushFront(e);
+  NamespaceState& ns_state = s.namespaces[e->key.ns];
+  ns_state.lru.PushFront(e);
+  ns_state.last_access_ms = e->rec.last_access_ms;
   internal::EmitStored(s, *e, StoredBy::kPut, options.durable, options.origin);
   ++s.counters.puts;
   s.counters.bytes_in[static_cast<int>(Tier::kHost)] += e->rec.size;
@@ -686,7 +695,9 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   }
   e->silent = options.silent;
   s.gpu_lru.PushFront(e);
-  s.namespaces[key.ns].lru.PushFront(e);
+  NamespaceState& ns_state = s.namespaces[key.ns];
+  ns_state.lru.PushFront(e);
+  ns_state.last_access_ms = e->rec.last_access_ms;
   internal::EmitStored(s, *e, StoredBy::kPut, /*durable=*/false, options.origin);
   ++s.counters.puts;
   s.counters.bytes_in[static_cast<int>(Tier::kGpu)] += e->hot->page_bytes;
@@ -743,6 +754,7 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
     if (!st.ok()) return st;
     ++s.counters.hits[static_cast<int>(Tier::kGpu)];
     s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += codec->page_bytes;
+    internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
     return std::optional<Tier>(Tier::kGpu);
   }
   if (s.arena->pin_mechanism() != "cuda") {
@@ -874,7 +886,10 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
   if (it == s.map.end() || it->second->writing) {
-    if (touch) ++s.counters.misses;
+    if (touch) {
+      ++s.counters.misses;
+      internal::CountNamespaceRead(s, key.ns, false, 0);
+    }
     return std::nullopt;
   }
   Entry* e = it->second.get();
@@ -898,7 +913,10 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
       return;
     }
     KVTIER_LOG(kWarning, "store: block dropped: ", why);
-    if (touch) ++s.counters.misses;
+    if (touch) {
+      ++s.counters.misses;
+      internal::CountNamespaceRead(s, key.ns, false, 0);
+    }
     --e->pins;
     --s.pinned;
     if (!e->removed) {
@@ -926,6 +944,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
       s.host_lru.MoveToFront(e);
       ++s.counters.hits[static_cast<int>(Tier::kHost)];
       s.counters.bytes_out[static_cast<int>(Tier::kHost)] += e->rec.size;
+      internal::CountNamespaceRead(s, key.ns, true, e->rec.last_access_ms);
     }
     PinnedBlock pinned;
     pinned.store_ = this;
@@ -956,7 +975,10 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     const bool removed = e->removed;
     unpin();
     if (removed) {
-      if (touch) ++s.counters.misses;
+      if (touch) {
+        ++s.counters.misses;
+        internal::CountNamespaceRead(s, key.ns, false, 0);
+      }
       return std::nullopt;
     }
     if (s.stop) return absl::UnavailableError("the store is shutting down");
@@ -983,6 +1005,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     if (touch) {
       ++s.counters.hits[static_cast<int>(Tier::kGpu)];
       s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += hot->page_bytes;
+      internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
     }
     PinnedBlock pinned;
     pinned.store_ = this;
@@ -1018,6 +1041,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   if (touch) {
     ++s.counters.hits[static_cast<int>(Tier::kDisk)];
     s.counters.bytes_out[static_cast<int>(Tier::kDisk)] += size;
+    internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
   }
   PinnedBlock pinned;
   pinned.store_ = this;

@@ -181,6 +181,17 @@ class BlockStore {
   absl::StatusOr<uint64_t> ClearNamespace(NamespaceId id);
   // Every registered namespace: id -> (record, quota).
   std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> Namespaces() const;
+  // What one namespace holds and how it was read.
+  struct NamespaceUsage {
+    uint64_t blocks[index::kTierCount] = {};  // copies in each tier, by index::Tier
+    uint64_t bytes[index::kTierCount] = {};   // their slot bytes (GPU tier: hot page bytes)
+    uint64_t hits = 0;                        // reads served from any tier
+    uint64_t misses = 0;                      // reads of blocks it does not hold
+    uint64_t last_access_ms = 0;              // last store or read (ms since the epoch); 0: never
+  };
+  // Usage of namespace `id` (zeros for one the store does not know). Walks the namespace's
+  // blocks under the store's lock, O(its blocks): meant for admin statistics, not a hot path.
+  NamespaceUsage UsageOf(NamespaceId id) const;
 
   // Stores a copy of `block` (a complete cold block; it is verified) under `key`. A key that is
   // already stored keeps its bytes (block hashes name contents); a durable put of it makes that

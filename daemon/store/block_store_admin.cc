@@ -33,6 +33,28 @@ absl::StatusOr<uint64_t> BlockStore::ClearNamespace(NamespaceId id) {
   return removed;
 }
 
+BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
+  const State& s = *state_;
+  NamespaceUsage usage;
+  absl::MutexLock lock(&s.mu);
+  auto it = s.namespaces.find(id);
+  if (it == s.namespaces.end()) return usage;
+  usage.hits = it->second.hits;
+  usage.misses = it->second.misses;
+  usage.last_access_ms = it->second.last_access_ms;
+  for (Entry* e = it->second.lru.front(); e != nullptr; e = NsLru::Next(e)) {
+    if (e->writing || e->removed) continue;
+    auto count = [&](index::Tier tier, uint64_t bytes) {
+      ++usage.blocks[static_cast<int>(tier)];
+      usage.bytes[static_cast<int>(tier)] += bytes;
+    };
+    if (e->gpu.has_value()) count(index::Tier::kGpu, e->hot->page_bytes);
+    if (e->host.has_value()) count(index::Tier::kHost, e->slot_size);
+    if (e->disk.has_value()) count(index::Tier::kDisk, s.disk->SlotSize(e->rec.size));
+  }
+  return usage;
+}
+
 absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() { return Verify(VerifyOptions()); }
 
 absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify(const VerifyOptions& options) {

@@ -71,6 +71,9 @@ struct NamespaceState {
   bool registered = false;
   uint64_t used = 0;  // slot bytes of its blocks
   NsLru lru;
+  uint64_t hits = 0;            // touching reads served (every tier)
+  uint64_t misses = 0;          // touching reads of blocks it does not hold
+  uint64_t last_access_ms = 0;  // last store or touching read; 0: never
 };
 
 struct Counters {
@@ -192,6 +195,9 @@ void DropDiskCopy(State& s, Entry* e, bool persistent_host);
 // Moves reusable quarantined disk and host slots back to their allocators.
 void ReleaseQuarantine(State& s);
 uint64_t NowMs(const BlockStoreOptions& options);
+// Counts a touching read of namespace `ns` (a namespace the store has never seen is not created).
+void CountNamespaceRead(State& s, NamespaceId ns, bool hit, uint64_t now_ms)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 
 }  // namespace internal
 

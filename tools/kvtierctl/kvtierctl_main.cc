@@ -1,409 +1,286 @@
-// kvtierctl: the operator's command line for a running kvtierd.
-//   kvtierctl [--socket=PATH] [--timeout=SECONDS] status
-//   kvtierctl [--socket=PATH] stats [--json] [--namespaces] [--engines]
-//   kvtierctl [--socket=PATH] drain [--flush-to-disk] [--cancel]
-//   kvtierctl [--socket=PATH] verify
-//   kvtierctl [--socket=PATH] clear (--all | --namespace=HEX | [--tenant=T] [--model=M]
-//                                    [--partition=P])
-// --address=unix:PATH|HOST:PORT replaces --socket; a HOST:PORT is reached over TLS (--tls-ca,
-// --tls-cert, --tls-key, --tls-server-name) or, with --insecure, in plain text.
-// Exit status: 0 success, 1 the daemon could not be reached or refused (the message says why),
-// 2 usage error, 3 verify found corrupt blocks.
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
+// kvtierctl: the operator's command line for a running kvtierd. `kvtierctl help` lists the
+// commands; docs/KVTIERCTL.md describes each with its output and exit statuses.
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
-#include "google/protobuf/util/json_util.h"
-#include "grpcpp/grpcpp.h"
-#include "kvtier/v1/service.grpc.pb.h"
+#include "tools/kvtierctl/kvtierctl.h"
 
+namespace kvtier::ctl {
 namespace {
 
-constexpr const char* kUsage = R"(usage: kvtierctl [--socket=PATH | --address=ADDRESS [TLS options]]
-                 [--timeout=SECONDS] COMMAND
+constexpr const char* kGlobalUsage =
+    R"(connection (every command that talks to kvtierd):
+  --socket=PATH          kvtierd's Unix socket (default $KVTIER_SOCKET, else /run/kvtier/kvtier.sock)
+  --address=ADDRESS      unix:PATH, or HOST:PORT for kvtierd's TCP listener (TLS by default)
+  --tls-ca=FILE --tls-cert=FILE --tls-key=FILE --tls-server-name=NAME
+                         TLS for a HOST:PORT address; --insecure for plain text on loopback
+  --token-file=FILE      file whose first line is the bearer token (default $KVTIER_TOKEN_FILE);
+                         admin commands need an admin tenant's token when authentication is on
+  --timeout=SECONDS      deadline of each call (default 5; drain, verify, clear, evict: 600)
+  --json                 machine-readable output on stdout
 
-commands:
-  status                         the daemon's version, incarnation, uptime, engines and tiers
-  stats [--json] [--namespaces] [--engines]
-                                 per-tier table (or the StatsResponse as JSON)
-  drain [--flush-to-disk] [--cancel]
-                                 stop taking writes and wait for in-flight work (before a
-                                 restart); --flush-to-disk also writes the host tier to disk;
-                                 --cancel accepts work again
-  verify [--tier=host|disk] [--max-blocks=N] [--report-only] [--namespace=HEX]
-                                 read back and check stored blocks (both copies unless --tier);
-                                 corrupt ones are listed and removed (kept with --report-only)
-  clear (--all | --namespace=HEX | [--tenant=T] [--model=M] [--partition=P])
-                                 remove every block of the selected namespaces
-
---token-file=PATH (or $KVTIER_TOKEN_FILE): a file whose first line is the token to send when the
-daemon has authentication on (the admin commands need an admin tenant's token).
---socket defaults to $KVTIER_SOCKET, else /run/kvtier/kvtier.sock; --timeout to 5 seconds
-(drain, verify and clear: 600 seconds).
-
---address=unix:PATH is --socket=PATH; --address=HOST:PORT reaches kvtierd's TCP listener
-(tcp.listen) over TLS, with these options:
-  --tls-ca=FILE           PEM CA bundle that signed the daemon's certificate (default: the
-                          system's roots)
-  --tls-cert=FILE         PEM client certificate chain and its key, for a daemon that requires
-  --tls-key=FILE          client certificates (tcp.tls.client_ca_file)
-  --tls-server-name=NAME  the name the daemon's certificate must carry, when it is not HOST
-  --insecure              plain text instead of TLS (a daemon with tcp.insecure, on loopback)
+exit status: 0 ok, 1 kvtierd unreachable or refused (or an invalid config file), 2 usage error,
+3 verify found bad blocks, 4 the deadline passed first
 )";
 
-const char* TierName(kvtier::v1::Tier tier) {
-  switch (tier) {
-    case kvtier::v1::TIER_GPU:
-      return "gpu";
-    case kvtier::v1::TIER_HOST:
-      return "host";
-    case kvtier::v1::TIER_DISK:
-      return "disk";
-    default:
-      return "?";
-  }
+struct Command {
+  const char* name;
+  const char* summary;  // one line for `kvtierctl help`
+  const char* synopsis;
+  const char* help;
+  std::vector<FlagSpec> flags;
+  int (*run)(const Invocation&);
+};
+
+const FlagSpec kNamespaceFlags[] = {
+    {"namespace", true}, {"tenant", true}, {"model", true}, {"partition", true}};
+
+std::vector<FlagSpec> WithNamespace(std::vector<FlagSpec> flags, bool all) {
+  flags.insert(flags.end(), std::begin(kNamespaceFlags), std::end(kNamespaceFlags));
+  if (all) flags.push_back({"all"});
+  return flags;
 }
 
-std::string Bytes(uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrFormat("%d B", b) : absl::StrFormat("%.1f %s", v, units[u]);
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"status",
+       "the daemon: version, uptime, engines, tiers",
+       "status",
+       "The daemon's version, node, incarnation, uptime, whether it is draining, its engines and "
+       "a per-tier summary.",
+       {},
+       RunStatus},
+      {"stats", "per-tier (and per-namespace) capacity, use, hits, traffic",
+       "stats [--namespace=HEX | --tenant=T --model=M --partition=P] [--namespaces] "
+       "[--engines]",
+       "Per-tier table: capacity, use, blocks, hits and hit rate, bytes in and out (cold block\n"
+       "bytes; the GPU tier holds hot pages), evictions; then hot and cold bytes offloaded and\n"
+       "onboarded with their compression ratio. --namespace (or --tenant/--model/--partition)\n"
+       "adds the selected namespaces' blocks per tier, hits, misses and parked requests;\n"
+       "--namespaces adds every namespace, --engines the registered engines.",
+       WithNamespace({{"namespaces"}, {"engines"}}, false), RunStats},
+      {"namespaces", "the namespaces and what each holds",
+       "namespaces [--tenant=T] [--model=M] [--partition=P]",
+       "One line per namespace: id, tenant, model, partition, codec, blocks and bytes per tier,\n"
+       "engines, hit rate. The ids are what --namespace takes.",
+       WithNamespace({}, false), RunNamespaces},
+      {"lookup",
+       "how much of a prefix is cached, and where",
+       "lookup --namespace=HEX (HASH... | --hash-file=FILE | --tokens=FILE --page-tokens=N)",
+       "How much of a prefix the cache holds, and in which tiers. Hashes are hex (one per page,\n"
+       "in chain order); --hash-file holds them one per line. --tokens reads token ids (decimal,\n"
+       "separated by spaces, commas or newlines; a JSON array works) and hashes full pages of\n"
+       "--page-tokens tokens with the namespace's hash root, as its engines do (BlockHasher).",
+       {{"namespace", true}, {"hash-file", true}, {"tokens", true}, {"page-tokens", true}},
+       RunLookup},
+      {"evict", "make room in a tier (demote or drop blocks)",
+       "evict (--namespace=HEX | --tenant=T --model=M --partition=P | --all) "
+       "[--tier=gpu|host|disk]\n"
+       "         (--bytes=SIZE | --blocks=N | --hashes=HEX,...) [--drop]",
+       "Makes room: least recently used blocks of the selected namespaces leave --tier (demoted\n"
+       "to the next tier unless --drop; without --tier they leave the cache). SIZE takes KiB,\n"
+       "MiB, GiB suffixes. --hashes evicts exactly those blocks of one --namespace.",
+       WithNamespace(
+           {{"tier", true}, {"bytes", true}, {"blocks", true}, {"hashes", true}, {"drop"}}, true),
+       RunEvict},
+      {"clear", "remove every block of namespaces",
+       "clear (--namespace=HEX | --tenant=T --model=M --partition=P | --all) "
+       "[--tier=gpu|host|disk] [--include-parked]",
+       "Removes every block of the selected namespaces (from one tier with --tier);\n"
+       "--include-parked also releases their parked requests.",
+       WithNamespace({{"tier", true}, {"include-parked"}}, true), RunClear},
+      {"verify", "scrub stored blocks, report and remove bad ones",
+       "verify [--tier=host|disk] [--namespace=HEX | --tenant=T ...] [--headers-only]\n"
+       "          [--report-only] [--max-blocks=N] [--quiet]",
+       "Scrubs stored blocks: reads each one back and checks its header and checksum against\n"
+       "the index (--headers-only: headers only). Works namespace by namespace and tier by tier,\n"
+       "printing progress on stderr (--quiet: none). Bad blocks are listed and removed (kept\n"
+       "with --report-only). Exit status 3 when any block is bad, 4 when --timeout stopped it.",
+       WithNamespace(
+           {{"tier", true}, {"headers-only"}, {"report-only"}, {"max-blocks", true}, {"quiet"}},
+           false),
+       RunVerify},
+      {"drain",
+       "stop admitting work before a restart; flush to disk",
+       "drain [--flush-to-disk] [--cancel]",
+       "Before a restart or upgrade: stops admitting registrations, offloads and parks (lookups,\n"
+       "onboards and resumes go on), waits for in-flight work and queued disk writes, and\n"
+       "reports. --flush-to-disk also writes every host-tier block without a disk copy to disk.\n"
+       "--cancel accepts work again. Exit status 4 when --timeout passes first (draining goes\n"
+       "on; run it again to wait).",
+       {{"flush-to-disk"}, {"cancel"}},
+       RunDrain},
+      {"watch", "follow cache events",
+       "watch [--namespace=HEX | --tenant=T ...] [--from=now|snapshot|SEQUENCE] [--count=N]\n"
+       "         [--duration=SECONDS]",
+       "Follows cache events (blocks stored, moved, removed; namespaces cleared; events lost),\n"
+       "one line each (--json: one JSON object per line) until Ctrl-C, --count events or\n"
+       "--duration seconds. --from=snapshot first lists the blocks held now; --from=SEQUENCE\n"
+       "replays retained events after that sequence.",
+       WithNamespace({{"from", true}, {"count", true}, {"duration", true}}, false), RunWatch},
+      {"config validate",
+       "check a kvtierd configuration file",
+       "config validate FILE [--set=FIELD=VALUE ...]",
+       "Loads FILE as kvtierd would (defaults, the file, then each --set) and reports whether\n"
+       "it is valid, with the effective socket and tier sizes; exit status 1 when it is not.\n"
+       "Does not contact the daemon.",
+       {{"set", true, true}},
+       RunConfigValidate},
+      {"config default",
+       "print the default configuration",
+       "config default",
+       "Prints kvtierd's default configuration with every field explained (YAML; --json: the\n"
+       "same values as JSON). Does not contact the daemon.",
+       {},
+       RunConfigDefault},
+  };
+  return commands;
 }
 
-int Fail(const std::string& what, const grpc::Status& st, const std::string& address) {
-  std::cerr << "kvtierctl: " << what << " failed: " << st.error_message();
-  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    std::cerr << " (is kvtierd running and listening on " << address << "?)";
+const FlagSpec kGlobalFlags[] = {
+    {"socket", true},  {"address", true},
+    {"tls-ca", true},  {"tls-cert", true},
+    {"tls-key", true}, {"tls-server-name", true},
+    {"insecure"},      {"token-file", true},
+    {"timeout", true}, {"json"},
+    {"help"},
+};
+
+const Command* Find(const std::string& name) {
+  for (const Command& c : Commands()) {
+    if (name == c.name) return &c;
   }
-  std::cerr << "\n";
-  return 1;
+  return nullptr;
 }
 
-// Reads the file of `flag` into `out`; false (with a message) when it cannot be read.
-bool ReadFlagFile(const char* flag, const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "kvtierctl: cannot read the " << flag << " file " << path << ": "
-              << std::strerror(errno) << "\n";
-    return false;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  *out = text.str();
-  return true;
+void PrintCommandUsage(const Command& c, std::ostream& out) {
+  out << "usage: kvtierctl [connection flags] " << c.synopsis << " [--json]\n\n"
+      << c.help << "\n\n"
+      << kGlobalUsage;
 }
 
-void PrintTiers(const kvtier::v1::StatsResponse& stats) {
-  std::printf("%-5s %12s %12s %6s %10s %10s %12s %12s %10s\n", "tier", "capacity", "used", "used%",
-              "blocks", "hits", "bytes in", "bytes out", "evicted");
-  for (const kvtier::v1::TierStats& t : stats.tiers()) {
-    const double pct = t.capacity_bytes() == 0 ? 0
-                                               : 100.0 * static_cast<double>(t.used_bytes()) /
-                                                     static_cast<double>(t.capacity_bytes());
-    std::printf("%-5s %12s %12s %5.1f%% %10llu %10llu %12s %12s %10llu\n", TierName(t.tier()),
-                Bytes(t.capacity_bytes()).c_str(), Bytes(t.used_bytes()).c_str(), pct,
-                static_cast<unsigned long long>(t.blocks()),
-                static_cast<unsigned long long>(t.hits()), Bytes(t.bytes_in()).c_str(),
-                Bytes(t.bytes_out()).c_str(), static_cast<unsigned long long>(t.evicted_blocks()));
+void PrintUsage(std::ostream& out) {
+  out << "usage: kvtierctl [connection flags] COMMAND [flags]\n\ncommands:\n";
+  for (const Command& c : Commands()) {
+    std::string name = c.name;
+    name.resize(17, ' ');
+    out << "  " << name << c.summary << "\n";
   }
+  out << "\n`kvtierctl help COMMAND` or `kvtierctl COMMAND --help` describes a command.\n\n"
+      << kGlobalUsage;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const char* env = std::getenv("KVTIER_SOCKET");
-  std::string address = std::string("unix:") + (env != nullptr ? env : "/run/kvtier/kvtier.sock");
-  std::string tls_ca, tls_cert, tls_key, tls_server_name;
-  bool insecure = false;
-  double timeout = 0;
-  std::string command;
-  bool json = false, namespaces = false, engines = false;
-  bool flush = false, cancel = false, all = false, report_only = false;
-  std::string ns_hex, tenant, model, partition, tier;
-  uint64_t max_blocks = 0;
-  const char* token_env = std::getenv("KVTIER_TOKEN_FILE");
-  std::string token_file = token_env != nullptr ? token_env : "";
+int UsageError(const Invocation& inv, const std::string& message) {
+  std::cerr << "kvtierctl: " << message << "\n";
+  if (const Command* c = Find(inv.command)) {
+    std::cerr << "usage: kvtierctl [connection flags] " << c->synopsis << " [--json]\n"
+              << "(kvtierctl " << c->name << " --help for more)\n";
+  } else {
+    std::cerr << "(kvtierctl help lists the commands)\n";
+  }
+  return kExitUsage;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> words;
+  std::vector<std::string> flag_args;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (absl::StartsWith(arg, "--socket=")) {
-      address = "unix:" + arg.substr(9);
-    } else if (absl::StartsWith(arg, "--address=")) {
-      address = arg.substr(10);
-    } else if (absl::StartsWith(arg, "--tls-ca=")) {
-      tls_ca = arg.substr(9);
-    } else if (absl::StartsWith(arg, "--tls-cert=")) {
-      tls_cert = arg.substr(11);
-    } else if (absl::StartsWith(arg, "--tls-key=")) {
-      tls_key = arg.substr(10);
-    } else if (absl::StartsWith(arg, "--tls-server-name=")) {
-      tls_server_name = arg.substr(18);
-    } else if (arg == "--insecure") {
-      insecure = true;
-    } else if (absl::StartsWith(arg, "--timeout=")) {
-      if (!absl::SimpleAtod(arg.substr(10), &timeout) || timeout <= 0) {
-        std::cerr << "kvtierctl: --timeout needs a positive number of seconds\n";
-        return 2;
-      }
-    } else if (arg == "--json") {
-      json = true;
-    } else if (arg == "--namespaces") {
-      namespaces = true;
-    } else if (arg == "--engines") {
-      engines = true;
-    } else if (arg == "--flush-to-disk") {
-      flush = true;
-    } else if (arg == "--cancel") {
-      cancel = true;
-    } else if (arg == "--all") {
-      all = true;
-    } else if (arg == "--report-only") {
-      report_only = true;
-    } else if (absl::StartsWith(arg, "--tier=")) {
-      tier = arg.substr(7);
-      if (tier != "host" && tier != "disk") {
-        std::cerr << "kvtierctl: --tier is host or disk, not '" << tier << "'\n";
-        return 2;
-      }
-    } else if (absl::StartsWith(arg, "--max-blocks=")) {
-      if (!absl::SimpleAtoi(arg.substr(13), &max_blocks) || max_blocks == 0) {
-        std::cerr << "kvtierctl: --max-blocks needs a positive number\n";
-        return 2;
-      }
-    } else if (absl::StartsWith(arg, "--token-file=")) {
-      token_file = arg.substr(13);
-    } else if (absl::StartsWith(arg, "--namespace=")) {
-      ns_hex = arg.substr(12);
-    } else if (absl::StartsWith(arg, "--tenant=")) {
-      tenant = arg.substr(9);
-    } else if (absl::StartsWith(arg, "--model=")) {
-      model = arg.substr(8);
-    } else if (absl::StartsWith(arg, "--partition=")) {
-      partition = arg.substr(12);
-    } else if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else if (command.empty() && !absl::StartsWith(arg, "-")) {
-      command = arg;
+    if (arg == "-h") {
+      flag_args.push_back("--help");
+    } else if (absl::StartsWith(arg, "--")) {
+      flag_args.push_back(arg);
+    } else if (absl::StartsWith(arg, "-") && arg != "-") {
+      std::cerr << "kvtierctl: unexpected argument '" << arg << "' (flags are --name or "
+                << "--name=VALUE)\n";
+      return kExitUsage;
     } else {
-      std::cerr << "kvtierctl: unexpected argument '" << arg << "'\n" << kUsage;
-      return 2;
+      words.push_back(arg);
     }
   }
-  const bool admin = command == "drain" || command == "verify" || command == "clear";
-  if (command != "status" && command != "stats" && !admin) {
-    std::cerr << (command.empty() ? "kvtierctl: no command\n"
-                                  : "kvtierctl: unknown command '" + command + "'\n")
-              << kUsage;
-    return 2;
+  if (words.empty() && flag_args.size() == 1 && flag_args[0] == "--version") {
+    std::cout << "kvtierctl 0.1.0\n";
+    return kExitOk;
   }
-  if (timeout == 0) timeout = admin ? 600 : 5;
-  const bool tcp = !absl::StartsWith(address, "unix:");
-  const bool tls_options =
-      !tls_ca.empty() || !tls_cert.empty() || !tls_key.empty() || !tls_server_name.empty();
-  if (address.empty() || address == "unix:") {
-    std::cerr << "kvtierctl: --address needs unix:PATH or HOST:PORT\n";
-    return 2;
-  }
-  if (!tcp && (tls_options || insecure)) {
-    std::cerr << "kvtierctl: --tls-* and --insecure are for a HOST:PORT --address, not " << address
-              << "\n";
-    return 2;
-  }
-  if (insecure && tls_options) {
-    std::cerr << "kvtierctl: --insecure (plain text) and --tls-* options exclude each other\n";
-    return 2;
-  }
-  if (tls_cert.empty() != tls_key.empty()) {
-    std::cerr << "kvtierctl: --tls-cert and --tls-key go together\n";
-    return 2;
-  }
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  grpc::ChannelArguments channel_args;
-  if (tcp && !insecure) {
-    grpc::SslCredentialsOptions ssl;
-    if ((!tls_ca.empty() && !ReadFlagFile("--tls-ca", tls_ca, &ssl.pem_root_certs)) ||
-        (!tls_cert.empty() && !ReadFlagFile("--tls-cert", tls_cert, &ssl.pem_cert_chain)) ||
-        (!tls_key.empty() && !ReadFlagFile("--tls-key", tls_key, &ssl.pem_private_key))) {
-      return 2;
-    }
-    credentials = grpc::SslCredentials(ssl);
-    if (!tls_server_name.empty()) channel_args.SetSslTargetNameOverride(tls_server_name);
-  }
-  std::string token;
-  if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in || !std::getline(in, token) || token.empty()) {
-      std::cerr << "kvtierctl: cannot read a token from " << token_file << "\n";
-      return 2;
+  Invocation inv;
+  size_t used_words = 0;
+  if (!words.empty()) {
+    inv.command = words[0];
+    used_words = 1;
+    if (words[0] == "config" && words.size() > 1) {
+      inv.command += " " + words[1];
+      used_words = 2;
     }
   }
-  // Every call carries the token (when there is one).
-  auto authorize = [&](grpc::ClientContext& ctx) {
-    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
-  };
-  auto channel = grpc::CreateCustomChannel(address, credentials, channel_args);
-  auto stub = kvtier::v1::KvTier::NewStub(channel);
-  if (admin) {
-    auto admin_stub = kvtier::v1::KvTierAdmin::NewStub(channel);
-    grpc::ClientContext ctx;
-    authorize(ctx);
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
-    if (command == "drain") {
-      kvtier::v1::DrainRequest req;
-      req.set_flush_to_disk(flush);
-      req.set_cancel(cancel);
-      kvtier::v1::DrainResponse resp;
-      grpc::Status st = admin_stub->Drain(&ctx, req, &resp);
-      if (!st.ok()) return Fail("Drain", st, address);
-      if (cancel) {
-        std::printf("drain cancelled: accepting work again (%u engines registered)\n",
-                    resp.registered_engines());
-      } else {
-        std::printf(
-            "drained in %.3f s: %llu blocks written to disk, %u engines still "
-            "registered\n",
-            static_cast<double>(resp.elapsed().seconds()) + resp.elapsed().nanos() / 1e9,
-            static_cast<unsigned long long>(resp.flushed_blocks()), resp.registered_engines());
+  if (inv.command == "help" || inv.command.empty()) {
+    const bool asked = inv.command == "help" || (flag_args.size() == 1 && flag_args[0] == "--help");
+    std::string topic;
+    for (size_t i = 1; i < words.size(); ++i) topic += (topic.empty() ? "" : " ") + words[i];
+    if (!topic.empty()) {
+      const Command* c = Find(topic);
+      if (c == nullptr) {
+        std::cerr << "kvtierctl: no command '" << topic << "'\n";
+        PrintUsage(std::cerr);
+        return kExitUsage;
       }
-      return 0;
+      PrintCommandUsage(*c, std::cout);
+      return kExitOk;
     }
-    if (command == "verify") {
-      kvtier::v1::VerifyRequest req;
-      if (tier == "host") req.set_tier(kvtier::v1::TIER_HOST);
-      if (tier == "disk") req.set_tier(kvtier::v1::TIER_DISK);
-      req.set_report_only(report_only);
-      req.set_max_blocks(max_blocks);
-      if (!ns_hex.empty()) {
-        uint64_t id = 0;
-        if (!absl::SimpleHexAtoi(ns_hex, &id)) {
-          std::cerr << "kvtierctl: --namespace takes a hexadecimal id, not '" << ns_hex << "'\n";
-          return 2;
-        }
-        req.mutable_namespaces()->set_namespace_id(id);
-      }
-      kvtier::v1::VerifyResponse resp;
-      grpc::Status st = admin_stub->Verify(&ctx, req, &resp);
-      if (!st.ok()) return Fail("Verify", st, address);
-      std::printf(
-          "verified %llu blocks (%s) in %.3f s%s: %llu corrupt, %llu unreadable, %llu "
-          "removed\n",
-          static_cast<unsigned long long>(resp.checked_blocks()),
-          Bytes(resp.checked_bytes()).c_str(),
-          static_cast<double>(resp.elapsed().seconds()) + resp.elapsed().nanos() / 1e9,
-          resp.complete() ? "" : " (stopped at --max-blocks)",
-          static_cast<unsigned long long>(resp.corrupt_blocks()),
-          static_cast<unsigned long long>(resp.missing_blocks()),
-          static_cast<unsigned long long>(resp.removed_blocks()));
-      for (const kvtier::v1::CorruptBlock& c : resp.corrupt()) {
-        std::string hash;
-        for (unsigned char b : c.block_hash()) hash += absl::StrFormat("%02x", b);
-        std::printf("  namespace %016llx block %s (%s): %s\n",
-                    static_cast<unsigned long long>(c.namespace_id()), hash.c_str(),
-                    c.tier() == kvtier::v1::TIER_DISK ? "disk" : "host", c.message().c_str());
-      }
-      return resp.corrupt_blocks() + resp.missing_blocks() == 0 ? 0 : 3;
+    if (!asked) {
+      std::cerr << "kvtierctl: no command\n";
+      PrintUsage(std::cerr);
+      return kExitUsage;
     }
-    kvtier::v1::ClearRequest req;
-    const bool match = !tenant.empty() || !model.empty() || !partition.empty();
-    if (static_cast<int>(all) + static_cast<int>(!ns_hex.empty()) + static_cast<int>(match) != 1) {
-      std::cerr << "kvtierctl: clear needs exactly one of --all, --namespace=HEX, or "
-                   "--tenant/--model/--partition\n";
-      return 2;
-    }
-    if (all) {
-      req.mutable_namespaces()->set_all(true);
-    } else if (!ns_hex.empty()) {
-      uint64_t id = 0;
-      if (!absl::SimpleHexAtoi(ns_hex, &id)) {
-        std::cerr << "kvtierctl: --namespace takes a hexadecimal id, not '" << ns_hex << "'\n";
-        return 2;
-      }
-      req.mutable_namespaces()->set_namespace_id(id);
+    PrintUsage(std::cout);
+    return kExitOk;
+  }
+  const Command* command = Find(inv.command);
+  if (command == nullptr) {
+    if (inv.command == "config") {
+      std::cerr << "kvtierctl: config needs a subcommand: validate FILE, or default\n";
     } else {
-      kvtier::v1::NamespaceMatch* m = req.mutable_namespaces()->mutable_match();
-      m->set_tenant(tenant);
-      m->set_model(model);
-      m->set_partition(partition);
+      std::cerr << "kvtierctl: unknown command '" << inv.command << "'\n";
     }
-    kvtier::v1::ClearResponse resp;
-    grpc::Status st = admin_stub->Clear(&ctx, req, &resp);
-    if (!st.ok()) return Fail("Clear", st, address);
-    std::printf("cleared %u namespaces: %llu blocks removed\n", resp.cleared_namespaces(),
-                static_cast<unsigned long long>(resp.removed_blocks()));
-    return 0;
+    PrintUsage(std::cerr);
+    return kExitUsage;
   }
-  auto deadline = [&] {
-    return std::chrono::system_clock::now() +
-           std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
-  };
-  kvtier::v1::StatsRequest sreq;
-  sreq.set_include_namespaces(namespaces || command == "status");
-  sreq.set_include_engines(engines || command == "status");
-  kvtier::v1::StatsResponse stats;
-  {
-    grpc::ClientContext ctx;
-    authorize(ctx);
-    ctx.set_deadline(deadline());
-    grpc::Status st = stub->Stats(&ctx, sreq, &stats);
-    if (!st.ok()) return Fail("Stats", st, address);
-  }
-  if (command == "stats") {
-    if (json) {
-      std::string out;
-      google::protobuf::util::JsonPrintOptions options;
-      options.add_whitespace = true;
-      options.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(stats, &out, options);
-      std::cout << out;
-      return 0;
+  inv.positional.assign(words.begin() + static_cast<ptrdiff_t>(used_words), words.end());
+  for (const std::string& arg : flag_args) {
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const bool has_value = eq != std::string::npos;
+    const FlagSpec* spec = nullptr;
+    for (const FlagSpec& f : kGlobalFlags) {
+      if (f.name == name) spec = &f;
     }
-    PrintTiers(stats);
-    std::printf(
-        "\noffloaded %s hot as %s cold; onboarded %s cold into %s hot; %llu offload "
-        "items not stored\n",
-        Bytes(stats.hot_bytes_offloaded()).c_str(), Bytes(stats.cold_bytes_offloaded()).c_str(),
-        Bytes(stats.cold_bytes_onboarded()).c_str(), Bytes(stats.hot_bytes_onboarded()).c_str(),
-        static_cast<unsigned long long>(stats.dropped_offloads()));
-    return 0;
+    for (const FlagSpec& f : command->flags) {
+      if (f.name == name) spec = &f;
+    }
+    if (spec == nullptr) return UsageError(inv, "unknown flag --" + name + " for " + inv.command);
+    if (spec->takes_value != has_value) {
+      return UsageError(inv, spec->takes_value ? "--" + name + " needs a value (--" + name + "=...)"
+                                               : "--" + name + " takes no value");
+    }
+    if (!spec->repeatable && inv.Has(name)) {
+      return UsageError(inv, "--" + name + " given twice");
+    }
+    inv.flags.emplace_back(name, has_value ? arg.substr(eq + 1) : "");
   }
-  kvtier::v1::HelloResponse hello;
-  {
-    grpc::ClientContext ctx;
-    authorize(ctx);
-    ctx.set_deadline(deadline());
-    kvtier::v1::HelloRequest req;
-    req.set_client_name("kvtierctl/0.1.0");
-    grpc::Status st = stub->Hello(&ctx, req, &hello);
-    if (!st.ok()) return Fail("Hello", st, address);
+  if (inv.Has("help")) {
+    PrintCommandUsage(*command, std::cout);
+    return kExitOk;
   }
-  std::printf("kvtierd %s on %s (%s), API v%u, incarnation %016llx\n",
-              hello.server_version().c_str(), hello.node_name().c_str(), address.c_str(),
-              hello.api_version(), static_cast<unsigned long long>(hello.incarnation_id()));
-  std::printf("up %llds, %s, CUDA %s, %u engines, %d namespaces\n",
-              static_cast<long long>(stats.uptime().seconds()),
-              hello.draining() ? "DRAINING" : "serving", hello.capabilities().cuda() ? "yes" : "no",
-              stats.registered_engines(), stats.namespaces_size());
-  for (const kvtier::v1::EngineInfo& e : stats.engines()) {
-    std::printf("  engine %s (%s) namespace %016llx, %u pools\n", e.engine_id().c_str(),
-                e.engine_name().c_str(), static_cast<unsigned long long>(e.namespace_id()),
-                e.pools());
+  const bool takes_positional = inv.command == "lookup" || inv.command == "config validate";
+  if (!takes_positional && !inv.positional.empty()) {
+    return UsageError(inv, "unexpected argument '" + inv.positional[0] + "'");
   }
-  std::printf("\n");
-  PrintTiers(stats);
-  return 0;
+  return command->run(inv);
 }
+
+}  // namespace kvtier::ctl
+
+int main(int argc, char** argv) { return kvtier::ctl::Main(argc, argv); }
