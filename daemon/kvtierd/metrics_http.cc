@@ -79,6 +79,22 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
           static_cast<double>(service.event_streams));
   w.Counter("kvtier_events_total", "Cache events reported by the store (one per block).",
             service.store_events);
+  const service::KvTierService::Traffic& t = service.traffic;
+  w.Counter("kvtier_offloaded_hot_bytes_total",
+            "Hot bytes read from engines by Offload and Park (before encoding).",
+            t.hot_bytes_offloaded);
+  w.Counter("kvtier_offloaded_cold_bytes_total",
+            "Cold block bytes those offloads and parks produced (hot / cold: compression ratio).",
+            t.cold_bytes_offloaded);
+  w.Counter("kvtier_onboarded_hot_bytes_total",
+            "Hot bytes written into engines by Onboard and Resume (after decoding).",
+            t.hot_bytes_onboarded);
+  w.Counter("kvtier_onboarded_cold_bytes_total", "Cold block bytes read for those onboards.",
+            t.cold_bytes_onboarded);
+  w.Counter("kvtier_dropped_offloads_total",
+            "Offload items not stored (admission declined or no capacity).", t.dropped_offloads);
+  w.Gauge("kvtier_parked_requests", "Requests parked now (all engines).",
+          static_cast<double>(t.parked_requests));
   w.PerTier("kvtier_tier_capacity_bytes", "gauge", "Capacity of each tier in bytes.", s,
             &store::TierStats::capacity_bytes);
   w.PerTier("kvtier_tier_used_bytes", "gauge", "Bytes of allocated slots in each tier.", s,
@@ -272,6 +288,7 @@ void MetricsHttpServer::Serve(int fd) {
     type = "text/plain; version=0.0.4; charset=utf-8";
     ServiceGauges gauges;
     gauges.engines = service_->engine_count();
+    gauges.traffic = service_->traffic();
     if (const service::EventLog* events = service_->events(); events != nullptr) {
       gauges.event_streams = events->listener_count();
       gauges.store_events = events->logged_store_events();

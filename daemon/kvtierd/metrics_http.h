@@ -21,6 +21,7 @@ struct ServiceGauges {
   size_t engines = 0;
   size_t event_streams = 0;
   uint64_t store_events = 0;
+  service::KvTierService::Traffic traffic;
 };
 std::string RenderMetrics(const store::StoreStats& stats, const ServiceGauges& service, bool ready);
 

@@ -225,6 +225,18 @@ size_t KvTierService::engine_count() const {
   return engines_.size();
 }
 
+KvTierService::Traffic KvTierService::traffic() const {
+  Traffic t;
+  t.hot_bytes_offloaded = hot_bytes_offloaded_;
+  t.cold_bytes_offloaded = cold_bytes_offloaded_;
+  t.hot_bytes_onboarded = hot_bytes_onboarded_;
+  t.cold_bytes_onboarded = cold_bytes_onboarded_;
+  t.dropped_offloads = dropped_offloads_;
+  absl::MutexLock lock(&mu_);
+  t.parked_requests = parked_.size();
+  return t;
+}
+
 std::shared_ptr<KvTierService::Engine> KvTierService::Enter(const std::string& engine_id,
                                                             const std::string* tenant) {
   absl::MutexLock lock(&mu_);

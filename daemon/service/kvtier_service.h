@@ -96,6 +96,14 @@ class KvTierService final : public v1::KvTier::CallbackService {
   uint64_t incarnation() const { return incarnation_; }
   const EventLog* events() const { return options_.events; }
   size_t engine_count() const;
+  // Data-plane totals since the daemon started (the counters of StatsResponse), for /metrics.
+  struct Traffic {
+    uint64_t hot_bytes_offloaded = 0, cold_bytes_offloaded = 0;
+    uint64_t hot_bytes_onboarded = 0, cold_bytes_onboarded = 0;
+    uint64_t dropped_offloads = 0;
+    uint64_t parked_requests = 0;  // gauge
+  };
+  Traffic traffic() const;
 
   // The caller's tenant when authentication is on; "" when it is off. Unauthenticated otherwise.
   absl::StatusOr<std::string> Caller(grpc::CallbackServerContext* ctx) const;
