@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,8 +37,17 @@ absl::StatusOr<std::unique_ptr<SharedMemoryPool>> SharedMemoryPool::Create(const
   // A new file (a new inode) even where one exists: a daemon may still map the old one (an engine
   // restarted before its lease ended), and truncating that would pull its pages away.
   if (unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("unlink", path);
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  // Owner and group may read and write (fchmod: the umask would take the group's write away), so
+  // that a daemon running as another user of the file's group (a setgid pool directory's group,
+  // deploy/) can map it; others get nothing.
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
   if (fd < 0) return Errno("open", path);
+  if (fchmod(fd, 0660) != 0) {
+    const absl::Status st = Errno("fchmod", path);
+    close(fd);
+    unlink(path.c_str());
+    return st;
+  }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const absl::Status st = Errno("ftruncate", path);
     close(fd);

@@ -170,6 +170,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.engine.codec, "raw")
         self.assertEqual(self.engine.hot_page_bytes, self.page_bytes)
         self.assertTrue(self.engine.engine_id)
+        # Pool files: owner and group read and write whatever the umask, nothing for others.
+        self.assertEqual(os.stat(self.pool.path).st_mode & 0o777, 0o660)
 
     def test_02_connect_to_a_missing_socket_raises(self):
         missing = os.path.join(self.dir, "no-daemon.sock")

@@ -184,7 +184,7 @@ int kvtier_hasher_hash(const kvtier_hasher* hasher, const uint8_t* parent, const
 
 /* ---- Shared-memory pools ---- */
 
-/* Creates `path` (mode 0600, under the daemon's pools.allowed_dirs) holding slots x slot_bytes
+/* Creates `path` (mode 0660, under the daemon's pools.allowed_dirs) holding slots x slot_bytes
  * zero bytes, mapped read-write, for the layout pool `name`. Destroying the pool unmaps and
  * removes the file. */
 int kvtier_shm_pool_create(const char* path, const char* name, uint32_t slots, uint64_t slot_bytes,

@@ -44,8 +44,10 @@ struct PoolRegistration {
 // unmapped and removed at destruction.
 class SharedMemoryPool {
  public:
-  // Creates `path` (mode 0600) holding slots x slot_bytes zero bytes and maps it. InvalidArgument
-  // for zero slots or slot_bytes; Internal with the system call and errno text otherwise.
+  // Creates `path` (mode 0660: the owner and the file's group, e.g. a setgid pool directory's
+  // group that the daemon's user belongs to) holding slots x slot_bytes zero bytes and maps it.
+  // InvalidArgument for zero slots or slot_bytes; Internal with the system call and errno text
+  // otherwise.
   static absl::StatusOr<std::unique_ptr<SharedMemoryPool>> Create(const std::string& path,
                                                                   std::string name, uint32_t slots,
                                                                   uint64_t slot_bytes);

@@ -51,6 +51,29 @@ if command -v systemd-sysusers >/dev/null 2>&1; then
   fi
 fi
 
+# The pool directory: create the user in a scratch root, then let systemd-tmpfiles make the
+# directory there; it must be setgid, group-writable and owned by kvtier.
+if command -v systemd-sysusers >/dev/null 2>&1 && command -v systemd-tmpfiles >/dev/null 2>&1; then
+  root="$tmp/root"
+  mkdir -p "$root/etc" "$root/dev/shm"
+  if ! out=$(systemd-sysusers --root="$root" "$src/kvtier.sysusers.conf" 2>&1 &&
+      systemd-tmpfiles --create --root="$root" "$src/kvtier.tmpfiles.conf" 2>&1); then
+    echo "FAIL: systemd-tmpfiles --create kvtier.tmpfiles.conf: $out"
+    fail=1
+  else
+    uid=$(awk -F: '$1 == "kvtier" { print $3 }' "$root/etc/passwd")
+    got=$(stat -c '%a %u' "$root/dev/shm/kvtier" 2>&1)
+    if [ "$got" != "2770 $uid" ]; then
+      echo "FAIL: /dev/shm/kvtier is '$got', expected '2770 $uid' (mode, owner kvtier)"
+      fail=1
+    else
+      echo "ok: systemd-tmpfiles makes /dev/shm/kvtier 2770 kvtier"
+    fi
+  fi
+fi
+grep -q '^  allowed_dirs: \[/dev/shm/kvtier\]$' "$src/kvtierd.yaml" ||
+  { echo "FAIL: kvtierd.yaml's pools.allowed_dirs is not the tmpfiles directory"; fail=1; }
+
 out=$("$kvtierd" --check-config --config="$src/kvtierd.yaml" 2>&1)
 rc=$?
 if [ $rc -ne 0 ]; then
