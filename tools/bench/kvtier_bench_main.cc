@@ -8,6 +8,7 @@
 #include "tools/bench/disk_bench.h"
 #include "tools/bench/e2e_bench.h"
 #include "tools/bench/index_bench.h"
+#include "tools/bench/kernels_subcommand.h"
 #include "tools/bench/lookup_bench.h"
 
 namespace {
@@ -27,6 +28,8 @@ constexpr Subcommand kSubcommands[] = {
      kvtier::bench::RunLookupBench},
     {"e2e", "GPU pages through kvtierd: offload and onboard with nvfp4 vs raw (CUDA IPC pools)",
      kvtier::bench::RunE2eBench},
+    {"kernels", "fused nvfp4 offload/onboard on the GPU vs cudaMemcpyAsync, raw copy, unfused",
+     kvtier::bench::RunKernelsBench},
 };
 
 void PrintUsage(std::FILE* out) {
