@@ -1,9 +1,19 @@
-// Fused NVFP4 encode and decode kernels (first version: nvfp4 and nvfp4+rope, BF16/FP16/FP8).
-// One CTA per (buffer, page). Encode reads the buffer twice from GPU memory (once for the buffer
-// maximum, once to quantize) and writes each cold byte once, straight to the block (device memory
-// or mapped pinned host memory); lossless parts are copied byte for byte and the padding zeroed.
-// Decode reads codes and scales from the block and writes the hot rows. Headers and checksums are
-// written by the host (nvfp4_gpu_codec.cc).
+// Fused NVFP4 encode and decode kernels (nvfp4 and nvfp4+rope, BF16/FP16/FP8).
+// One CTA per (buffer, page). Encode reads the buffer's quantized part once from GPU memory into
+// shared memory (cp.async, 16-byte copies; buffers of up to kMaxStageBytes whose rows are 16-byte
+// aligned, else it reads GPU memory twice), takes the buffer maximum, then quantizes from shared
+// memory and writes each cold byte once, straight to the block (device memory or mapped pinned
+// host memory); lossless parts are copied byte for byte and the padding zeroed. Decode reads codes
+// and scales from the block and writes the hot rows. Headers and checksums are written by the host
+// (nvfp4_gpu_codec.cc).
+//
+// FP8 groups would take the general scale search of nvfp4_device.cuh (the decoded FP8 grid is
+// rounded) for every group. Their inputs have only 127 magnitudes, so each CTA instead evaluates
+// that same search once per possible group maximum, and the thresholds once per scale code (as
+// magnitude codes: x > threshold iff its code >= the count of codes whose value is <= threshold),
+// for its buffer's exponent, and then encodes four values per instruction; decode tabulates the
+// 16 outputs of each of the 256 scale bytes. The tables are memos of the same functions, so the
+// bytes are those of the general path.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,12 +32,6 @@ __device__ __forceinline__ int DomainOf(uint8_t dtype) {
   return dtype == 1 ? device::kBf16 : dtype == 2 ? device::kFp16 : device::kFp8;
 }
 
-__device__ __forceinline__ float LoadElement(const uint8_t* p, uint8_t dtype) {
-  if (dtype == 3) return device::Fp8ToFloat(p[0]);
-  const uint16_t h = static_cast<uint16_t>(p[0] | (p[1] << 8));
-  return dtype == 1 ? device::Bf16ToFloat(h) : device::Fp16ToFloat(h);
-}
-
 __device__ __forceinline__ void StoreElement(uint8_t* p, uint8_t dtype, float v) {
   if (dtype == 3) {
     p[0] = device::FloatToFp8(v);
@@ -38,37 +42,118 @@ __device__ __forceinline__ void StoreElement(uint8_t* p, uint8_t dtype, float v)
   p[1] = static_cast<uint8_t>(h >> 8);
 }
 
-// Loads group g of the buffer (16 values of one row's quantized run): 16-byte loads when the
-// group is 16-byte aligned (the usual case), element loads otherwise.
-__device__ __forceinline__ void LoadGroup(const GpuBuffer& b, const uint8_t* hot, uint64_t g,
-                                          float* x) {
-  const uint64_t gpr = b.quant_len / 16;
-  const uint8_t* p =
-      hot + (g / gpr) * b.row_stride_bytes + (b.quant_start + (g % gpr) * 16) * b.esize;
-  if (b.esize == 2 && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
-    const uint4 lo = reinterpret_cast<const uint4*>(p)[0];
-    const uint4 hi = reinterpret_cast<const uint4*>(p)[1];
-    const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint16_t a = static_cast<uint16_t>(w[j]), c = static_cast<uint16_t>(w[j] >> 16);
-      x[2 * j] = b.dtype == 1 ? device::Bf16ToFloat(a) : device::Fp16ToFloat(a);
-      x[2 * j + 1] = b.dtype == 1 ? device::Bf16ToFloat(c) : device::Fp16ToFloat(c);
-    }
+// The 16 * esize bytes of a group (esize 1 or 2) as 16-byte words: 16-byte loads when aligned
+// (the usual case), byte loads otherwise.
+__device__ __forceinline__ void LoadGroupWords(const uint8_t* p, int esize, uint4* w) {
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    w[0] = reinterpret_cast<const uint4*>(p)[0];
+    if (esize == 2) w[1] = reinterpret_cast<const uint4*>(p)[1];
     return;
   }
+  uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
-  for (int j = 0; j < 16; ++j) x[j] = LoadElement(p + j * b.esize, b.dtype);
+  for (int j = 0; j < 32; ++j) {
+    if (j < 16 * esize) v[j / 4] |= uint32_t{p[j]} << (8 * (j % 4));
+  }
+  w[0] = make_uint4(v[0], v[1], v[2], v[3]);
+  w[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
-__device__ __forceinline__ float GroupMax(const float* x) {
+// The 16 values of a BF16 or FP16 group.
+__device__ __forceinline__ void UnpackGroup(const uint4* words, uint8_t dtype, float* x) {
+  const uint32_t w[8] = {words[0].x, words[0].y, words[0].z, words[0].w,
+                         words[1].x, words[1].y, words[1].z, words[1].w};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint16_t a = static_cast<uint16_t>(w[j]), c = static_cast<uint16_t>(w[j] >> 16);
+    x[2 * j] = dtype == 1 ? device::Bf16ToFloat(a) : device::Fp16ToFloat(a);
+    x[2 * j + 1] = dtype == 1 ? device::Bf16ToFloat(c) : device::Fp16ToFloat(c);
+  }
+}
+
+// The largest finite magnitude of a BF16 or FP16 group, as a float (0 when none): magnitudes of
+// both formats order like their bits, and inf/NaN bits are the largest.
+__device__ __forceinline__ float GroupMax16(const uint4* words, uint8_t dtype) {
+  const uint32_t inf = dtype == 1 ? 0x7f807f80u : 0x7c007c00u;
+  const uint32_t w[8] = {words[0].x, words[0].y, words[0].z, words[0].w,
+                         words[1].x, words[1].y, words[1].z, words[1].w};
   uint32_t m = 0;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const uint32_t a = __float_as_uint(x[j]) & 0x7fffffffu;
-    if (a < 0x7f800000u && a > m) m = a;
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t a = w[j] & 0x7fff7fffu;
+    m = __vmaxu2(m, a & ~__vcmpgeu2(a, inf));
   }
-  return __uint_as_float(m);
+  m = __vmaxu2(m, m >> 16) & 0xffffu;
+  return dtype == 1 ? device::Bf16ToFloat(static_cast<uint16_t>(m))
+                    : device::Fp16ToFloat(static_cast<uint16_t>(m));
+}
+
+// Per byte of four FP8 values: the magnitude code, 0 for NaN (code 0x7f).
+__device__ __forceinline__ uint32_t Fp8Magnitudes(uint32_t w) {
+  const uint32_t m = w & 0x7f7f7f7fu;
+  return m & ~__vcmpeq4(m, 0x7f7f7f7fu);
+}
+
+// The magnitude code of the largest finite value of a 16-value FP8 group (FP8 magnitudes order
+// like their codes).
+__device__ __forceinline__ uint32_t Fp8MaxCode(const uint4& w) {
+  uint32_t m = __vmaxu4(__vmaxu4(Fp8Magnitudes(w.x), Fp8Magnitudes(w.y)),
+                        __vmaxu4(Fp8Magnitudes(w.z), Fp8Magnitudes(w.w)));
+  m = __vmaxu4(m, m >> 16);
+  m = __vmaxu4(m, m >> 8);
+  return m & 0xffu;
+}
+
+// Per CTA, for an FP8 buffer and its exponent: the scale code of every possible group maximum
+// and, per scale code, each threshold as a magnitude-code count replicated in four bytes.
+struct Fp8EncodeTables {
+  uint32_t at_least[device::kMaxScaleCode + 1][7];
+  uint8_t scale_of_max[128];
+};
+constexpr uint32_t kFp8TablesBytes = (sizeof(Fp8EncodeTables) + 15) / 16 * 16;
+
+// Codes of four FP8 values (one per byte, sign in bit 3): EncodeValue of their float values.
+__device__ __forceinline__ uint32_t EncodeFp8Word(uint32_t w, const uint32_t* at_least) {
+  const uint32_t magnitude = w & 0x7f7f7f7fu;
+  const uint32_t nan = __vcmpeq4(magnitude, 0x7f7f7f7fu);
+  const uint32_t plus_one = magnitude + 0x01010101u;  // no carries: bytes <= 0x80
+  uint32_t c = 0;
+#pragma unroll
+  for (int i = 0; i < 7; ++i) c += __vcmpgtu4(plus_one, at_least[i]) & 0x01010101u;
+  return (c | ((w >> 4) & 0x08080808u)) & ~nan;
+}
+
+// Two code bytes per output byte (the first in the low nibble): bytes 0 and 2 of c | c >> 4.
+__device__ __forceinline__ uint32_t PackCodes(uint32_t lo, uint32_t hi) {
+  return __byte_perm(lo | (lo >> 4), hi | (hi >> 4), 0x6420);
+}
+
+__device__ __forceinline__ void CopyToShared16(void* shared, const void* global) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(global) : "memory");
+}
+
+__device__ __forceinline__ void WaitCopiesToShared() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Largest staged quantized part (groups * 16 * esize bytes, plus kStagePad for 2-byte types).
+constexpr uint32_t kMaxStageBytes = 75 * 1024;
+// Words 0 and 1 of 2-byte groups go to two arrays (conflict-free 16-byte shared reads); the pad
+// between them keeps the 16-byte copies into them conflict-free too.
+constexpr uint32_t kStagePad = 64;
+
+__host__ __device__ __forceinline__ uint64_t StageBytes(const GpuBuffer& b) {
+  const uint64_t groups = b.rows * (b.quant_len / 16);
+  return groups * 16 * b.esize + (b.esize == 2 ? kStagePad : 0);
+}
+
+// Dynamic shared memory the encode kernel needs for a buffer.
+__host__ __device__ __forceinline__ uint32_t SharedBytes(const GpuBuffer& b) {
+  if (!b.quantized || b.quant_len == 0) return 0;
+  const uint64_t stage = StageBytes(b);
+  return (b.esize == 1 ? kFp8TablesBytes : 0) +
+         (stage <= kMaxStageBytes ? static_cast<uint32_t>(stage) : 0);
 }
 
 // Lossless bytes of a buffer: whole rows of a lossless buffer, or the [prefix][suffix] bytes of
@@ -107,6 +192,7 @@ __device__ void CopyLossless(const GpuBuffer& b, uint8_t* hot, uint8_t* cold, bo
 __global__ void __launch_bounds__(kThreads)
     EncodeKernel(const __grid_constant__ GpuPlan plan, const uint8_t* hot_base, uint64_t hot_stride,
                  uint8_t* cold_base, uint64_t cold_stride, int8_t* scale_exp) {
+  extern __shared__ __align__(16) uint8_t shared[];
   const int bi = blockIdx.x;
   const uint64_t page = blockIdx.y;
   const GpuBuffer& b = plan.buffers[bi];
@@ -124,46 +210,120 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) scale_exp[page * plan.buffer_count + bi] = 0;
     return;
   }
-  const uint64_t groups = b.rows * (b.quant_len / 16);
-  float x[16];
-  uint32_t local = 0;
-  for (uint64_t g = threadIdx.x; g < groups; g += kThreads) {
-    LoadGroup(b, hot, g, x);
-    const uint32_t m = __float_as_uint(GroupMax(x));
+  const int esize = b.esize;
+  const bool fp8 = esize == 1;
+  const uint32_t gpr = b.quant_len / 16;
+  const uint32_t groups = static_cast<uint32_t>(b.rows) * gpr;
+  const uint32_t group_bytes = 16u * esize;
+  const uint8_t* quant = hot + uint64_t{b.quant_start} * esize;
+  auto* tables = reinterpret_cast<Fp8EncodeTables*>(shared);
+  uint8_t* stage = shared + (fp8 ? kFp8TablesBytes : 0);
+  const uint32_t word1_at = groups * 16 + kStagePad;  // 2-byte types: where words 1 start
+  const bool staged = StageBytes(b) <= kMaxStageBytes &&
+                      ((reinterpret_cast<uintptr_t>(quant) | b.row_stride_bytes) & 15) == 0;
+  if (staged) {
+    const uint32_t chunks = groups * esize;
+    for (uint32_t i = threadIdx.x; i < chunks; i += kThreads) {
+      const uint32_t g = fp8 ? i : i >> 1;
+      const uint32_t part = fp8 ? 0 : i & 1;
+      const uint8_t* src =
+          quant + uint64_t{g / gpr} * b.row_stride_bytes + (g % gpr) * group_bytes + part * 16;
+      CopyToShared16(stage + part * word1_at + g * 16, src);
+    }
+    WaitCopiesToShared();
+    __syncthreads();
+  }
+  // The 16-byte words of group g, from shared memory or GPU memory.
+  auto load = [&](uint32_t g, uint4* w) {
+    if (staged) {
+      w[0] = *reinterpret_cast<const uint4*>(stage + g * 16);
+      if (!fp8) w[1] = *reinterpret_cast<const uint4*>(stage + word1_at + g * 16);
+    } else {
+      LoadGroupWords(quant + uint64_t{g / gpr} * b.row_stride_bytes + (g % gpr) * group_bytes,
+                     esize, w);
+    }
+  };
+  uint4 w[2];
+  uint32_t local = 0;  // float bits (2-byte types) or FP8 magnitude code
+  for (uint32_t g = threadIdx.x; g < groups; g += kThreads) {
+    load(g, w);
+    const uint32_t m = fp8 ? Fp8MaxCode(w[0]) : __float_as_uint(GroupMax16(w, b.dtype));
     local = m > local ? m : local;
   }
   __shared__ uint32_t block_max;
   if (threadIdx.x == 0) block_max = 0;
   __syncthreads();
-  atomicMax(&block_max, local);
+  local = __reduce_max_sync(0xffffffffu, local);
+  if ((threadIdx.x & 31) == 0) atomicMax(&block_max, local);
   __syncthreads();
-  const int k = device::ChooseScaleExp(__uint_as_float(block_max));
+  const float amax =
+      fp8 ? device::Fp8ToFloat(static_cast<uint8_t>(block_max)) : __uint_as_float(block_max);
+  const int k = device::ChooseScaleExp(amax);
   if (threadIdx.x == 0) scale_exp[page * plan.buffer_count + bi] = static_cast<int8_t>(k);
   const float p = ldexpf(1.0f, -k);
   const float q = ldexpf(1.0f, k);
   const int domain = DomainOf(b.dtype);
-  float threshold[7];
-  for (uint64_t g = threadIdx.x; g < groups; g += kThreads) {
-    LoadGroup(b, hot, g, x);
-    const float a = GroupMax(x);
-    const int s = device::ChooseScaleCode(domain, a, q, p);
-    device::MakeThresholds(domain, s, p, threshold);
-    uint8_t packed[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      packed[j] = static_cast<uint8_t>(device::EncodeValue(threshold, x[2 * j]) |
-                                       (device::EncodeValue(threshold, x[2 * j + 1]) << 4));
-    }
-    uint8_t* out = cold + b.data_offset + g * 8;
-    if ((reinterpret_cast<uintptr_t>(out) & 7) == 0) {  // one 8-byte store (PCIe-friendly)
-      uint2 word;
-      memcpy(&word, packed, 8);
-      *reinterpret_cast<uint2*>(out) = word;
+  uint8_t* data = cold + b.data_offset;
+  uint8_t* scales = cold + b.scale_offset;
+  const bool data_aligned = (reinterpret_cast<uintptr_t>(data) & 7) == 0;
+  auto store = [&](uint32_t g, uint32_t lo, uint32_t hi, int s) {
+    uint8_t* out = data + uint64_t{g} * 8;
+    if (data_aligned) {  // one 8-byte store (PCIe-friendly)
+      *reinterpret_cast<uint2*>(out) = make_uint2(lo, hi);
     } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) out[j] = packed[j];
+      for (int j = 0; j < 4; ++j) {
+        out[j] = static_cast<uint8_t>(lo >> (8 * j));
+        out[4 + j] = static_cast<uint8_t>(hi >> (8 * j));
+      }
     }
-    cold[b.scale_offset + g] = static_cast<uint8_t>(s);
+    scales[g] = static_cast<uint8_t>(s);
+  };
+  if (fp8) {
+    if (threadIdx.x <= device::kMaxScaleCode) {
+      const int c = static_cast<int>(threadIdx.x);
+      tables->scale_of_max[c] = static_cast<uint8_t>(
+          device::ChooseScaleCode(domain, device::Fp8ToFloat(static_cast<uint8_t>(c)), q, p));
+      float threshold[7];
+      device::MakeThresholds(domain, c, p, threshold);
+      for (int i = 0; i < 7; ++i) {
+        uint32_t lo = 0, hi = device::kMaxScaleCode + 1;  // codes 0..0x7e with value <= t
+        while (lo < hi) {
+          const uint32_t mid = (lo + hi) / 2;
+          if (device::Fp8ToFloat(static_cast<uint8_t>(mid)) <= threshold[i]) {
+            lo = mid + 1;
+          } else {
+            hi = mid;
+          }
+        }
+        tables->at_least[c][i] = lo * 0x01010101u;
+      }
+    }
+    __syncthreads();
+    for (uint32_t g = threadIdx.x; g < groups; g += kThreads) {
+      load(g, w);
+      const int s = tables->scale_of_max[Fp8MaxCode(w[0])];
+      uint32_t at_least[7];
+#pragma unroll
+      for (int i = 0; i < 7; ++i) at_least[i] = tables->at_least[s][i];
+      store(g, PackCodes(EncodeFp8Word(w[0].x, at_least), EncodeFp8Word(w[0].y, at_least)),
+            PackCodes(EncodeFp8Word(w[0].z, at_least), EncodeFp8Word(w[0].w, at_least)), s);
+    }
+    return;
+  }
+  float x[16];
+  float threshold[7];
+  for (uint32_t g = threadIdx.x; g < groups; g += kThreads) {
+    load(g, w);
+    UnpackGroup(w, b.dtype, x);
+    const int s = device::ChooseScaleCode(domain, GroupMax16(w, b.dtype), q, p);
+    device::MakeThresholds(domain, s, p, threshold);
+    uint32_t packed[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      packed[j / 8] |= uint32_t{device::EncodeValue(threshold, x[j])} << (4 * (j % 8));
+    }
+    store(g, packed[0], packed[1], s);
   }
 }
 
@@ -182,6 +342,17 @@ __global__ void __launch_bounds__(kThreads)
   const int domain = DomainOf(b.dtype);
   const uint64_t groups = b.rows * (b.quant_len / 16);
   const uint64_t gpr = b.quant_len / 16;
+  // FP8: the 16 outputs of every scale byte, computed as below for the other types.
+  __shared__ uint8_t fp8_outputs[256][16];
+  if (domain == device::kFp8) {
+    const float scale = device::ScaleValue(static_cast<int>(threadIdx.x & 255));
+    for (int c = 0; c < 8; ++c) {
+      const float d = device::Round(domain, __fmul_rn(__fmul_rn(device::E2m1(c), scale), p));
+      fp8_outputs[threadIdx.x & 255][c] = device::FloatToFp8(d);
+      fp8_outputs[threadIdx.x & 255][c + 8] = device::FloatToFp8(-d);
+    }
+    __syncthreads();
+  }
   // Each iteration loads kDecodeUnroll groups' codes and scales (PCIe reads when the block is in
   // mapped host memory) before decoding any of them, to keep several reads in flight per thread.
   constexpr int kDecodeUnroll = 4;
@@ -206,8 +377,25 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kDecodeUnroll; ++u) {
       const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
       if (g >= groups) break;
-      const float scale = device::ScaleValue(all_scales[u]);
       const uint8_t* codes = all_codes[u];
+      uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
+      uint8_t* out = row + (b.quant_start + (g % gpr) * 16) * b.esize;
+      if (domain == device::kFp8) {
+        const uint8_t* outputs = fp8_outputs[all_scales[u]];
+        uint32_t v[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          v[j / 4] |= uint32_t{outputs[(codes[j / 2] >> ((j & 1) * 4)) & 0xf]} << (8 * (j % 4));
+        }
+        if ((reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+          *reinterpret_cast<uint4*>(out) = make_uint4(v[0], v[1], v[2], v[3]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 16; ++j) out[j] = static_cast<uint8_t>(v[j / 4] >> (8 * (j % 4)));
+        }
+        continue;
+      }
+      const float scale = device::ScaleValue(all_scales[u]);
       // The 16 possible outputs of the group, in the destination format.
       uint16_t lut[16];
 #pragma unroll
@@ -219,8 +407,6 @@ __global__ void __launch_bounds__(kThreads)
         lut[c] = static_cast<uint16_t>(pos[0] | (pos[1] << 8));
         lut[c + 8] = static_cast<uint16_t>(neg[0] | (neg[1] << 8));
       }
-      uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
-      uint8_t* out = row + (b.quant_start + (g % gpr) * 16) * b.esize;
       if (b.esize == 2 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {  // two 16-byte stores
         uint32_t w[8];
 #pragma unroll
@@ -247,8 +433,18 @@ int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot
                       uint8_t* cold_base, uint64_t cold_stride, int pages, int8_t* scale_exp,
                       void* stream) {
   if (pages <= 0 || plan.buffer_count <= 0) return 0;
+  uint32_t shared_bytes = 0;
+  for (int i = 0; i < plan.buffer_count; ++i) {
+    const uint32_t bytes = SharedBytes(plan.buffers[i]);
+    shared_bytes = bytes > shared_bytes ? bytes : shared_bytes;
+  }
+  if (shared_bytes > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        EncodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
   const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages));
-  EncodeKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  EncodeKernel<<<grid, kThreads, shared_bytes, static_cast<cudaStream_t>(stream)>>>(
       plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
   return static_cast<int>(cudaGetLastError());
 }

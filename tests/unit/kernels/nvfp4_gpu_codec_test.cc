@@ -65,7 +65,7 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-// Pages: 0 N(0, 1e-3), 1 N(0, 1), 2 N(0, 1000), 3 adversarial.
+// Pages: 0 N(0, 1e-3), 1 N(0, 1), 2 N(0, 1000), 3 adversarial (specials; FP8: random bytes too).
 std::vector<uint8_t> MakePages(const codec::PageLayout& layout, int pages, uint64_t seed) {
   const uint64_t page_bytes = codec::FlatPageBytes(layout);
   std::vector<uint8_t> out(page_bytes * pages);
@@ -110,6 +110,12 @@ std::vector<uint8_t> MakePages(const codec::PageLayout& layout, int pages, uint6
               break;
             case 7:
               v = 1e-6f;
+              break;
+            case 8:  // any FP8 byte (NaN, -0, subnormals) where the buffer is FP8
+              if (b.dtype == codec::DType::kFp8E4M3) {
+                base[e] = static_cast<uint8_t>(rng());
+                continue;
+              }
               break;
             default:
               v = normal(rng) * ((e % 128 == 7) ? 50.0f : 1.0f);
