@@ -110,7 +110,58 @@ struct Fp8EncodeTables {
   uint32_t at_least[device::kMaxScaleCode + 1][7];
   uint8_t scale_of_max[128];
 };
-constexpr uint32_t kFp8TablesBytes = (sizeof(Fp8EncodeTables) + 15) / 16 * 16;
+
+// Per CTA, for a BF16 or FP16 buffer and its exponent: MakeThresholds of every scale code, the
+// boundaries of NearestScaleCodeOfSixth, and whether ChooseScaleCode's exact path returns a
+// nearest code as it is.
+struct Encode16Tables {
+  float threshold[device::kMaxScaleCode + 1][7];
+  float boundary[device::kMaxScaleCode];
+  uint8_t exact[device::kMaxScaleCode + 1];
+};
+constexpr uint32_t kTablesBytes =
+    ((sizeof(Fp8EncodeTables) > sizeof(Encode16Tables) ? sizeof(Fp8EncodeTables)
+                                                       : sizeof(Encode16Tables)) +
+     15) /
+    16 * 16;
+
+__device__ void BuildEncode16Tables(int d, float p, Encode16Tables* t) {
+  const int c = static_cast<int>(threadIdx.x);
+  if (c > device::kMaxScaleCode) return;
+  device::MakeThresholds(d, c, p, t->threshold[c]);
+  if (c < device::kMaxScaleCode) t->boundary[c] = device::Boundary(c);
+  const float lo = __fmul_rn(__fmul_rn(6.0f, device::ScaleValue(c - 1 > 1 ? c - 1 : 1)), p);
+  const float hi = __fmul_rn(__fmul_rn(6.0f, device::ScaleValue(c + 1 < 0x7e ? c + 1 : 0x7e)), p);
+  t->exact[c] = lo >= (d == device::kBf16 ? 0x1p-126f : 0x1p-14f) &&
+                hi <= (d == device::kBf16 ? 0x1.FEp127f : 65504.0f);
+}
+
+// device::ChooseScaleCode for BF16/FP16 with the CTA's tables (same steps, same result).
+__device__ __forceinline__ int ChooseScaleCode16(int d, float a, float q_scale, float p,
+                                                 const Encode16Tables* t) {
+  if (!(a > 0.0f)) return 0;
+  const float y = __fmul_rn(a, q_scale);
+  int c;  // device::NearestScaleCodeOfSixth(y)
+  if (!(y > 0.0f)) {
+    c = 0;
+  } else {
+    const float q = __fmul_rn(y, 1.0f / 6.0f);
+    if (q >= 448.0f) {
+      c = device::kMaxScaleCode;
+    } else if (q < 0.015625f) {
+      c = static_cast<int>(__fadd_rn(__fmul_rn(q, 512.0f), 0.5f));
+    } else {
+      const uint32_t u = __float_as_uint(q);
+      c = static_cast<int>(((((u >> 23) & 0xffu) - 120u) << 3) | ((u >> 20) & 0x7u));
+      if ((u & 0xfffffu) >= 0x80000u) ++c;
+    }
+    if (c < device::kMaxScaleCode && y > t->boundary[c]) ++c;
+    if (c > 0 && y <= t->boundary[c - 1]) --c;
+    c = c < device::kMaxScaleCode ? c : device::kMaxScaleCode;
+  }
+  if (t->exact[c]) return c;
+  return device::ChooseScaleCode(d, a, q_scale, p);
+}
 
 // Codes of four FP8 values (one per byte, sign in bit 3): EncodeValue of their float values.
 __device__ __forceinline__ uint32_t EncodeFp8Word(uint32_t w, const uint32_t* at_least) {
@@ -148,12 +199,21 @@ __host__ __device__ __forceinline__ uint64_t StageBytes(const GpuBuffer& b) {
   return groups * 16 * b.esize + (b.esize == 2 ? kStagePad : 0);
 }
 
+// Decode stages a buffer's codes and scales in shared memory (16-byte copies: long reads over the
+// link when blocks are in mapped host memory) when both are whole 16-byte words; 0 when it does
+// not.
+__host__ __device__ __forceinline__ uint32_t DecodeStageBytes(const GpuBuffer& b) {
+  if (!b.quantized || b.quant_len == 0) return 0;
+  const uint64_t groups = b.rows * (b.quant_len / 16);
+  const uint64_t bytes = groups * 9;
+  return groups % 16 == 0 && bytes <= kMaxStageBytes ? static_cast<uint32_t>(bytes) : 0;
+}
+
 // Dynamic shared memory the encode kernel needs for a buffer.
 __host__ __device__ __forceinline__ uint32_t SharedBytes(const GpuBuffer& b) {
   if (!b.quantized || b.quant_len == 0) return 0;
   const uint64_t stage = StageBytes(b);
-  return (b.esize == 1 ? kFp8TablesBytes : 0) +
-         (stage <= kMaxStageBytes ? static_cast<uint32_t>(stage) : 0);
+  return kTablesBytes + (stage <= kMaxStageBytes ? static_cast<uint32_t>(stage) : 0);
 }
 
 // Lossless bytes of a buffer: whole rows of a lossless buffer, or the [prefix][suffix] bytes of
@@ -217,7 +277,8 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t group_bytes = 16u * esize;
   const uint8_t* quant = hot + uint64_t{b.quant_start} * esize;
   auto* tables = reinterpret_cast<Fp8EncodeTables*>(shared);
-  uint8_t* stage = shared + (fp8 ? kFp8TablesBytes : 0);
+  auto* tables16 = reinterpret_cast<Encode16Tables*>(shared);
+  uint8_t* stage = shared + kTablesBytes;
   const uint32_t word1_at = groups * 16 + kStagePad;  // 2-byte types: where words 1 start
   const bool staged = StageBytes(b) <= kMaxStageBytes &&
                       ((reinterpret_cast<uintptr_t>(quant) | b.row_stride_bytes) & 15) == 0;
@@ -311,13 +372,16 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
+  BuildEncode16Tables(domain, p, tables16);
+  __syncthreads();
   float x[16];
   float threshold[7];
   for (uint32_t g = threadIdx.x; g < groups; g += kThreads) {
     load(g, w);
     UnpackGroup(w, b.dtype, x);
-    const int s = device::ChooseScaleCode(domain, GroupMax16(w, b.dtype), q, p);
-    device::MakeThresholds(domain, s, p, threshold);
+    const int s = ChooseScaleCode16(domain, GroupMax16(w, b.dtype), q, p, tables16);
+#pragma unroll
+    for (int i = 0; i < 7; ++i) threshold[i] = tables16->threshold[s][i];
     uint32_t packed[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
@@ -342,7 +406,23 @@ __global__ void __launch_bounds__(kThreads)
   const int domain = DomainOf(b.dtype);
   const uint64_t groups = b.rows * (b.quant_len / 16);
   const uint64_t gpr = b.quant_len / 16;
-  // FP8: the 16 outputs of every scale byte, computed as below for the other types.
+  const uint8_t* code_src = cold + b.data_offset;
+  const uint8_t* scale_src = cold + b.scale_offset;
+  const uint32_t stage_bytes = DecodeStageBytes(b);
+  if (stage_bytes != 0 &&
+      ((reinterpret_cast<uintptr_t>(code_src) | reinterpret_cast<uintptr_t>(scale_src)) & 15) ==
+          0) {
+    extern __shared__ __align__(16) uint8_t shared[];
+    const uint32_t code_chunks = static_cast<uint32_t>(groups / 2);  // 8 bytes a group
+    for (uint32_t i = threadIdx.x; i < stage_bytes / 16; i += kThreads) {
+      CopyToShared16(shared + i * 16,
+                     i < code_chunks ? code_src + i * 16 : scale_src + (i - code_chunks) * 16);
+    }
+    code_src = shared;
+    scale_src = shared + groups * 8;
+  }
+  // FP8: the 16 outputs of every scale byte, computed as below for the other types (while the
+  // copies above are in flight).
   __shared__ uint8_t fp8_outputs[256][16];
   if (domain == device::kFp8) {
     const float scale = device::ScaleValue(static_cast<int>(threadIdx.x & 255));
@@ -351,8 +431,9 @@ __global__ void __launch_bounds__(kThreads)
       fp8_outputs[threadIdx.x & 255][c] = device::FloatToFp8(d);
       fp8_outputs[threadIdx.x & 255][c + 8] = device::FloatToFp8(-d);
     }
-    __syncthreads();
   }
+  WaitCopiesToShared();  // none pending when not staged
+  __syncthreads();
   // Each iteration loads kDecodeUnroll groups' codes and scales (PCIe reads when the block is in
   // mapped host memory) before decoding any of them, to keep several reads in flight per thread.
   constexpr int kDecodeUnroll = 4;
@@ -363,8 +444,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kDecodeUnroll; ++u) {
       const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
       if (g >= groups) break;
-      all_scales[u] = cold[b.scale_offset + g];
-      const uint8_t* code_ptr = cold + b.data_offset + g * 8;
+      all_scales[u] = scale_src[g];
+      const uint8_t* code_ptr = code_src + g * 8;
       if ((reinterpret_cast<uintptr_t>(code_ptr) & 7) == 0) {  // one 8-byte load when aligned
         const uint2 word = *reinterpret_cast<const uint2*>(code_ptr);
         memcpy(all_codes[u], &word, 8);
@@ -452,8 +533,18 @@ int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot
 int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t cold_stride,
                       uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream) {
   if (pages <= 0 || plan.buffer_count <= 0) return 0;
+  uint32_t shared_bytes = 0;
+  for (int i = 0; i < plan.buffer_count; ++i) {
+    const uint32_t bytes = DecodeStageBytes(plan.buffers[i]);
+    shared_bytes = bytes > shared_bytes ? bytes : shared_bytes;
+  }
+  if (shared_bytes > 32 * 1024) {  // the default limit is 48 KB with the static table
+    const cudaError_t err = cudaFuncSetAttribute(
+        DecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
   const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages));
-  DecodeKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  DecodeKernel<<<grid, kThreads, shared_bytes, static_cast<cudaStream_t>(stream)>>>(
       plan, cold_base, cold_stride, hot_base, hot_stride);
   return static_cast<int>(cudaGetLastError());
 }
