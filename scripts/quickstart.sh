@@ -28,7 +28,7 @@ export KVTIER_SOCKET=$dir/kvtier.sock
 echo
 echo "== kvtierd (state and socket in $dir, metrics on 127.0.0.1:$port)"
 "$bin/kvtierd" --state-dir="$dir/state" --socket="$KVTIER_SOCKET" \
-  --set=host.capacity=16MiB --set=host.chunk=16MiB --set=disk.capacity=1GiB \
+  --set=host.capacity=16MiB --set=host.chunk=2MiB --set=disk.capacity=1GiB --set=disk.chunk=64MiB \
   --set="metrics.listen=127.0.0.1:$port" \
   > "$dir/kvtierd.log" 2>&1 &
 pid=$!

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "daemon/io/posix_file.h"
+#include "daemon/store/block_store.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kvtier::kvtierd {
@@ -330,6 +331,21 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view m
 }  // namespace
 
 absl::string_view DefaultConfigYaml() { return kDefaultConfig; }
+
+std::vector<std::string> ConfigWarnings(const Config& config) {
+  std::vector<std::string> out;
+  auto check = [&](const char* tier, const char* chunk_field, uint64_t capacity, uint64_t chunk) {
+    if (capacity == 0 || chunk == 0 || capacity / chunk >= store::kMinTierChunks) return;
+    out.push_back(absl::StrFormat(
+        "the %s tier holds %d chunk(s) of %d bytes and each chunk serves blocks of one size, so "
+        "engines whose blocks differ in size (layouts, codecs) evict each other's; give it at "
+        "least %d chunks (a smaller %s or a larger tier)",
+        tier, capacity / chunk, chunk, store::kMinTierChunks, chunk_field));
+  };
+  check("host", "host.chunk", config.host_capacity, config.host_chunk);
+  check("disk", "disk.chunk", config.disk_capacity, config.disk_chunk);
+  return out;
+}
 
 absl::StatusOr<uint64_t> ParseBytes(absl::string_view field, absl::string_view text) {
   size_t digits = 0;

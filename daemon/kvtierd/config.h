@@ -78,6 +78,10 @@ absl::string_view DefaultConfigYaml();
 absl::StatusOr<Config> LoadConfig(const std::string& file,
                                   const std::vector<std::string>& overrides);
 
+// What a valid configuration may still get wrong, one sentence each: today, explicit tier sizes
+// of fewer than store::kMinTierChunks chunks (each chunk holds blocks of one size).
+std::vector<std::string> ConfigWarnings(const Config& config);
+
 // "64GiB", "512MiB", "4096" -> bytes. InvalidArgument naming `field` otherwise.
 absl::StatusOr<uint64_t> ParseBytes(absl::string_view field, absl::string_view text);
 

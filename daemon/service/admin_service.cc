@@ -158,7 +158,12 @@ grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext*
   if (!ids.ok()) return FinishWith(ctx, ids.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   service_->RunOnWorker(
-      ctx, reactor, [this, ids = std::move(*ids), tier = *tier, resp]() -> absl::Status {
+      ctx, reactor,
+      [this, ids = std::move(*ids), tier = *tier, include_parked = req->include_parked(),
+       resp]() -> absl::Status {
+        // Parked requests go first when asked (their pages with them); otherwise their pages,
+        // silent blocks, stay so that they can still be resumed.
+        if (include_parked) resp->set_released_parked_requests(service_->ReleaseParkedIn(ids));
         if (tier.has_value()) {
           // One tier: its copies are dropped (blocks with another copy stay); events per block.
           store::BlockStore::EvictRequest evict;
@@ -166,6 +171,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext*
           evict.tier = tier;
           evict.max_blocks = UINT64_MAX;
           evict.drop = true;
+          evict.keep_silent = true;
           absl::StatusOr<store::BlockStore::EvictReport> report = store_->Evict(evict);
           if (!report.ok()) return report.status();
           resp->set_cleared_namespaces(static_cast<uint32_t>(ids.size()));
@@ -174,12 +180,14 @@ grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext*
           return absl::OkStatus();
         }
         for (store::NamespaceId id : ids) {
-          absl::StatusOr<uint64_t> removed = store_->ClearNamespace(id);
+          absl::StatusOr<store::BlockStore::ClearReport> removed =
+              store_->ClearNamespace(id, /*include_silent=*/false);
           if (!removed.ok()) return removed.status();
-          resp->set_removed_blocks(resp->removed_blocks() + *removed);
+          resp->set_removed_blocks(resp->removed_blocks() + removed->blocks);
+          resp->set_removed_bytes(resp->removed_bytes() + removed->bytes);
           resp->set_cleared_namespaces(resp->cleared_namespaces() + 1);
           KVTIER_LOG(kInfo, "admin: cleared namespace ", absl::StrFormat("%016x", id), " (",
-                     *removed, " blocks)");
+                     removed->blocks, " blocks, ", removed->bytes, " bytes)");
         }
         return absl::OkStatus();
       });

@@ -496,6 +496,7 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   engine->lease = lease;
   engine->hot_page_bytes = engine->layout.HotBytes();
   engine->registered = absl::Now();
+  engine->peer = ctx->peer();
   engine->id = absl::StrFormat("e%016x-%d", incarnation_, next_engine_++);
   engine->name = req->engine_name().empty() ? engine->id : req->engine_name();
   {
@@ -1047,9 +1048,16 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
   }
   absl::flat_hash_map<uint64_t, uint32_t> engines_per_ns;
   absl::flat_hash_map<uint64_t, uint64_t> parked_per_ns;
+  absl::flat_hash_map<std::string, uint64_t> parked_per_engine, pins_per_engine;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [key, parked] : parked_) ++parked_per_ns[parked.ns];
+    for (const auto& [key, parked] : parked_) {
+      ++parked_per_ns[parked.ns];
+      ++parked_per_engine[parked.engine_id];
+    }
+    if (req->include_engines()) {
+      for (const auto& [key, pin] : pins_) ++pins_per_engine[key.first];
+    }
     resp->set_registered_engines(static_cast<uint32_t>(engines_.size()));
     for (const auto& [id, engine] : engines_) {
       ++engines_per_ns[engine->ns];
@@ -1060,7 +1068,13 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
       info->set_namespace_id(engine->ns);
       SetTime(engine->registered, info->mutable_registered_at());
       SetTime(engine->expires, info->mutable_lease_expires_at());
-      info->set_pools(static_cast<uint32_t>(engine->pools.size()));
+      info->set_pools(static_cast<uint32_t>(engine->pools.size()) +
+                      (engine->device_pool != nullptr ? 1 : 0));
+      info->set_peer(engine->peer);
+      auto parked = parked_per_engine.find(engine->id);
+      info->set_parked_requests(parked == parked_per_engine.end() ? 0 : parked->second);
+      auto pins = pins_per_engine.find(engine->id);
+      info->set_pinned_blocks(pins == pins_per_engine.end() ? 0 : pins->second);
     }
   }
   if (req->include_namespaces()) {

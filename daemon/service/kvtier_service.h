@@ -104,6 +104,9 @@ class KvTierService final : public v1::KvTier::CallbackService {
     uint64_t parked_requests = 0;  // gauge
   };
   Traffic traffic() const;
+  // Releases every parked request of engines in `namespaces` (admin Clear with include_parked);
+  // returns how many.
+  uint32_t ReleaseParkedIn(const std::vector<store::NamespaceId>& namespaces);
 
   // The caller's tenant when authentication is on; "" when it is off. Unauthenticated otherwise.
   absl::StatusOr<std::string> Caller(grpc::CallbackServerContext* ctx) const;
@@ -166,6 +169,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
     uint32_t slots = 0;                            // the smallest pool's slot count
     absl::Duration lease;
     absl::Time registered;
+    std::string peer;  // gRPC's peer address of the RegisterEngine call
     uint64_t hot_page_bytes = 0;
     // Guarded by the service's mu_:
     absl::Time expires;

@@ -58,6 +58,23 @@ uint32_t KvTierService::ReleaseParked(const std::string& engine_id, absl::Time n
   return static_cast<uint32_t>(dropped.size());
 }
 
+uint32_t KvTierService::ReleaseParkedIn(const std::vector<store::NamespaceId>& namespaces) {
+  std::vector<Parked> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (std::find(namespaces.begin(), namespaces.end(), it->second.ns) != namespaces.end()) {
+        dropped.push_back(std::move(it->second));
+        parked_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const Parked& p : dropped) DropParked(p);
+  return static_cast<uint32_t>(dropped.size());
+}
+
 grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
                                               const v1::ParkRequest* req, v1::ParkResponse* resp) {
   if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));

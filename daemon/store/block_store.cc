@@ -381,6 +381,19 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
              s.gpu ? s.gpu->slots().capacity_bytes() : 0, " bytes, host tier ", s.arena->size(),
              " bytes (pinned: ", s.arena->pin_mechanism(), "), disk tier ",
              s.disk->capacity_bytes(), " bytes in ", s.disk->file_count(), " files");
+  // Each chunk serves blocks of one slot size: a tier of few chunks cannot hold several sizes.
+  auto warn_chunks = [](const char* tier, const char* field, uint64_t capacity, uint64_t chunk) {
+    if (capacity == 0 || chunk == 0 || capacity / chunk >= kMinTierChunks) return;
+    KVTIER_LOG(kWarning, "store: the ", tier, " tier holds ", capacity / chunk, " chunk(s) of ",
+               chunk,
+               " bytes and each chunk serves blocks of one size, so engines whose blocks "
+               "differ in size (layouts, codecs) evict each other's; give it at least ",
+               kMinTierChunks, " chunks (a smaller ", field, " or a larger tier)");
+  };
+  warn_chunks("host", "host.chunk", s.arena->size(), options.host_chunk_bytes);
+  if (s.disk->capacity_bytes() > 0) {
+    warn_chunks("disk", "disk.chunk", s.disk->capacity_bytes(), options.disk.chunk_bytes);
+  }
   s.background = std::thread([raw = store.get()] { raw->BackgroundLoop(); });
   return store;
 }

@@ -92,6 +92,10 @@ struct PutOptions {
   absl::string_view origin;
 };
 
+// A tier with fewer chunks than this is logged as a warning at start: each chunk serves blocks of
+// one size, so few chunks leave little room for blocks of several sizes.
+inline constexpr uint64_t kMinTierChunks = 8;
+
 // What Open() recovered from the index.
 struct RecoveryReport {
   uint64_t disk_blocks = 0;
@@ -177,8 +181,14 @@ class BlockStore {
   // Namespaces: an opaque record (the service's description) and a quota in bytes (0: none),
   // persisted in the index. Blocks of an unregistered namespace have no quota.
   absl::Status PutNamespace(NamespaceId id, absl::string_view record, uint64_t quota_bytes);
-  // Removes every block of the namespace (not its record). Returns how many were removed.
-  absl::StatusOr<uint64_t> ClearNamespace(NamespaceId id);
+  // Removes every block of the namespace (not its record); silent blocks (parked pages) only when
+  // `include_silent`. Returns how many were removed and the bytes of their copies (slot bytes in
+  // each tier holding one; GPU tier: hot page bytes).
+  struct ClearReport {
+    uint64_t blocks = 0;
+    uint64_t bytes = 0;
+  };
+  absl::StatusOr<ClearReport> ClearNamespace(NamespaceId id, bool include_silent = true);
   // Every registered namespace: id -> (record, quota).
   std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> Namespaces() const;
   // What one namespace holds and how it was read.
@@ -285,6 +295,7 @@ class BlockStore {
     uint64_t max_bytes = 0;
     std::vector<BlockHash> hashes;
     bool drop = false;
+    bool keep_silent = false;  // leave silent blocks (parked pages) alone (not with hashes)
   };
   struct EvictReport {
     uint64_t evicted_blocks = 0;

@@ -12,25 +12,35 @@ namespace kvtier::store {
 using internal::Entry;
 using internal::State;
 
-absl::StatusOr<uint64_t> BlockStore::ClearNamespace(NamespaceId id) {
+absl::StatusOr<BlockStore::ClearReport> BlockStore::ClearNamespace(NamespaceId id,
+                                                                   bool include_silent) {
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
+  ClearReport report;
   auto it = s.namespaces.find(id);
-  if (it == s.namespaces.end()) return 0;
-  uint64_t removed = 0;
-  while (Entry* e = it->second.lru.back()) {
-    internal::Detach(s, e, RemovedBy::kSilent);
-    ++removed;
+  if (it == s.namespaces.end()) return report;
+  // Least recently used first; Detach unlinks only the entry it is given.
+  Entry* e = it->second.lru.back();
+  while (e != nullptr) {
+    Entry* prev = NsLru::Prev(e);
+    if (include_silent || !e->silent) {
+      report.bytes += (e->gpu.has_value() ? e->hot->page_bytes : 0) +
+                      (e->host.has_value() ? e->slot_size : 0) +
+                      (e->disk.has_value() ? s.disk->SlotSize(e->rec.size) : 0);
+      internal::Detach(s, e, RemovedBy::kSilent);
+      ++report.blocks;
+    }
+    e = prev;
   }
   // Blocks still being written (reserved, not committed) are not in the namespace's list: they
   // survive the clear and become visible when committed.
-  s.counters.removed += removed;
+  s.counters.removed += report.blocks;
   StoreEvent event;
   event.kind = StoreEventKind::kCleared;
   event.ns = id;
-  event.count = removed;
+  event.count = report.blocks;
   if (s.events != nullptr) s.events->OnEvent(event);
-  return removed;
+  return report;
 }
 
 BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
@@ -293,7 +303,7 @@ absl::StatusOr<BlockStore::EvictReport> BlockStore::Evict(const EvictRequest& re
         return report;
       }
       Entry* prev = NsLru::Prev(e);
-      evict(e);
+      if (!(req.keep_silent && e->silent)) evict(e);
       e = prev;
     }
   }

@@ -430,18 +430,38 @@ class KvtierctlTest(unittest.TestCase):
                                 [31]).stored_pages, 1)
 
     def test_10_clear(self):
+        # A parked request (2 pages) and a pin: stats --engines reports them.
+        self.assertEqual(self.client.park(self.engine, "tool-call-1", [40, 41]).parked_pages, 2)
+        engines = self.ctl_json("stats", "--engines")["engines"]
+        self.assertEqual(len(engines), 1)
+        self.assertEqual(engines[0]["parked_requests"], 1)
+        self.assertTrue(engines[0]["peer"].startswith("unix:"), engines[0])
+        self.assertEqual(self.namespace_stats()["parked_requests"], 1)
         held = self.namespace_stats()
-        total = sum(t["blocks"] for t in held["tiers"])
-        self.assertGreater(total, 0)
+        parked_pages = 2
+        host_blocks = self.tier(held["tiers"], "TIER_HOST")["blocks"] - parked_pages
+        self.assertGreater(host_blocks, 0)
         cleared = self.ctl_json("clear", f"--namespace={self.ns}", "--tier=host")
         self.assertEqual(cleared["cleared_namespaces"], 1)
-        self.assertEqual(cleared["removed_blocks"], self.tier(held["tiers"], "TIER_HOST")["blocks"])
+        self.assertEqual(cleared["removed_blocks"], host_blocks)
+        self.assertGreaterEqual(cleared["removed_bytes"], host_blocks * self.page_bytes)
+        self.assertEqual(cleared["released_parked_requests"], 0)
         out, _ = self.ctl("clear", "--model=ctl-model")
-        self.assertRegex(out, r"cleared 1 namespaces: \d+ blocks removed \(.*\), 0 parked "
-                              r"requests released")
+        self.assertRegex(out, r"cleared 1 namespaces: [1-9]\d* blocks removed \([1-9].*\), 0 "
+                              r"parked requests released")
         after = self.namespace_stats()
-        self.assertEqual(sum(t["blocks"] for t in after["tiers"]), 0)
+        self.assertEqual(sum(t["blocks"] for t in after["tiers"]), parked_pages,
+                         "parked pages survive a clear without --include-parked")
         self.assertEqual(self.client.lookup(self.engine, self.hashes).hit_pages, 0)
+        resumed = self.client.resume(self.engine, "tool-call-1", [42, 43], keep_parked=True)
+        self.assertEqual(resumed.resumed_pages, 2)
+        self.assertTrue(np.array_equal(self.pages[42:44], self.pages[40:42]))
+        cleared = self.ctl_json("clear", f"--namespace={self.ns}", "--include-parked")
+        self.assertEqual(cleared["released_parked_requests"], 1)
+        self.assertEqual(sum(t["blocks"] for t in self.namespace_stats()["tiers"]), 0)
+        with self.assertRaises(kvtier.Error) as gone:
+            self.client.resume(self.engine, "tool-call-1", [42, 43])
+        self.assertEqual(gone.exception.code, "NOT_FOUND")
 
     def test_11_config(self):
         out, _ = self.ctl("config", "default")
@@ -456,8 +476,17 @@ class KvtierctlTest(unittest.TestCase):
         out, _ = self.ctl("config", "validate", good, "--set=host.capacity=2GiB")
         self.assertIn(f"{good} is valid", out)
         self.assertIn("host 2.0 GiB", out)
+        self.assertNotIn("warning", out)
         checked = self.ctl_json("config", "validate", good)
         self.assertTrue(checked["valid"])
+        self.assertIsNone(checked["host_capacity_bytes"], "auto")
+        self.assertEqual(checked["warnings"], [])
+        # Valid, but a disk tier of one chunk: a warning.
+        out, _ = self.ctl("config", "validate", good, "--set=disk.capacity=256MiB")
+        self.assertIn("warning: the disk tier holds 1 chunk(s)", out)
+        checked = self.ctl_json("config", "validate", good, "--set=disk.capacity=256MiB")
+        self.assertEqual(checked["disk_capacity_bytes"], 256 << 20)
+        self.assertEqual(len(checked["warnings"]), 1)
         bad = os.path.join(self.dir, "bad.yaml")
         with open(bad, "w") as f:
             f.write("host:\n  capacity: lots\n")

@@ -61,10 +61,14 @@ int RunConfigValidate(const Invocation& inv) {
     } else {
       json["socket"] = config->socket;
       json["state_dir"] = config->state_dir;
-      json["host_capacity_bytes"] = config->host_capacity;
+      // null: auto (sized when the daemon starts); a GPU tier of 0 is off.
+      json["host_capacity_bytes"] =
+          config->host_capacity == 0 ? Json(nullptr) : Json(config->host_capacity);
       json["gpu_capacity_bytes"] = config->gpu_capacity;
-      json["disk_capacity_bytes"] = config->disk_capacity;
+      json["disk_capacity_bytes"] =
+          config->disk_capacity == 0 ? Json(nullptr) : Json(config->disk_capacity);
       json["metrics_listen"] = config->metrics_listen;
+      json["warnings"] = kvtierd::ConfigWarnings(*config);
     }
     PrintJson(json);
     return config.ok() ? kExitOk : kExitFailed;
@@ -81,6 +85,9 @@ int RunConfigValidate(const Invocation& inv) {
   std::printf("  tiers: gpu %s, host %s, disk %s\n",
               config->gpu_capacity == 0 ? "off" : Bytes(config->gpu_capacity).c_str(),
               capacity(config->host_capacity).c_str(), capacity(config->disk_capacity).c_str());
+  for (const std::string& warning : kvtierd::ConfigWarnings(*config)) {
+    std::printf("  warning: %s\n", warning.c_str());
+  }
   return kExitOk;
 }
 

@@ -62,9 +62,9 @@ const std::vector<Command>& Commands() {
        "--namespaces adds every namespace, --engines the registered engines.",
        WithNamespace({{"namespaces"}, {"engines"}}, false), RunStats},
       {"namespaces", "the namespaces and what each holds",
-       "namespaces [--tenant=T] [--model=M] [--partition=P]",
+       "namespaces [--namespace=HEX | --tenant=T --model=M --partition=P]",
        "One line per namespace: id, tenant, model, partition, codec, blocks and bytes per tier,\n"
-       "engines, hit rate. The ids are what --namespace takes.",
+       "engines, parked requests, hit rate. The ids are what --namespace takes.",
        WithNamespace({}, false), RunNamespaces},
       {"lookup",
        "how much of a prefix is cached, and where",

@@ -183,7 +183,7 @@ TEST_F(BlockStoreEventsTest, DemoteAllClearAndCorruptionAreReported) {
 
   // Clear: one event with the count, no per-block removals.
   const size_t removed_before = sink_.Count(StoreEventKind::kRemoved);
-  EXPECT_EQ(store->ClearNamespace(1).value(), 19u);
+  EXPECT_EQ(store->ClearNamespace(1).value().blocks, 19u);
   EXPECT_EQ(sink_.Count(StoreEventKind::kRemoved), removed_before);
   EXPECT_EQ(sink_.events().back().kind, StoreEventKind::kCleared);
   EXPECT_EQ(sink_.events().back().ns, 1u);

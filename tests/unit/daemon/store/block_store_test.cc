@@ -159,8 +159,56 @@ TEST_F(BlockStoreTest, NamespaceQuotaEvictsInsideTheNamespace) {
   EXPECT_FALSE(store->Acquire(Key(0, 7)).value().has_value());
   ASSERT_TRUE(store->PutNamespace(9, "tiny", 4096).ok());
   EXPECT_EQ(store->Put(Key(1, 9), Block(1)).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(store->ClearNamespace(8).value(), 5u);
+  EXPECT_EQ(store->ClearNamespace(8).value().blocks, 5u);
   EXPECT_FALSE(store->Acquire(Key(1, 8)).value().has_value());
+}
+
+TEST_F(BlockStoreTest, NamespaceUsageCountsCopiesAndReadsAndClearKeepsParkedPages) {
+  auto store = Open().value();
+  ASSERT_TRUE(store->PutNamespace(3, "ns-3", 0).ok());
+  for (uint64_t id = 0; id < 4; ++id) ASSERT_TRUE(store->Put(Key(id, 3), Block(id)).ok());
+  PutOptions silent;  // a parked page
+  silent.silent = true;
+  ASSERT_TRUE(store->Put(Key(10, 3), Block(10), silent).ok());
+  ASSERT_TRUE(store->Put(Key(20, 1), Block(20)).ok());  // another namespace
+  constexpr int kHost = static_cast<int>(Tier::kHost);
+  constexpr int kDisk = static_cast<int>(Tier::kDisk);
+  BlockStore::NamespaceUsage usage = store->UsageOf(3);
+  EXPECT_EQ(usage.blocks[kHost], 5u);
+  EXPECT_EQ(usage.blocks[kDisk], 0u);
+  EXPECT_GE(usage.bytes[kHost], 5u * 40000);
+  EXPECT_EQ(usage.bytes[kHost] % 5, 0u) << "five equal slots";
+  EXPECT_EQ(usage.hits + usage.misses, 0u);
+  EXPECT_GT(usage.last_access_ms, 0u) << "a store is an access";
+  // Two hits and a miss in namespace 3; a read of namespace 1 is not its.
+  EXPECT_EQ(ExpectBlock(*store, 1, 40000, 3), Tier::kHost);
+  EXPECT_EQ(ExpectBlock(*store, 2, 40000, 3), Tier::kHost);
+  EXPECT_FALSE(store->Acquire(Key(99, 3)).value().has_value());
+  EXPECT_EQ(ExpectBlock(*store, 20, 40000, 1), Tier::kHost);
+  usage = store->UsageOf(3);
+  EXPECT_EQ(usage.hits, 2u);
+  EXPECT_EQ(usage.misses, 1u);
+  // A disk copy counts in the disk tier too.
+  BlockStore::EvictRequest demote;
+  demote.namespaces = {3};
+  demote.tier = Tier::kHost;
+  demote.max_blocks = 1;
+  demote.keep_silent = true;
+  ASSERT_EQ(store->Evict(demote).value().demoted_blocks, 1u);
+  ASSERT_TRUE(store->Flush().ok());
+  usage = store->UsageOf(3);
+  EXPECT_EQ(usage.blocks[kHost] + usage.blocks[kDisk], 5u);
+  EXPECT_EQ(usage.blocks[kDisk], 1u);
+  EXPECT_GT(usage.bytes[kDisk], 0u);
+  EXPECT_EQ(store->UsageOf(4).blocks[kHost], 0u) << "an unknown namespace holds nothing";
+  // Clear without the silent block: it stays, and the bytes of the rest are reported.
+  const BlockStore::ClearReport cleared = store->ClearNamespace(3, false).value();
+  EXPECT_EQ(cleared.blocks, 4u);
+  EXPECT_EQ(cleared.bytes, usage.bytes[kHost] + usage.bytes[kDisk] - usage.bytes[kHost] / 4);
+  EXPECT_EQ(ExpectBlock(*store, 10, 40000, 3), Tier::kHost) << "the parked page stays";
+  EXPECT_EQ(store->UsageOf(3).blocks[kHost], 1u);
+  EXPECT_EQ(ExpectBlock(*store, 20, 40000, 1), Tier::kHost) << "other namespace untouched";
+  EXPECT_EQ(store->ClearNamespace(3).value().blocks, 1u);
 }
 
 TEST_F(BlockStoreTest, DurablePutIsOnDiskWhenAcknowledged) {
