@@ -199,16 +199,6 @@ __host__ __device__ __forceinline__ uint64_t StageBytes(const GpuBuffer& b) {
   return groups * 16 * b.esize + (b.esize == 2 ? kStagePad : 0);
 }
 
-// Decode stages a buffer's codes and scales in shared memory (16-byte copies: long reads over the
-// link when blocks are in mapped host memory) when both are whole 16-byte words; 0 when it does
-// not.
-__host__ __device__ __forceinline__ uint32_t DecodeStageBytes(const GpuBuffer& b) {
-  if (!b.quantized || b.quant_len == 0) return 0;
-  const uint64_t groups = b.rows * (b.quant_len / 16);
-  const uint64_t bytes = groups * 9;
-  return groups % 16 == 0 && bytes <= kMaxStageBytes ? static_cast<uint32_t>(bytes) : 0;
-}
-
 // Dynamic shared memory the encode kernel needs for a buffer.
 __host__ __device__ __forceinline__ uint32_t SharedBytes(const GpuBuffer& b) {
   if (!b.quantized || b.quant_len == 0) return 0;
@@ -406,23 +396,7 @@ __global__ void __launch_bounds__(kThreads)
   const int domain = DomainOf(b.dtype);
   const uint64_t groups = b.rows * (b.quant_len / 16);
   const uint64_t gpr = b.quant_len / 16;
-  const uint8_t* code_src = cold + b.data_offset;
-  const uint8_t* scale_src = cold + b.scale_offset;
-  const uint32_t stage_bytes = DecodeStageBytes(b);
-  if (stage_bytes != 0 &&
-      ((reinterpret_cast<uintptr_t>(code_src) | reinterpret_cast<uintptr_t>(scale_src)) & 15) ==
-          0) {
-    extern __shared__ __align__(16) uint8_t shared[];
-    const uint32_t code_chunks = static_cast<uint32_t>(groups / 2);  // 8 bytes a group
-    for (uint32_t i = threadIdx.x; i < stage_bytes / 16; i += kThreads) {
-      CopyToShared16(shared + i * 16,
-                     i < code_chunks ? code_src + i * 16 : scale_src + (i - code_chunks) * 16);
-    }
-    code_src = shared;
-    scale_src = shared + groups * 8;
-  }
-  // FP8: the 16 outputs of every scale byte, computed as below for the other types (while the
-  // copies above are in flight).
+  // FP8: the 16 outputs of every scale byte, computed as below for the other types.
   __shared__ uint8_t fp8_outputs[256][16];
   if (domain == device::kFp8) {
     const float scale = device::ScaleValue(static_cast<int>(threadIdx.x & 255));
@@ -431,9 +405,8 @@ __global__ void __launch_bounds__(kThreads)
       fp8_outputs[threadIdx.x & 255][c] = device::FloatToFp8(d);
       fp8_outputs[threadIdx.x & 255][c + 8] = device::FloatToFp8(-d);
     }
+    __syncthreads();
   }
-  WaitCopiesToShared();  // none pending when not staged
-  __syncthreads();
   // Each iteration loads kDecodeUnroll groups' codes and scales (PCIe reads when the block is in
   // mapped host memory) before decoding any of them, to keep several reads in flight per thread.
   constexpr int kDecodeUnroll = 4;
@@ -444,8 +417,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kDecodeUnroll; ++u) {
       const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
       if (g >= groups) break;
-      all_scales[u] = scale_src[g];
-      const uint8_t* code_ptr = code_src + g * 8;
+      all_scales[u] = cold[b.scale_offset + g];
+      const uint8_t* code_ptr = cold + b.data_offset + g * 8;
       if ((reinterpret_cast<uintptr_t>(code_ptr) & 7) == 0) {  // one 8-byte load when aligned
         const uint2 word = *reinterpret_cast<const uint2*>(code_ptr);
         memcpy(all_codes[u], &word, 8);
@@ -533,18 +506,8 @@ int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot
 int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t cold_stride,
                       uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream) {
   if (pages <= 0 || plan.buffer_count <= 0) return 0;
-  uint32_t shared_bytes = 0;
-  for (int i = 0; i < plan.buffer_count; ++i) {
-    const uint32_t bytes = DecodeStageBytes(plan.buffers[i]);
-    shared_bytes = bytes > shared_bytes ? bytes : shared_bytes;
-  }
-  if (shared_bytes > 32 * 1024) {  // the default limit is 48 KB with the static table
-    const cudaError_t err = cudaFuncSetAttribute(
-        DecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
-    if (err != cudaSuccess) return static_cast<int>(err);
-  }
   const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages));
-  DecodeKernel<<<grid, kThreads, shared_bytes, static_cast<cudaStream_t>(stream)>>>(
+  DecodeKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       plan, cold_base, cold_stride, hot_base, hot_stride);
   return static_cast<int>(cudaGetLastError());
 }
