@@ -4,7 +4,7 @@
 // aligned, else it reads GPU memory twice), takes the buffer maximum, then quantizes from shared
 // memory and writes each cold byte once, straight to the block (device memory or mapped pinned
 // host memory); lossless parts are copied byte for byte and the padding zeroed. Decode reads codes
-// and scales from the block and writes the hot rows. Headers and checksums are written by the host
+// and scales from the block in warp tiles of whole 128-byte lines and writes the hot rows. Headers and checksums are written by the host
 // (nvfp4_gpu_codec.cc).
 //
 // FP8 groups would take the general scale search of nvfp4_device.cuh (the decoded FP8 grid is
@@ -30,16 +30,6 @@ static_assert(sizeof(GpuPlan) <= 32764, "GpuPlan exceeds the kernel parameter li
 
 __device__ __forceinline__ int DomainOf(uint8_t dtype) {
   return dtype == 1 ? device::kBf16 : dtype == 2 ? device::kFp16 : device::kFp8;
-}
-
-__device__ __forceinline__ void StoreElement(uint8_t* p, uint8_t dtype, float v) {
-  if (dtype == 3) {
-    p[0] = device::FloatToFp8(v);
-    return;
-  }
-  const uint16_t h = dtype == 1 ? device::FloatToBf16(v) : device::FloatToFp16(v);
-  p[0] = static_cast<uint8_t>(h);
-  p[1] = static_cast<uint8_t>(h >> 8);
 }
 
 // The 16 * esize bytes of a group (esize 1 or 2) as 16-byte words: 16-byte loads when aligned
@@ -381,7 +371,76 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+// The hot bytes of group g of a quantized buffer from its 8 code bytes (element 2j in the low
+// nibble of byte j) and the CTA's table of the 16 outputs of its scale byte: outputs8 for FP8,
+// outputs16 (element bytes as a little-endian uint16_t) for BF16 and FP16.
+__device__ __forceinline__ void DecodeGroup(const GpuBuffer& b, uint8_t* hot, uint64_t g,
+                                            uint2 word, uint32_t scale_code, bool fp8,
+                                            const uint8_t (*outputs8)[16],
+                                            const uint16_t (*outputs16)[16]) {
+  uint8_t codes[8];
+  memcpy(codes, &word, 8);
+  const uint64_t gpr = b.quant_len / 16;
+  uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
+  uint8_t* out = row + (b.quant_start + (g % gpr) * 16) * b.esize;
+  if (fp8) {
+    const uint8_t* outputs = outputs8[scale_code & 0xff];
+    uint32_t v[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      v[j / 4] |= uint32_t{outputs[(codes[j / 2] >> ((j & 1) * 4)) & 0xf]} << (8 * (j % 4));
+    }
+    if ((reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+      *reinterpret_cast<uint4*>(out) = make_uint4(v[0], v[1], v[2], v[3]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) out[j] = static_cast<uint8_t>(v[j / 4] >> (8 * (j % 4)));
+    }
+    return;
+  }
+  const uint16_t* lut = outputs16[scale_code & 0xff];
+  if (b.esize == 2 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {  // two 16-byte stores
+    uint32_t w[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      w[j] = uint32_t{lut[codes[j] & 0xf]} | (uint32_t{lut[codes[j] >> 4]} << 16);
+    }
+    reinterpret_cast<uint4*>(out)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    reinterpret_cast<uint4*>(out)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const uint16_t v = lut[(codes[j / 2] >> ((j & 1) * 4)) & 0xf];
+    out[j * b.esize] = static_cast<uint8_t>(v);
+    if (b.esize == 2) out[j * b.esize + 1] = static_cast<uint8_t>(v >> 8);
+  }
+}
+
+// Decode reads the block (mapped host memory over PCIe, or device memory) in warp tiles of 256
+// groups: codes 2,048 B as four 16-byte loads per lane (two groups each, 512 contiguous bytes per
+// warp instruction) and scales 256 B as one 8-byte load per lane, so every load of a warp covers
+// whole 128-byte lines (one-byte scale loads covered 32 bytes: a short read over PCIe). All five
+// loads are issued before any is used. Lanes then exchange codes and scales (__shfl_sync) so
+// that lane l decodes groups 64u + l and 64u + 32 + l: consecutive lanes write consecutive groups.
+constexpr uint32_t kTileGroups = 256;
+constexpr int kWarps = kThreads / 32;
+
+struct DecodeTile {
+  uint4 codes[4];  // lane l, load u: groups 64u + 2l and 64u + 2l + 1 of the tile
+  uint2 scales;    // lane l: scales of groups 8l ... 8l + 7 of the tile
+};
+
+__device__ __forceinline__ void LoadDecodeTile(const uint8_t* data, const uint8_t* scales,
+                                               uint32_t tile, int lane, DecodeTile* t) {
+  const uint4* c = reinterpret_cast<const uint4*>(data + uint64_t{tile} * kTileGroups * 8);
+#pragma unroll
+  for (int u = 0; u < 4; ++u) t->codes[u] = c[u * 32 + lane];
+  t->scales = reinterpret_cast<const uint2*>(scales + uint64_t{tile} * kTileGroups)[lane];
+}
+
+// At most 64 registers: four CTAs per SM (the tile's 18 registers would otherwise cost one).
+__global__ void __launch_bounds__(kThreads, 4)
     DecodeKernel(const __grid_constant__ GpuPlan plan, const uint8_t* cold_base,
                  uint64_t cold_stride, uint8_t* hot_base, uint64_t hot_stride) {
   const int bi = blockIdx.x;
@@ -389,94 +448,96 @@ __global__ void __launch_bounds__(kThreads)
   const GpuBuffer& b = plan.buffers[bi];
   uint8_t* hot = hot_base + page * hot_stride + b.hot_offset;
   uint8_t* cold = const_cast<uint8_t*>(cold_base) + page * cold_stride;
+  const bool quantized = b.quantized && b.quant_len != 0;
+  const uint64_t groups = quantized ? b.rows * (b.quant_len / 16) : 0;
+  const uint8_t* data = cold + b.data_offset;
+  const uint8_t* scales = cold + b.scale_offset;
+  const bool tiled =
+      ((reinterpret_cast<uintptr_t>(data) & 15) | (reinterpret_cast<uintptr_t>(scales) & 7)) == 0;
+  const uint32_t tiles = tiled ? static_cast<uint32_t>(groups / kTileGroups) : 0;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  uint32_t tile = threadIdx.x / 32;
+  DecodeTile t;
+  if (tile < tiles) LoadDecodeTile(data, scales, tile, lane, &t);  // in flight during the setup
   CopyLossless(b, hot, cold, /*to_cold=*/false);
-  if (!b.quantized || b.quant_len == 0) return;
+  if (!quantized) return;
   const int k = static_cast<int8_t>(cold[b.scale_exp_offset]);
   const float p = ldexpf(1.0f, -k);
   const int domain = DomainOf(b.dtype);
-  const uint64_t groups = b.rows * (b.quant_len / 16);
-  const uint64_t gpr = b.quant_len / 16;
-  // FP8: the 16 outputs of every scale byte, computed as below for the other types.
-  __shared__ uint8_t fp8_outputs[256][16];
-  if (domain == device::kFp8) {
-    const float scale = device::ScaleValue(static_cast<int>(threadIdx.x & 255));
+  // The 16 outputs of every scale byte (FP8: one byte each; BF16/FP16: two), computed as the
+  // CPU decoder does: the E2M1 value times the scale times 2^-k, rounded to the format.
+  __shared__ __align__(16) uint16_t outputs16[256][16];
+  auto* outputs8 = reinterpret_cast<uint8_t(*)[16]>(&outputs16[0][0]);
+  const bool fp8 = domain == device::kFp8;
+  {
+    static_assert(kThreads == 256, "one thread per scale byte");
+    const int sc = static_cast<int>(threadIdx.x);
+    const float scale = device::ScaleValue(sc);
+#pragma unroll
     for (int c = 0; c < 8; ++c) {
       const float d = device::Round(domain, __fmul_rn(__fmul_rn(device::E2m1(c), scale), p));
-      fp8_outputs[threadIdx.x & 255][c] = device::FloatToFp8(d);
-      fp8_outputs[threadIdx.x & 255][c + 8] = device::FloatToFp8(-d);
+      if (fp8) {
+        outputs8[sc][c] = device::FloatToFp8(d);
+        outputs8[sc][c + 8] = device::FloatToFp8(-d);
+      } else {
+        outputs16[sc][c] = b.dtype == 1 ? device::FloatToBf16(d) : device::FloatToFp16(d);
+        outputs16[sc][c + 8] = b.dtype == 1 ? device::FloatToBf16(-d) : device::FloatToFp16(-d);
+      }
     }
     __syncthreads();
   }
-  // Each iteration loads kDecodeUnroll groups' codes and scales (PCIe reads when the block is in
-  // mapped host memory) before decoding any of them, to keep several reads in flight per thread.
+  for (uint32_t first = tile; tile < tiles; tile += kWarps) {
+    if (tile != first) LoadDecodeTile(data, scales, tile, lane, &t);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint4 c = t.codes[u];
+      uint2 w[2];
+      uint32_t sc[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // group 64u + 32h + lane of the tile
+        const int src = 16 * h + lane / 2;
+        const uint32_t x = __shfl_sync(0xffffffffu, c.x, src);
+        const uint32_t y = __shfl_sync(0xffffffffu, c.y, src);
+        const uint32_t z = __shfl_sync(0xffffffffu, c.z, src);
+        const uint32_t v = __shfl_sync(0xffffffffu, c.w, src);
+        w[h] = (lane & 1) ? make_uint2(z, v) : make_uint2(x, y);
+        const int scale_src = 8 * u + 4 * h + lane / 8;
+        const uint32_t sx = __shfl_sync(0xffffffffu, t.scales.x, scale_src);
+        const uint32_t sy = __shfl_sync(0xffffffffu, t.scales.y, scale_src);
+        sc[h] = (((lane & 4) ? sy : sx) >> (8 * (lane & 3))) & 0xff;
+      }
+      const uint64_t g = uint64_t{tile} * kTileGroups + 64 * u + lane;
+      DecodeGroup(b, hot, g, w[0], sc[0], fp8, outputs8, outputs16);
+      DecodeGroup(b, hot, g + 32, w[1], sc[1], fp8, outputs8, outputs16);
+    }
+  }
+  // The groups after the last whole tile (all of them when the sections are not aligned): each
+  // iteration loads kDecodeUnroll groups' codes and scales before decoding any of them.
   constexpr int kDecodeUnroll = 4;
-  for (uint64_t g0 = threadIdx.x; g0 < groups; g0 += uint64_t{kThreads} * kDecodeUnroll) {
-    uint8_t all_codes[kDecodeUnroll][8];
+  for (uint64_t g0 = uint64_t{tiles} * kTileGroups + threadIdx.x; g0 < groups;
+       g0 += uint64_t{kThreads} * kDecodeUnroll) {
+    uint2 all_codes[kDecodeUnroll];
     uint8_t all_scales[kDecodeUnroll];
 #pragma unroll
     for (int u = 0; u < kDecodeUnroll; ++u) {
       const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
       if (g >= groups) break;
-      all_scales[u] = cold[b.scale_offset + g];
-      const uint8_t* code_ptr = cold + b.data_offset + g * 8;
+      all_scales[u] = scales[g];
+      const uint8_t* code_ptr = data + g * 8;
       if ((reinterpret_cast<uintptr_t>(code_ptr) & 7) == 0) {  // one 8-byte load when aligned
-        const uint2 word = *reinterpret_cast<const uint2*>(code_ptr);
-        memcpy(all_codes[u], &word, 8);
+        all_codes[u] = *reinterpret_cast<const uint2*>(code_ptr);
       } else {
+        uint8_t bytes[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) all_codes[u][j] = code_ptr[j];
+        for (int j = 0; j < 8; ++j) bytes[j] = code_ptr[j];
+        memcpy(&all_codes[u], bytes, 8);
       }
     }
 #pragma unroll
     for (int u = 0; u < kDecodeUnroll; ++u) {
       const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
       if (g >= groups) break;
-      const uint8_t* codes = all_codes[u];
-      uint8_t* row = hot + (g / gpr) * b.row_stride_bytes;
-      uint8_t* out = row + (b.quant_start + (g % gpr) * 16) * b.esize;
-      if (domain == device::kFp8) {
-        const uint8_t* outputs = fp8_outputs[all_scales[u]];
-        uint32_t v[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          v[j / 4] |= uint32_t{outputs[(codes[j / 2] >> ((j & 1) * 4)) & 0xf]} << (8 * (j % 4));
-        }
-        if ((reinterpret_cast<uintptr_t>(out) & 15) == 0) {
-          *reinterpret_cast<uint4*>(out) = make_uint4(v[0], v[1], v[2], v[3]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 16; ++j) out[j] = static_cast<uint8_t>(v[j / 4] >> (8 * (j % 4)));
-        }
-        continue;
-      }
-      const float scale = device::ScaleValue(all_scales[u]);
-      // The 16 possible outputs of the group, in the destination format.
-      uint16_t lut[16];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        const float d = device::Round(domain, __fmul_rn(__fmul_rn(device::E2m1(c), scale), p));
-        uint8_t pos[2] = {0, 0}, neg[2] = {0, 0};
-        StoreElement(pos, b.dtype, d);
-        StoreElement(neg, b.dtype, -d);
-        lut[c] = static_cast<uint16_t>(pos[0] | (pos[1] << 8));
-        lut[c + 8] = static_cast<uint16_t>(neg[0] | (neg[1] << 8));
-      }
-      if (b.esize == 2 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {  // two 16-byte stores
-        uint32_t w[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          w[j] = uint32_t{lut[codes[j] & 0xf]} | (uint32_t{lut[codes[j] >> 4]} << 16);
-        }
-        reinterpret_cast<uint4*>(out)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        reinterpret_cast<uint4*>(out)[1] = make_uint4(w[4], w[5], w[6], w[7]);
-        continue;
-      }
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const uint16_t v = lut[(codes[j / 2] >> ((j & 1) * 4)) & 0xf];
-        out[j * b.esize] = static_cast<uint8_t>(v);
-        if (b.esize == 2) out[j * b.esize + 1] = static_cast<uint8_t>(v >> 8);
-      }
+      DecodeGroup(b, hot, g, all_codes[u], all_scales[u], fp8, outputs8, outputs16);
     }
   }
 }
