@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/codec.h"
@@ -227,6 +228,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
   uint64_t DropParked(const Parked& parked);
   // Releases every parked request of `engine_id` (or, when empty, every expired one).
   uint32_t ReleaseParked(const std::string& engine_id, absl::Time now);
+  // Releases the parked requests `match` selects (their blocks too); returns how many.
+  uint32_t ReleaseParkedWhere(absl::FunctionRef<bool(const Parked&)> match);
   absl::Status DoPark(const Engine& engine, const v1::ParkRequest& req, v1::ParkResponse* resp);
   absl::Status DoResume(const Engine& engine, const v1::ResumeRequest& req,
                         v1::ResumeResponse* resp);

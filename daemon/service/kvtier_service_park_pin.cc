@@ -39,14 +39,12 @@ uint64_t KvTierService::DropParked(const Parked& parked) {
   return freed;
 }
 
-uint32_t KvTierService::ReleaseParked(const std::string& engine_id, absl::Time now) {
+uint32_t KvTierService::ReleaseParkedWhere(absl::FunctionRef<bool(const Parked&)> match) {
   std::vector<Parked> dropped;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = parked_.begin(); it != parked_.end();) {
-      const bool match =
-          engine_id.empty() ? it->second.expires < now : it->second.engine_id == engine_id;
-      if (match) {
+      if (match(it->second)) {
         dropped.push_back(std::move(it->second));
         parked_.erase(it++);
       } else {
@@ -58,21 +56,16 @@ uint32_t KvTierService::ReleaseParked(const std::string& engine_id, absl::Time n
   return static_cast<uint32_t>(dropped.size());
 }
 
+uint32_t KvTierService::ReleaseParked(const std::string& engine_id, absl::Time now) {
+  return ReleaseParkedWhere([&](const Parked& p) {
+    return engine_id.empty() ? p.expires < now : p.engine_id == engine_id;
+  });
+}
+
 uint32_t KvTierService::ReleaseParkedIn(const std::vector<store::NamespaceId>& namespaces) {
-  std::vector<Parked> dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      if (std::find(namespaces.begin(), namespaces.end(), it->second.ns) != namespaces.end()) {
-        dropped.push_back(std::move(it->second));
-        parked_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (const Parked& p : dropped) DropParked(p);
-  return static_cast<uint32_t>(dropped.size());
+  return ReleaseParkedWhere([&](const Parked& p) {
+    return std::find(namespaces.begin(), namespaces.end(), p.ns) != namespaces.end();
+  });
 }
 
 grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
