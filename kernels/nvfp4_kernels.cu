@@ -1,9 +1,12 @@
 // Fused NVFP4 encode and decode kernels (nvfp4 and nvfp4+rope, BF16/FP16/FP8).
-// One CTA per (buffer, page). Encode reads the buffer's quantized part once from GPU memory into
-// shared memory (cp.async, 16-byte copies; buffers of up to kMaxStageBytes whose rows are 16-byte
-// aligned, else it reads GPU memory twice), takes the buffer maximum, then quantizes from shared
-// memory and writes each cold byte once, straight to the block (device memory or mapped pinned
-// host memory); lossless parts are copied byte for byte and the padding zeroed. Decode reads codes
+// One CTA per (buffer, page). Encode has two variants, picked per launch by where the blocks are
+// (cudaPointerGetAttributes). Blocks in device memory: it reads the buffer's quantized part once
+// from GPU memory into shared memory (cp.async, 16-byte copies; buffers of up to kMaxStageBytes
+// whose rows are 16-byte aligned, else it reads GPU memory twice), takes the buffer maximum, then
+// quantizes from shared memory. Blocks in host memory (mapped pinned): no staging, at most 40
+// registers (six CTAs per SM, more stores in flight over PCIe), and the scale bytes written at the
+// end as 16-byte words. Both write each cold byte once, straight to the block, and the same bytes;
+// lossless parts are copied byte for byte and the padding zeroed. Decode reads codes
 // and scales from the block in warp tiles of whole 128-byte lines and writes the hot rows. Headers and checksums are written by the host
 // (nvfp4_gpu_codec.cc).
 //
@@ -189,9 +192,27 @@ __host__ __device__ __forceinline__ uint64_t StageBytes(const GpuBuffer& b) {
   return groups * 16 * b.esize + (b.esize == 2 ? kStagePad : 0);
 }
 
-// Dynamic shared memory the encode kernel needs for a buffer.
-__host__ __device__ __forceinline__ uint32_t SharedBytes(const GpuBuffer& b) {
+// Blocks in mapped host memory: the encode kernel stages nothing (a staged buffer's shared memory
+// costs CTAs per SM, so fewer stores in flight over PCIe; the second read of the hot bytes comes
+// from L2) and, for buffers of up to kMaxGatherScales groups, gathers the scale bytes in shared
+// memory and writes them at the end as whole 16-byte words (a warp's one-byte stores cover only
+// 32 bytes: a short write over PCIe).
+constexpr bool kGatherScales = true;
+// CTAs per SM the host variant is compiled for (at most 40 registers; 4 at its natural 64).
+constexpr int kHostEncodeCtas = 6;
+constexpr uint32_t kMaxGatherScales = 16 * 1024;
+
+__host__ __device__ __forceinline__ bool GatherScales(const GpuBuffer& b) {
+  return kGatherScales && b.rows * (b.quant_len / 16) <= kMaxGatherScales;
+}
+
+// Dynamic shared memory the encode kernel needs for a buffer (to_host: blocks in host memory).
+__host__ __device__ __forceinline__ uint32_t SharedBytes(const GpuBuffer& b, bool to_host) {
   if (!b.quantized || b.quant_len == 0) return 0;
+  if (to_host) {
+    const uint64_t groups = b.rows * (b.quant_len / 16);
+    return kTablesBytes + (GatherScales(b) ? static_cast<uint32_t>((groups + 15) / 16 * 16) : 0);
+  }
   const uint64_t stage = StageBytes(b);
   return kTablesBytes + (stage <= kMaxStageBytes ? static_cast<uint32_t>(stage) : 0);
 }
@@ -229,9 +250,12 @@ __device__ void CopyLossless(const GpuBuffer& b, uint8_t* hot, uint8_t* cold, bo
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
-    EncodeKernel(const __grid_constant__ GpuPlan plan, const uint8_t* hot_base, uint64_t hot_stride,
-                 uint8_t* cold_base, uint64_t cold_stride, int8_t* scale_exp) {
+// kToHost: the blocks are in host memory (mapped pinned, read over PCIe later); else in device
+// memory. Both write the same bytes.
+template <bool kToHost>
+__device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_base,
+                                       uint64_t hot_stride, uint8_t* cold_base,
+                                       uint64_t cold_stride, int8_t* scale_exp) {
   extern __shared__ __align__(16) uint8_t shared[];
   const int bi = blockIdx.x;
   const uint64_t page = blockIdx.y;
@@ -260,7 +284,7 @@ __global__ void __launch_bounds__(kThreads)
   auto* tables16 = reinterpret_cast<Encode16Tables*>(shared);
   uint8_t* stage = shared + kTablesBytes;
   const uint32_t word1_at = groups * 16 + kStagePad;  // 2-byte types: where words 1 start
-  const bool staged = StageBytes(b) <= kMaxStageBytes &&
+  const bool staged = !kToHost && StageBytes(b) <= kMaxStageBytes &&
                       ((reinterpret_cast<uintptr_t>(quant) | b.row_stride_bytes) & 15) == 0;
   if (staged) {
     const uint32_t chunks = groups * esize;
@@ -307,6 +331,27 @@ __global__ void __launch_bounds__(kThreads)
   uint8_t* data = cold + b.data_offset;
   uint8_t* scales = cold + b.scale_offset;
   const bool data_aligned = (reinterpret_cast<uintptr_t>(data) & 7) == 0;
+  // Host blocks: the scale bytes gathered in shared memory (after the tables), written by flush.
+  uint8_t* gathered = kToHost && GatherScales(b) ? shared + kTablesBytes : nullptr;
+  auto flush = [&]() {
+    if (gathered == nullptr) return;
+    __syncthreads();
+    const uint32_t head =
+        (16u - static_cast<uint32_t>(reinterpret_cast<uintptr_t>(scales) & 15)) & 15u;
+    const uint32_t lead = head < groups ? head : groups;
+    const uint32_t words = (groups - lead) / 16;
+    for (uint32_t i = threadIdx.x; i < lead; i += kThreads) scales[i] = gathered[i];
+    for (uint32_t i = threadIdx.x; i < words; i += kThreads) {
+      const uint8_t* from = gathered + lead + i * 16;
+      uint32_t v[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int j = 0; j < 16; ++j) v[j / 4] |= uint32_t{from[j]} << (8 * (j % 4));
+      reinterpret_cast<uint4*>(scales + lead)[i] = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    for (uint32_t i = lead + words * 16 + threadIdx.x; i < groups; i += kThreads) {
+      scales[i] = gathered[i];
+    }
+  };
   auto store = [&](uint32_t g, uint32_t lo, uint32_t hi, int s) {
     uint8_t* out = data + uint64_t{g} * 8;
     if (data_aligned) {  // one 8-byte store (PCIe-friendly)
@@ -318,7 +363,11 @@ __global__ void __launch_bounds__(kThreads)
         out[4 + j] = static_cast<uint8_t>(hi >> (8 * j));
       }
     }
-    scales[g] = static_cast<uint8_t>(s);
+    if (gathered != nullptr) {
+      gathered[g] = static_cast<uint8_t>(s);
+    } else {
+      scales[g] = static_cast<uint8_t>(s);
+    }
   };
   if (fp8) {
     if (threadIdx.x <= device::kMaxScaleCode) {
@@ -350,6 +399,7 @@ __global__ void __launch_bounds__(kThreads)
       store(g, PackCodes(EncodeFp8Word(w[0].x, at_least), EncodeFp8Word(w[0].y, at_least)),
             PackCodes(EncodeFp8Word(w[0].z, at_least), EncodeFp8Word(w[0].w, at_least)), s);
     }
+    flush();
     return;
   }
   BuildEncode16Tables(domain, p, tables16);
@@ -369,6 +419,21 @@ __global__ void __launch_bounds__(kThreads)
     }
     store(g, packed[0], packed[1], s);
   }
+  flush();
+}
+
+__global__ void __launch_bounds__(kThreads)
+    EncodeToDeviceKernel(const __grid_constant__ GpuPlan plan, const uint8_t* hot_base,
+                         uint64_t hot_stride, uint8_t* cold_base, uint64_t cold_stride,
+                         int8_t* scale_exp) {
+  Encode<false>(plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
+}
+
+__global__ void __launch_bounds__(kThreads, kHostEncodeCtas)
+    EncodeToHostKernel(const __grid_constant__ GpuPlan plan, const uint8_t* hot_base,
+                       uint64_t hot_stride, uint8_t* cold_base, uint64_t cold_stride,
+                       int8_t* scale_exp) {
+  Encode<true>(plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
 }
 
 // The hot bytes of group g of a quantized buffer from its 8 code bytes (element 2j in the low
@@ -548,18 +613,28 @@ int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot
                       uint8_t* cold_base, uint64_t cold_stride, int pages, int8_t* scale_exp,
                       void* stream) {
   if (pages <= 0 || plan.buffer_count <= 0) return 0;
+  // Where the blocks are: device (or managed) memory, or host memory (mapped pinned, or any other
+  // host address the GPU can write).
+  cudaPointerAttributes attributes{};
+  bool to_host = true;
+  if (cudaPointerGetAttributes(&attributes, cold_base) == cudaSuccess) {
+    to_host = attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged;
+  } else {
+    (void)cudaGetLastError();  // not a CUDA address: clear the error, treat it as host memory
+  }
   uint32_t shared_bytes = 0;
   for (int i = 0; i < plan.buffer_count; ++i) {
-    const uint32_t bytes = SharedBytes(plan.buffers[i]);
+    const uint32_t bytes = SharedBytes(plan.buffers[i], to_host);
     shared_bytes = bytes > shared_bytes ? bytes : shared_bytes;
   }
+  auto* kernel = to_host ? EncodeToHostKernel : EncodeToDeviceKernel;
   if (shared_bytes > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(
-        EncodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
     if (err != cudaSuccess) return static_cast<int>(err);
   }
   const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages));
-  EncodeKernel<<<grid, kThreads, shared_bytes, static_cast<cudaStream_t>(stream)>>>(
+  kernel<<<grid, kThreads, shared_bytes, static_cast<cudaStream_t>(stream)>>>(
       plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
   return static_cast<int>(cudaGetLastError());
 }

@@ -194,6 +194,35 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
     }
   }
 
+  // GPU encode into device memory at `base` (the kernels pick their variant by where the blocks
+  // are): the same bytes.
+  uint8_t* cold_dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&cold_dev, block_bytes * kPages + 64), cudaSuccess);
+  ASSERT_EQ(cudaMemset(cold_dev, 0xCD, block_bytes * kPages + 64), cudaSuccess);
+  ASSERT_EQ(cudaMemset(exps, 0x7F, c.layout.buffers.size() * kPages), cudaSuccess);
+  ASSERT_TRUE(
+      (*gpu)
+          ->EncodePayloads(hot, page_bytes, cold_dev + base, block_bytes, kPages, exps, nullptr)
+          .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> dev_blocks(block_bytes * kPages + 64);
+  ASSERT_EQ(cudaMemcpy(dev_blocks.data(), cold_dev, dev_blocks.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  if (base > 0) {
+    EXPECT_EQ(dev_blocks[base - 1], 0xCD) << "device: wrote before the first block";
+  }
+  EXPECT_EQ(dev_blocks[base + block_bytes * kPages], 0xCD) << "device: wrote after the last block";
+  for (int p = 0; p < kPages; ++p) {
+    auto block = absl::MakeSpan(dev_blocks.data() + base + p * block_bytes, block_bytes);
+    (*gpu)->SealBlock(
+        block, absl::MakeConstSpan(exps + p * c.layout.buffers.size(), c.layout.buffers.size()));
+    const uint8_t* want = cpu_blocks.data() + p * block_bytes;
+    for (uint64_t i = 0; i < block_bytes; ++i) {
+      ASSERT_EQ(block[i], want[i]) << "device: page " << p << " block byte " << i;
+    }
+  }
+  cudaFree(cold_dev);
+
   // GPU decode of the CPU's blocks into poisoned device pages.
   uint8_t* blocks_dev = nullptr;
   ASSERT_EQ(cudaMalloc(&blocks_dev, cpu_blocks.size()), cudaSuccess);
