@@ -90,6 +90,10 @@ def generate_stubs(proto_root, out_dir):
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"protoc failed ({run.returncode}): {' '.join(cmd)}\n{run.stderr}")
+    # Regular packages, first on the path: a namespace package would lose to an installed `kvtier`
+    # module (the libkvtier Python module) anywhere on sys.path.
+    for package in ("kvtier", os.path.join("kvtier", "v1")):
+        open(os.path.join(out_dir, package, "__init__.py"), "a").close()
     sys.path.insert(0, out_dir)
     common = importlib.import_module("kvtier.v1.common_pb2")
     layout = importlib.import_module("kvtier.v1.layout_pb2")
