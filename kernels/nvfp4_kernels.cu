@@ -7,8 +7,8 @@
 // registers (six CTAs per SM, more stores in flight over PCIe), and the scale bytes written at the
 // end as 16-byte words. Both write each cold byte once, straight to the block, and the same bytes;
 // lossless parts are copied byte for byte and the padding zeroed. Decode reads codes
-// and scales from the block in warp tiles of whole 128-byte lines and writes the hot rows. Headers and checksums are written by the host
-// (nvfp4_gpu_codec.cc).
+// and scales from the block in warp tiles of whole 128-byte lines and writes the hot rows. Headers
+// and checksums are written by the host (nvfp4_gpu_codec.cc).
 //
 // FP8 groups would take the general scale search of nvfp4_device.cuh (the decoded FP8 grid is
 // rounded) for every group. Their inputs have only 127 magnitudes, so each CTA instead evaluates

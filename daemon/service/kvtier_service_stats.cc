@@ -1,0 +1,165 @@
+// KvTierService: Stats (per-tier figures, namespaces, engines) and the traffic totals /metrics
+// reads.
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "daemon/service/kvtier_service.h"
+#include "daemon/service/proto_convert.h"
+#include "kvtier/v1/namespace.pb.h"
+
+namespace kvtier::service {
+
+KvTierService::Traffic KvTierService::traffic() const {
+  Traffic t;
+  t.hot_bytes_offloaded = hot_bytes_offloaded_;
+  t.cold_bytes_offloaded = cold_bytes_offloaded_;
+  t.hot_bytes_onboarded = hot_bytes_onboarded_;
+  t.cold_bytes_onboarded = cold_bytes_onboarded_;
+  t.dropped_offloads = dropped_offloads_;
+  absl::MutexLock lock(&mu_);
+  t.parked_requests = parked_.size();
+  return t;
+}
+
+grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
+                                               const v1::StatsRequest* req,
+                                               v1::StatsResponse* resp) {
+  absl::StatusOr<std::string> caller = Caller(ctx);
+  if (!caller.ok()) return FinishWith(ctx, caller.status());
+  // With authentication on, a tenant sees its own engines and namespaces (tiers are shared).
+  const bool filtered = options_.auth != nullptr && !options_.auth->IsAdmin(*caller);
+  const store::StoreStats stats = store_->Stats();
+  resp->set_incarnation_id(incarnation_);
+  const absl::Time now = absl::Now();
+  SetTime(now, resp->mutable_collected_at());
+  SetDuration(now - started_, resp->mutable_uptime());
+  constexpr index::Tier kTiers[] = {index::Tier::kGpu, index::Tier::kHost, index::Tier::kDisk};
+  for (index::Tier t : kTiers) {
+    const store::TierStats& ts = stats.tiers[static_cast<int>(t)];
+    if (ts.capacity_bytes == 0) continue;
+    v1::TierStats* out = resp->add_tiers();
+    out->set_tier(TierToProto(t));
+    out->set_capacity_bytes(ts.capacity_bytes);
+    out->set_used_bytes(ts.used_bytes);
+    out->set_blocks(ts.blocks);
+    out->set_hits(ts.hits);
+    out->set_bytes_in(ts.bytes_in);
+    out->set_bytes_out(ts.bytes_out);
+    uint64_t evicted = 0;
+    switch (t) {
+      case index::Tier::kGpu:
+        evicted = stats.evictions_gpu_to_host + stats.evictions_gpu_dropped;
+        break;
+      case index::Tier::kHost:
+        evicted = stats.evictions_host_to_disk + stats.evictions_host_dropped +
+                  stats.evictions_host_copy_freed;
+        break;
+      case index::Tier::kDisk:
+        evicted = stats.evictions_disk_dropped;
+        break;
+    }
+    out->set_evicted_blocks(evicted);
+    if (t == index::Tier::kDisk) {
+      out->set_checksum_failures(stats.checksum_failures);
+      out->set_misses(stats.misses);  // a miss is a miss of the last tier
+    }
+    if (t == index::Tier::kHost) out->set_pinned_blocks(stats.pinned_blocks);
+  }
+  resp->set_hot_bytes_offloaded(hot_bytes_offloaded_);
+  resp->set_cold_bytes_offloaded(cold_bytes_offloaded_);
+  resp->set_hot_bytes_onboarded(hot_bytes_onboarded_);
+  resp->set_cold_bytes_onboarded(cold_bytes_onboarded_);
+  resp->set_dropped_offloads(dropped_offloads_);
+  resp->set_draining(draining_);
+  {
+    absl::MutexLock lock(&mu_);
+    resp->set_parked_requests(parked_.size());
+  }
+  absl::flat_hash_map<uint64_t, uint32_t> engines_per_ns;
+  absl::flat_hash_map<uint64_t, uint64_t> parked_per_ns;
+  absl::flat_hash_map<std::string, uint64_t> parked_per_engine, pins_per_engine;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, parked] : parked_) {
+      ++parked_per_ns[parked.ns];
+      ++parked_per_engine[parked.engine_id];
+    }
+    if (req->include_engines()) {
+      for (const auto& [key, pin] : pins_) ++pins_per_engine[key.first];
+    }
+    resp->set_registered_engines(static_cast<uint32_t>(engines_.size()));
+    for (const auto& [id, engine] : engines_) {
+      ++engines_per_ns[engine->ns];
+      if (!req->include_engines() || (filtered && engine->tenant != *caller)) continue;
+      v1::EngineInfo* info = resp->add_engines();
+      info->set_engine_id(engine->id);
+      info->set_engine_name(engine->name);
+      info->set_namespace_id(engine->ns);
+      SetTime(engine->registered, info->mutable_registered_at());
+      SetTime(engine->expires, info->mutable_lease_expires_at());
+      info->set_pools(static_cast<uint32_t>(engine->pools.size()) +
+                      (engine->device_pool != nullptr ? 1 : 0));
+      info->set_peer(engine->peer);
+      auto parked = parked_per_engine.find(engine->id);
+      info->set_parked_requests(parked == parked_per_engine.end() ? 0 : parked->second);
+      auto pins = pins_per_engine.find(engine->id);
+      info->set_pinned_blocks(pins == pins_per_engine.end() ? 0 : pins->second);
+    }
+  }
+  if (req->include_namespaces()) {
+    const v1::NamespaceSelector& selector = req->namespaces();
+    if (selector.selector_case() == v1::NamespaceSelector::kAll && !selector.all()) {
+      return FinishWith(ctx, absl::InvalidArgumentError(
+                                 "namespaces.all must be true when set (or leave it unset)"));
+    }
+    const v1::NamespaceMatch& match = selector.match();  // empty unless the selector is a match
+    for (const auto& [id, record] : store_->Namespaces()) {
+      v1::Namespace described;
+      if (!described.ParseFromString(record.first)) continue;
+      if (filtered && described.tenant() != *caller) continue;
+      if (selector.selector_case() == v1::NamespaceSelector::kNamespaceId &&
+          id != selector.namespace_id()) {
+        continue;
+      }
+      if ((!match.tenant().empty() && match.tenant() != described.tenant()) ||
+          (!match.model().empty() && match.model() != described.model()) ||
+          (!match.partition().empty() && match.partition() != described.partition())) {
+        continue;
+      }
+      v1::NamespaceStats* ns = resp->add_namespaces();
+      ns->set_namespace_id(id);
+      *ns->mutable_ns() = described;
+      ns->set_quota_bytes(record.second);
+      ns->set_hash_root(NamespaceHashRoot(
+          id, options_.auth != nullptr ? options_.hash_root_key + described.tenant() : ""));
+      auto it = engines_per_ns.find(id);
+      ns->set_engines(it == engines_per_ns.end() ? 0 : it->second);
+      auto parked = parked_per_ns.find(id);
+      ns->set_parked_requests(parked == parked_per_ns.end() ? 0 : parked->second);
+      const store::BlockStore::NamespaceUsage usage = store_->UsageOf(id);
+      for (index::Tier t : kTiers) {
+        if (stats.tiers[static_cast<int>(t)].capacity_bytes == 0) continue;
+        v1::TierUsage* tier = ns->add_tiers();
+        tier->set_tier(TierToProto(t));
+        tier->set_blocks(usage.blocks[static_cast<int>(t)]);
+        tier->set_used_bytes(usage.bytes[static_cast<int>(t)]);
+      }
+      ns->set_hits(usage.hits);
+      ns->set_misses(usage.misses);
+      if (usage.last_access_ms != 0) {
+        SetTime(absl::FromUnixMillis(static_cast<int64_t>(usage.last_access_ms)),
+                ns->mutable_last_access());
+      }
+    }
+    if (selector.selector_case() == v1::NamespaceSelector::kNamespaceId &&
+        resp->namespaces().empty()) {
+      // Another tenant's namespace looks unknown.
+      return FinishWith(ctx, absl::NotFoundError(absl::StrFormat("namespace %016x is unknown",
+                                                                 selector.namespace_id())));
+    }
+  }
+  return FinishWith(ctx, absl::OkStatus());
+}
+
+}  // namespace kvtier::service
