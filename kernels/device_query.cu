@@ -61,6 +61,25 @@ int RecordEvent(void* event, void* stream) {
       cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
 }
 
+int WaitEvent(void* stream, void* event) {
+  return static_cast<int>(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+}
+
+int CurrentDevice(int* ordinal) { return static_cast<int>(cudaGetDevice(ordinal)); }
+
+int InDeviceMemory(const void* ptr, int* device_memory) {
+  cudaPointerAttributes attributes{};
+  *device_memory = 0;
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();  // not a CUDA address: host memory
+    return 0;
+  }
+  *device_memory =
+      attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+  return 0;
+}
+
 int SynchronizeEvent(void* event) {
   return static_cast<int>(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }

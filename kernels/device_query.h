@@ -41,6 +41,12 @@ int DestroyStream(void* stream);
 int CreateEvent(void** event);
 // cudaEventRecord(event, stream).
 int RecordEvent(void* event, void* stream);
+// cudaStreamWaitEvent(stream, event): later work on `stream` waits for the event's last record.
+int WaitEvent(void* stream, void* event);
+// cudaGetDevice.
+int CurrentDevice(int* ordinal);
+// *device_memory = 1 when `ptr` is device (or managed) memory, 0 for host memory of any kind.
+int InDeviceMemory(const void* ptr, int* device_memory);
 // cudaEventSynchronize.
 int SynchronizeEvent(void* event);
 // cudaEventDestroy.

@@ -240,6 +240,73 @@ __device__ __forceinline__ uint8_t EncodeValue(const float* threshold, float x) 
   return static_cast<uint8_t>(c | (negative ? 8 : 0));
 }
 
+// True where MakeThresholds takes its exact-grid form (FORMAT.md §5.4 "exact grid") for a
+// BF16 or FP16 pass: every d_m = E[m]·S·P and midpoint M[m]·S·P exact and normal.
+__device__ __forceinline__ bool GridIsExact(int d, int s, float p) {
+  const float scale = ScaleValue(s);
+  const float lo = __fmul_rn(__fmul_rn(0.5f, scale), p);
+  const float hi = __fmul_rn(__fmul_rn(6.0f, scale), p);
+  return s != 0 && lo >= (d == kFp16 ? 0x1p-14f : 0x1p-126f) &&
+         hi <= (d == kFp16 ? 65504.0f : 0x1.FEp127f);
+}
+
+// The E2M1 conversion of Blackwell's "a" / "f" targets: cvt.rn.satfinite.e2m1x2.f32 rounds to the
+// nearest E2M1 value, ties to the even code, saturating at 6; `hi` goes to the upper nibble.
+#if defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL) || \
+    defined(__CUDA_ARCH_FEAT_SM110_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || \
+    defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FAMILY_SPECIFIC__)
+#define KVTIER_HW_E2M1 1
+#else
+#define KVTIER_HW_E2M1 0
+#endif
+
+// Magnitude codes of two non-negative, non-NaN values (lo in the low nibble): the hardware
+// conversion where the target has it, else the same rounding in software (RN-even on the grid
+// {0, 0.5, 1, 1.5, 2, 3, 4, 6}: a tie goes to the even code, which is the upper neighbour at
+// 0.75, 1.75, 3.5 and the lower one at 0.25, 1.25, 2.5, 5).
+__device__ __forceinline__ uint32_t E2m1x2(float lo, float hi) {
+#if KVTIER_HW_E2M1
+  uint32_t out;
+  asm("{\n.reg .b8 b;\ncvt.rn.satfinite.e2m1x2.f32 b, %1, %2;\ncvt.u32.u8 %0, b;\n}"
+      : "=r"(out)
+      : "f"(hi), "f"(lo));
+  return out & 0xffu;
+#else
+  auto one = [](float v) {
+    return static_cast<uint32_t>((v > 0.25f) + (v >= 0.75f) + (v > 1.25f) + (v >= 1.75f) +
+                                 (v > 2.5f) + (v >= 3.5f) + (v > 5.0f));
+  };
+  return one(lo) | (one(hi) << 4);
+#endif
+}
+
+// The codes of a BF16 or FP16 group (element 2j in the low nibble of byte j; two words) whose
+// scale has an exact grid (GridIsExact), by conversion instead of thresholds: y = fl(|x| / (S·P))
+// correctly rounded, then E2m1x2. The same codes as EncodeValue with MakeThresholds: S·P is exact
+// and a midpoint M·S·P has at most 7 significant bits, a BF16 or FP16 value at most 11, so a
+// value that is not exactly on a midpoint differs from it by more than 2^-12 of it and its
+// rounded quotient stays on the same side; one exactly on it gives the midpoint exactly, and the
+// tie rule of the conversion is the threshold rule's. NaN encodes as +0, infinities saturate to
+// code 7, negative non-NaN values (-0 too) get bit 3. Not valid for binary32 inputs (nvfp4x2).
+__device__ __forceinline__ void EncodeGroupByConversion(const float* x, float scale, float p,
+                                                        uint32_t* packed) {
+  const float sp = __fmul_rn(scale, p);
+  packed[0] = packed[1] = 0;
+#pragma unroll
+  for (int j = 0; j < 16; j += 2) {
+    float y[2];
+    uint32_t sign = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t bits = __float_as_uint(x[j + h]);
+      const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+      y[h] = nan ? 0.0f : __fdiv_rn(__uint_as_float(bits & 0x7fffffffu), sp);
+      sign |= ((bits >> 31) && !nan) ? 8u << (4 * h) : 0u;
+    }
+    packed[j / 8] |= (E2m1x2(y[0], y[1]) | sign) << (4 * (j % 8));
+  }
+}
+
 }  // namespace kvtier::kernels::device
 
 #endif  // KVTIER_KERNELS_NVFP4_DEVICE_CUH_

@@ -2,6 +2,8 @@
 // table, launches, and seals blocks on the host (header and CRC32C).
 #include "kernels/nvfp4_gpu_codec.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "codec/crc32c.h"
 #include "kernels/nvfp4_launch.h"
@@ -12,6 +14,41 @@
 
 namespace kvtier::kernels {
 
+// A device's staging ring for HostRead::kStaged.
+struct GpuNvfp4Codec::Staging {
+  int device = -1;
+  uint64_t slot_bytes = 0;
+  void* copy_stream = nullptr;
+  void* start = nullptr;
+  uint8_t* slots[kSlots] = {};
+  void* copied[kSlots] = {};
+  void* consumed[kSlots] = {};
+#if KVTIER_WITH_CUDA
+  ~Staging() {
+    for (int i = 0; i < kSlots; ++i) {
+      if (slots[i] != nullptr) internal::FreeDevice(slots[i]);
+      if (copied[i] != nullptr) internal::DestroyEvent(copied[i]);
+      if (consumed[i] != nullptr) internal::DestroyEvent(consumed[i]);
+    }
+    if (start != nullptr) internal::DestroyEvent(start);
+    if (copy_stream != nullptr) internal::DestroyStream(copy_stream);
+  }
+  // On the current device; returns a cudaError_t value.
+  int Init(int ordinal, uint64_t bytes) {
+    device = ordinal;
+    slot_bytes = bytes;
+    int err = internal::CreateStream(&copy_stream);
+    if (err == 0) err = internal::CreateEvent(&start);
+    for (int i = 0; i < kSlots && err == 0; ++i) {
+      err = internal::MallocDevice(reinterpret_cast<void**>(&slots[i]), bytes);
+      if (err == 0) err = internal::CreateEvent(&copied[i]);
+      if (err == 0) err = internal::CreateEvent(&consumed[i]);
+    }
+    return err;
+  }
+#endif
+};
+
 GpuNvfp4Codec::GpuNvfp4Codec(codec::BlockPlan plan, std::unique_ptr<internal::GpuPlan> gpu_plan)
     : plan_(std::move(plan)), gpu_plan_(std::move(gpu_plan)) {}
 GpuNvfp4Codec::~GpuNvfp4Codec() = default;
@@ -21,9 +58,10 @@ absl::StatusOr<std::unique_ptr<GpuNvfp4Codec>> GpuNvfp4Codec::Create(const codec
   (void)plan;
   return absl::UnimplementedError("kvtier was built without CUDA (KVTIER_CUDA=OFF or no nvcc)");
 #else
-  if (plan.spec.codec != codec::CodecId::kNvfp4) {
-    return absl::UnimplementedError(
-        absl::StrCat("the GPU kernels do not implement codec ", plan.spec.ToString(), " yet"));
+  if (plan.spec.codec != codec::CodecId::kNvfp4 && plan.spec.codec != codec::CodecId::kNvfp4x2) {
+    return absl::UnimplementedError(absl::StrCat("the fused NVFP4 kernels do not take codec ",
+                                                 plan.spec.ToString(),
+                                                 " (kernels::BatchedCopier copies raw pages)"));
   }
   if (plan.buffers.size() > internal::kMaxGpuBuffers) {
     return absl::UnimplementedError(absl::StrCat("layouts of more than ", internal::kMaxGpuBuffers,
@@ -31,6 +69,8 @@ absl::StatusOr<std::unique_ptr<GpuNvfp4Codec>> GpuNvfp4Codec::Create(const codec
   }
   auto gpu = std::make_unique<internal::GpuPlan>();
   gpu->buffer_count = static_cast<int>(plan.buffers.size());
+  gpu->target_ctas = 0;
+  gpu->exps_per_page = gpu->buffer_count * (plan.spec.codec == codec::CodecId::kNvfp4x2 ? 2 : 1);
   uint64_t hot_offset = 0;
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     const codec::BufferSpec& b = plan.layout.buffers[i];
@@ -53,7 +93,7 @@ absl::StatusOr<std::unique_ptr<GpuNvfp4Codec>> GpuNvfp4Codec::Create(const codec
     g.dtype = static_cast<uint8_t>(b.dtype);
     g.esize = static_cast<uint8_t>(esize);
     g.quantized = bp.encoding != codec::BufferEncoding::kLossless;
-    g.pad = 0;
+    g.passes = static_cast<uint8_t>(bp.passes);
     hot_offset += bp.rows * g.row_stride_bytes;
   }
   auto add_zero = [&](uint64_t offset, uint64_t bytes) {
@@ -96,8 +136,21 @@ absl::Status GpuNvfp4Codec::EncodePayloads(const void* hot_base, uint64_t hot_st
 }
 
 absl::Status GpuNvfp4Codec::Decode(const void* cold_base, uint64_t cold_stride, void* hot_base,
-                                   uint64_t hot_stride, int pages, void* stream) const {
+                                   uint64_t hot_stride, int pages, void* stream,
+                                   HostRead host_read) const {
 #if KVTIER_WITH_CUDA
+  if (host_read != HostRead::kDirect && pages > 1 && cold_stride >= plan_.block_bytes) {
+    int device_memory = 0, capturing = 0;
+    internal::InDeviceMemory(cold_base, &device_memory);
+    internal::StreamCapturing(stream, &capturing);
+    const uint64_t slice_pages =
+        std::max<uint64_t>(1, SliceBytes(uint64_t(pages) * cold_stride) / cold_stride);
+    if (!device_memory && !capturing &&
+        (host_read == HostRead::kStaged || uint64_t(pages) >= kStagedMinSlices * slice_pages)) {
+      return DecodeStaged(static_cast<const uint8_t*>(cold_base), cold_stride,
+                          static_cast<uint8_t*>(hot_base), hot_stride, pages, stream);
+    }
+  }
   const int err =
       internal::LaunchNvfp4Decode(*gpu_plan_, static_cast<const uint8_t*>(cold_base), cold_stride,
                                   static_cast<uint8_t*>(hot_base), hot_stride, pages, stream);
@@ -107,16 +160,111 @@ absl::Status GpuNvfp4Codec::Decode(const void* cold_base, uint64_t cold_stride, 
   }
   return absl::OkStatus();
 #else
+  (void)cold_base, (void)cold_stride, (void)hot_base, (void)hot_stride, (void)pages, (void)stream,
+      (void)host_read;
+  return absl::UnimplementedError("kvtier was built without CUDA");
+#endif
+}
+
+// Slice i: the copy stream waits until slice i - kSlots has been decoded out of its slot, copies
+// the slice's blocks into the slot and records `copied`; `stream` waits for that, decodes, and
+// records `consumed`. `stream` has waited for every copy when the call returns.
+absl::Status GpuNvfp4Codec::DecodeStaged(const uint8_t* cold_base, uint64_t cold_stride,
+                                         uint8_t* hot_base, uint64_t hot_stride, int pages,
+                                         void* stream) const {
+#if KVTIER_WITH_CUDA
+  auto failed = [&](const char* what, int err) {
+    return absl::InternalError(absl::StrCat("staged nvfp4 decode (", pages, " pages): ", what, ": ",
+                                            internal::ErrorString(err)));
+  };
+  int device = 0;
+  if (int err = internal::CurrentDevice(&device); err != 0) return failed("cudaGetDevice", err);
+  const uint64_t slice_pages =
+      std::max<uint64_t>(1, SliceBytes(uint64_t(pages) * cold_stride) / cold_stride);
+  const uint64_t slot_bytes = (slice_pages - 1) * cold_stride + plan_.block_bytes;
+  absl::MutexLock lock(&staging_mu_);
+  Staging* ring = nullptr;
+  for (auto& r : staging_) {
+    if (r->device == device) ring = r.get();
+  }
+  if (ring != nullptr && ring->slot_bytes < slot_bytes) {  // a larger stride than before
+    if (int err = internal::SynchronizeStream(ring->copy_stream); err != 0) {
+      return failed("cudaStreamSynchronize", err);
+    }
+    for (auto& r : staging_) {
+      if (r.get() == ring) r.reset();  // frees after the work that used it (cudaFree syncs)
+    }
+    std::erase(staging_, nullptr);
+    ring = nullptr;
+  }
+  if (ring == nullptr) {
+    // Room for the large slices too, so that batches of both kinds share one ring.
+    const uint64_t large_pages = std::max<uint64_t>(1, kLargeSliceBytes / cold_stride);
+    const uint64_t bytes =
+        std::max(slot_bytes, (large_pages - 1) * cold_stride + plan_.block_bytes);
+    auto fresh = std::make_unique<Staging>();
+    if (int err = fresh->Init(device, bytes); err != 0) return failed("staging ring", err);
+    ring = fresh.get();
+    staging_.push_back(std::move(fresh));
+  }
+  if (int err = internal::RecordEvent(ring->start, stream); err != 0) {
+    return failed("cudaEventRecord", err);
+  }
+  if (int err = internal::WaitEvent(ring->copy_stream, ring->start); err != 0) {
+    return failed("cudaStreamWaitEvent", err);
+  }
+  for (uint64_t first = 0, i = 0; first < uint64_t(pages); first += slice_pages, ++i) {
+    const int slot = static_cast<int>(i % kSlots);
+    const uint64_t n = std::min<uint64_t>(slice_pages, pages - first);
+    int err = internal::WaitEvent(ring->copy_stream, ring->consumed[slot]);
+    if (err == 0) {
+      err = internal::CopyAsync(ring->slots[slot], cold_base + first * cold_stride,
+                                (n - 1) * cold_stride + plan_.block_bytes, ring->copy_stream);
+    }
+    if (err == 0) err = internal::RecordEvent(ring->copied[slot], ring->copy_stream);
+    if (err == 0) err = internal::WaitEvent(stream, ring->copied[slot]);
+    if (err == 0) {
+      err = internal::LaunchNvfp4Decode(*gpu_plan_, ring->slots[slot], cold_stride,
+                                        hot_base + first * hot_stride, hot_stride,
+                                        static_cast<int>(n), stream);
+    }
+    if (err == 0) err = internal::RecordEvent(ring->consumed[slot], stream);
+    if (err != 0) {
+      // `stream` waits for the copies enqueued so far, so the caller's buffers stay in use until
+      // its work drains; the pages of this call are not all written.
+      internal::WaitEvent(stream, ring->copied[slot]);
+      return failed("slice", err);
+    }
+  }
+  return absl::OkStatus();
+#else
   (void)cold_base, (void)cold_stride, (void)hot_base, (void)hot_stride, (void)pages, (void)stream;
   return absl::UnimplementedError("kvtier was built without CUDA");
 #endif
 }
 
+uint64_t GpuNvfp4Codec::SliceBytes(uint64_t batch_bytes) const {
+  if (slice_bytes_ != 0) return slice_bytes_;
+  return batch_bytes >= kLargeBatchBytes ? kLargeSliceBytes : kSliceBytes;
+}
+
+void GpuNvfp4Codec::set_target_ctas(int ctas) {
+  if (gpu_plan_ != nullptr) gpu_plan_->target_ctas = ctas;
+}
+
+int GpuNvfp4Codec::exponents_per_page() const {
+  return gpu_plan_ == nullptr ? 0 : gpu_plan_->exps_per_page;
+}
+
 void GpuNvfp4Codec::SealBlock(absl::Span<uint8_t> block,
                               absl::Span<const int8_t> scale_exps) const {
   codec::ColdBlockHeader h = codec::PlanHeader(plan_);
-  for (size_t i = 0; i < h.buffers.size() && i < scale_exps.size(); ++i) {
+  const size_t n = h.buffers.size();
+  for (size_t i = 0; i < n && i < scale_exps.size(); ++i) {
     h.buffers[i].scale_exp = scale_exps[i];
+    if (plan_.buffers[i].passes == 2 && n + i < scale_exps.size()) {
+      h.buffers[i].residual_scale_exp = scale_exps[n + i];
+    }
   }
   h.payload_crc32c = codec::Crc32c(block.data() + h.header_bytes, block.size() - h.header_bytes);
   codec::WriteColdBlockHeader(h, block);

@@ -1,5 +1,7 @@
-// Fused NVFP4 encode and decode kernels (nvfp4 and nvfp4+rope, BF16/FP16/FP8).
-// One CTA per (buffer, page). Encode has two variants, picked per launch by where the blocks are
+// Fused NVFP4 encode and decode kernels (nvfp4, nvfp4+rope and nvfp4x2; BF16/FP16/FP8).
+// One CTA per (buffer, page), or several for small batches (ChunksFor: each takes a share of the
+// buffer's groups; encode CTAs each read the whole buffer for its maximum, from L2; the staging
+// below is then off). Encode has two variants, picked per launch by where the blocks are
 // (cudaPointerGetAttributes). Blocks in device memory: it reads the buffer's quantized part once
 // from GPU memory into shared memory (cp.async, 16-byte copies; buffers of up to kMaxStageBytes
 // whose rows are 16-byte aligned, else it reads GPU memory twice), takes the buffer maximum, then
@@ -111,6 +113,7 @@ struct Encode16Tables {
   float threshold[device::kMaxScaleCode + 1][7];
   float boundary[device::kMaxScaleCode];
   uint8_t exact[device::kMaxScaleCode + 1];
+  uint8_t grid_exact[device::kMaxScaleCode + 1];  // device::GridIsExact (the conversion path)
 };
 constexpr uint32_t kTablesBytes =
     ((sizeof(Fp8EncodeTables) > sizeof(Encode16Tables) ? sizeof(Fp8EncodeTables)
@@ -127,6 +130,7 @@ __device__ void BuildEncode16Tables(int d, float p, Encode16Tables* t) {
   const float hi = __fmul_rn(__fmul_rn(6.0f, device::ScaleValue(c + 1 < 0x7e ? c + 1 : 0x7e)), p);
   t->exact[c] = lo >= (d == device::kBf16 ? 0x1p-126f : 0x1p-14f) &&
                 hi <= (d == device::kBf16 ? 0x1.FEp127f : 65504.0f);
+  t->grid_exact[c] = device::GridIsExact(d, c, p);
 }
 
 // device::ChooseScaleCode for BF16/FP16 with the CTA's tables (same steps, same result).
@@ -217,13 +221,19 @@ __host__ __device__ __forceinline__ uint32_t SharedBytes(const GpuBuffer& b, boo
   return kTablesBytes + (stage <= kMaxStageBytes ? static_cast<uint32_t>(stage) : 0);
 }
 
+// A buffer's CTAs: blockIdx.z of gridDim.z (chunks of its groups, for small batches).
+__device__ __forceinline__ uint32_t Chunk() { return blockIdx.z; }
+__device__ __forceinline__ uint32_t Chunks() { return gridDim.z; }
+
 // Lossless bytes of a buffer: whole rows of a lossless buffer, or the [prefix][suffix] bytes of
-// each row of a quantized one; `to_cold` picks the direction.
+// each row of a quantized one; `to_cold` picks the direction. The buffer's CTAs share the bytes.
 __device__ void CopyLossless(const GpuBuffer& b, uint8_t* hot, uint8_t* cold, bool to_cold) {
   const uint64_t row_bytes = uint64_t{b.head_dim} * b.esize;
+  const uint64_t first = uint64_t{Chunk()} * kThreads + threadIdx.x;
+  const uint64_t step = uint64_t{kThreads} * Chunks();
   if (!b.quantized) {
     const uint64_t total = b.rows * row_bytes;
-    for (uint64_t i = threadIdx.x; i < total; i += kThreads) {
+    for (uint64_t i = first; i < total; i += step) {
       uint8_t* h = hot + (i / row_bytes) * b.row_stride_bytes + i % row_bytes;
       uint8_t* c = cold + b.whole_offset + i;
       if (to_cold)
@@ -238,7 +248,7 @@ __device__ void CopyLossless(const GpuBuffer& b, uint8_t* hot, uint8_t* cold, bo
   const uint64_t prefix = uint64_t{b.quant_start} * b.esize;
   const uint64_t suffix_at = uint64_t{b.quant_start + b.quant_len} * b.esize;
   const uint64_t total = b.rows * per_row;
-  for (uint64_t i = threadIdx.x; i < total; i += kThreads) {
+  for (uint64_t i = first; i < total; i += step) {
     const uint64_t j = i % per_row;
     uint8_t* h =
         hot + (i / per_row) * b.row_stride_bytes + (j < prefix ? j : suffix_at + j - prefix);
@@ -250,9 +260,104 @@ __device__ void CopyLossless(const GpuBuffer& b, uint8_t* hot, uint8_t* cold, bo
   }
 }
 
+// The 16 values of a group as binary32 (BF16, FP16 or FP8 words).
+__device__ __forceinline__ void GroupValues(const uint4* w, uint8_t dtype, float* x) {
+  if (dtype != 1 && dtype != 2) {
+    const uint32_t v[4] = {w[0].x, w[0].y, w[0].z, w[0].w};
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      x[j] = device::Fp8ToFloat(static_cast<uint8_t>(v[j / 4] >> (8 * (j % 4))));
+    return;
+  }
+  UnpackGroup(w, dtype, x);
+}
+
+// The largest finite magnitude of 16 values (0 when none).
+__device__ __forceinline__ float FiniteMax(const float* x) {
+  float m = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float a = fabsf(x[j]);
+    m = a <= 3.40282347e38f && a > m ? a : m;
+  }
+  return m;
+}
+
+// One binary32 pass over the 16 values of a group (FORMAT.md §5.3-5.4 with D = binary32): its
+// scale code, packed codes and, when `residual` is not null, fl(x - decoded) for finite x (0 for
+// NaN and infinities).
+__device__ __forceinline__ int Binary32Pass(const float* x, float q, float p, uint32_t* packed,
+                                            float* residual) {
+  const int s = device::ChooseScaleCode(device::kBinary32, FiniteMax(x), q, p);
+  float threshold[7];
+  device::MakeThresholds(device::kBinary32, s, p, threshold);
+  const float scale = device::ScaleValue(s);
+  packed[0] = packed[1] = 0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const uint8_t c = device::EncodeValue(threshold, x[j]);
+    packed[j / 8] |= uint32_t{c} << (4 * (j % 8));
+    if (residual != nullptr) {
+      const float d = __fmul_rn(__fmul_rn(device::E2m1(c & 7), scale), p);
+      const float v = (c & 8) ? -d : d;
+      residual[j] = fabsf(x[j]) <= 3.40282347e38f ? __fsub_rn(x[j], v) : 0.0f;
+    }
+  }
+  return s;
+}
+
+// nvfp4x2 (FORMAT.md §5.5) for the CTA's buffer, given pass 1's exponent: pass 1 over the values
+// into plane 1 while reducing the residual's maximum, then pass 2 over the residual (recomputed
+// from the values: pass 1 is deterministic) into plane 2. Each cold byte is written once; the
+// hot group is read again for pass 2 (from shared memory when staged, else GPU memory / L2).
+template <typename LoadGroup>
+__device__ void EncodeTwoPasses(const GpuBuffer& b, LoadGroup load, uint32_t groups, float p,
+                                float q, uint8_t* data, uint8_t* scales, int8_t* k2_out) {
+  const bool data_aligned = (reinterpret_cast<uintptr_t>(data) & 7) == 0;
+  auto store = [&](uint8_t* out, const uint32_t* packed) {
+    if (data_aligned) {
+      *reinterpret_cast<uint2*>(out) = make_uint2(packed[0], packed[1]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[j] = static_cast<uint8_t>(packed[j / 4] >> (8 * (j % 4)));
+    }
+  };
+  uint4 w[2];
+  float x[16], r[16];
+  uint32_t packed[2];
+  float local = 0.0f;
+  for (uint32_t g = threadIdx.x; g < groups; g += kThreads) {
+    load(g, w);
+    GroupValues(w, b.dtype, x);
+    scales[g] = static_cast<uint8_t>(Binary32Pass(x, q, p, packed, r));
+    store(data + uint64_t{g} * 8, packed);
+    local = fmaxf(local, FiniteMax(r));
+  }
+  __shared__ uint32_t residual_max;
+  if (threadIdx.x == 0) residual_max = 0;
+  __syncthreads();
+  const uint32_t bits = __reduce_max_sync(0xffffffffu, __float_as_uint(local));
+  if ((threadIdx.x & 31) == 0) atomicMax(&residual_max, bits);
+  __syncthreads();
+  const int k2 = device::ChooseScaleExp(__uint_as_float(residual_max));
+  if (threadIdx.x == 0) *k2_out = static_cast<int8_t>(k2);
+  const float p2 = ldexpf(1.0f, -k2);
+  const float q2 = ldexpf(1.0f, k2);
+  uint8_t* data2 = data + uint64_t{groups} * 8;
+  uint8_t* scales2 = scales + groups;
+  for (uint32_t g = threadIdx.x; g < groups; g += kThreads) {
+    load(g, w);
+    GroupValues(w, b.dtype, x);
+    Binary32Pass(x, q, p, packed, r);
+    scales2[g] = static_cast<uint8_t>(Binary32Pass(r, q2, p2, packed, nullptr));
+    store(data2 + uint64_t{g} * 8, packed);
+  }
+}
+
 // kToHost: the blocks are in host memory (mapped pinned, read over PCIe later); else in device
-// memory. Both write the same bytes.
-template <bool kToHost>
+// memory. Both write the same bytes. kTwoPasses: nvfp4x2 (its own kernels, so that nvfp4's keep
+// their registers).
+template <bool kToHost, bool kTwoPasses>
 __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_base,
                                        uint64_t hot_stride, uint8_t* cold_base,
                                        uint64_t cold_stride, int8_t* scale_exp) {
@@ -262,7 +367,8 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
   const GpuBuffer& b = plan.buffers[bi];
   uint8_t* hot = const_cast<uint8_t*>(hot_base) + page * hot_stride + b.hot_offset;
   uint8_t* cold = cold_base + page * cold_stride;
-  if (bi == 0) {
+  const bool first_chunk = Chunk() == 0;
+  if (bi == 0 && first_chunk) {
     for (int z = 0; z < plan.zero_count; ++z) {
       for (uint64_t i = threadIdx.x; i < plan.zeros[z].bytes; i += kThreads) {
         cold[plan.zeros[z].offset + i] = 0;
@@ -270,8 +376,12 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
     }
   }
   CopyLossless(b, hot, cold, /*to_cold=*/true);
+  int8_t* exps = scale_exp + page * plan.exps_per_page;
+  if (threadIdx.x == 0 && first_chunk && plan.exps_per_page > plan.buffer_count) {
+    exps[plan.buffer_count + bi] = 0;  // k2, for nvfp4x2 plans; EncodeTwoPasses overwrites it
+  }
   if (!b.quantized || b.quant_len == 0) {
-    if (threadIdx.x == 0) scale_exp[page * plan.buffer_count + bi] = 0;
+    if (threadIdx.x == 0 && first_chunk) exps[bi] = 0;
     return;
   }
   const int esize = b.esize;
@@ -284,7 +394,12 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
   auto* tables16 = reinterpret_cast<Encode16Tables*>(shared);
   uint8_t* stage = shared + kTablesBytes;
   const uint32_t word1_at = groups * 16 + kStagePad;  // 2-byte types: where words 1 start
-  const bool staged = !kToHost && StageBytes(b) <= kMaxStageBytes &&
+  // This CTA's groups [g_begin, g_end): all of them unless the buffer is split into chunks
+  // (multiples of 16 groups); every chunk reads the whole buffer for its maximum (from L2).
+  const uint32_t per_chunk = (groups + Chunks() * 16 - 1) / (Chunks() * 16) * 16;
+  const uint32_t g_begin = min(groups, Chunk() * per_chunk);
+  const uint32_t g_end = min(groups, g_begin + per_chunk);
+  const bool staged = !kToHost && Chunks() == 1 && StageBytes(b) <= kMaxStageBytes &&
                       ((reinterpret_cast<uintptr_t>(quant) | b.row_stride_bytes) & 15) == 0;
   if (staged) {
     const uint32_t chunks = groups * esize;
@@ -324,33 +439,38 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
   const float amax =
       fp8 ? device::Fp8ToFloat(static_cast<uint8_t>(block_max)) : __uint_as_float(block_max);
   const int k = device::ChooseScaleExp(amax);
-  if (threadIdx.x == 0) scale_exp[page * plan.buffer_count + bi] = static_cast<int8_t>(k);
+  if (threadIdx.x == 0 && first_chunk) exps[bi] = static_cast<int8_t>(k);
   const float p = ldexpf(1.0f, -k);
   const float q = ldexpf(1.0f, k);
   const int domain = DomainOf(b.dtype);
   uint8_t* data = cold + b.data_offset;
   uint8_t* scales = cold + b.scale_offset;
+  if constexpr (kTwoPasses) {
+    EncodeTwoPasses(b, load, groups, p, q, data, scales, &exps[plan.buffer_count + bi]);
+    return;
+  }
   const bool data_aligned = (reinterpret_cast<uintptr_t>(data) & 7) == 0;
   // Host blocks: the scale bytes gathered in shared memory (after the tables), written by flush.
   uint8_t* gathered = kToHost && GatherScales(b) ? shared + kTablesBytes : nullptr;
+  // (indexed from g_begin: gathered[i] is the scale of group g_begin + i)
   auto flush = [&]() {
     if (gathered == nullptr) return;
     __syncthreads();
+    uint8_t* out = scales + g_begin;
+    const uint32_t n = g_end - g_begin;
     const uint32_t head =
-        (16u - static_cast<uint32_t>(reinterpret_cast<uintptr_t>(scales) & 15)) & 15u;
-    const uint32_t lead = head < groups ? head : groups;
-    const uint32_t words = (groups - lead) / 16;
-    for (uint32_t i = threadIdx.x; i < lead; i += kThreads) scales[i] = gathered[i];
+        (16u - static_cast<uint32_t>(reinterpret_cast<uintptr_t>(out) & 15)) & 15u;
+    const uint32_t lead = head < n ? head : n;
+    const uint32_t words = (n - lead) / 16;
+    for (uint32_t i = threadIdx.x; i < lead; i += kThreads) out[i] = gathered[i];
     for (uint32_t i = threadIdx.x; i < words; i += kThreads) {
       const uint8_t* from = gathered + lead + i * 16;
       uint32_t v[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int j = 0; j < 16; ++j) v[j / 4] |= uint32_t{from[j]} << (8 * (j % 4));
-      reinterpret_cast<uint4*>(scales + lead)[i] = make_uint4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<uint4*>(out + lead)[i] = make_uint4(v[0], v[1], v[2], v[3]);
     }
-    for (uint32_t i = lead + words * 16 + threadIdx.x; i < groups; i += kThreads) {
-      scales[i] = gathered[i];
-    }
+    for (uint32_t i = lead + words * 16 + threadIdx.x; i < n; i += kThreads) out[i] = gathered[i];
   };
   auto store = [&](uint32_t g, uint32_t lo, uint32_t hi, int s) {
     uint8_t* out = data + uint64_t{g} * 8;
@@ -364,7 +484,7 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
       }
     }
     if (gathered != nullptr) {
-      gathered[g] = static_cast<uint8_t>(s);
+      gathered[g - g_begin] = static_cast<uint8_t>(s);
     } else {
       scales[g] = static_cast<uint8_t>(s);
     }
@@ -390,7 +510,7 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
       }
     }
     __syncthreads();
-    for (uint32_t g = threadIdx.x; g < groups; g += kThreads) {
+    for (uint32_t g = g_begin + threadIdx.x; g < g_end; g += kThreads) {
       load(g, w);
       const int s = tables->scale_of_max[Fp8MaxCode(w[0])];
       uint32_t at_least[7];
@@ -406,13 +526,20 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
   __syncthreads();
   float x[16];
   float threshold[7];
-  for (uint32_t g = threadIdx.x; g < groups; g += kThreads) {
+  for (uint32_t g = g_begin + threadIdx.x; g < g_end; g += kThreads) {
     load(g, w);
     UnpackGroup(w, b.dtype, x);
     const int s = ChooseScaleCode16(domain, GroupMax16(w, b.dtype), q, p, tables16);
+    uint32_t packed[2] = {0, 0};
+#if KVTIER_HW_E2M1
+    if (tables16->grid_exact[s]) {  // the hardware conversion: the same codes (nvfp4_device.cuh)
+      device::EncodeGroupByConversion(x, device::ScaleValue(s), p, packed);
+      store(g, packed[0], packed[1], s);
+      continue;
+    }
+#endif
 #pragma unroll
     for (int i = 0; i < 7; ++i) threshold[i] = tables16->threshold[s][i];
-    uint32_t packed[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       packed[j / 8] |= uint32_t{device::EncodeValue(threshold, x[j])} << (4 * (j % 8));
@@ -422,18 +549,20 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
   flush();
 }
 
+template <bool kTwoPasses>
 __global__ void __launch_bounds__(kThreads)
     EncodeToDeviceKernel(const __grid_constant__ GpuPlan plan, const uint8_t* hot_base,
                          uint64_t hot_stride, uint8_t* cold_base, uint64_t cold_stride,
                          int8_t* scale_exp) {
-  Encode<false>(plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
+  Encode<false, kTwoPasses>(plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
 }
 
+template <bool kTwoPasses>
 __global__ void __launch_bounds__(kThreads, kHostEncodeCtas)
     EncodeToHostKernel(const __grid_constant__ GpuPlan plan, const uint8_t* hot_base,
                        uint64_t hot_stride, uint8_t* cold_base, uint64_t cold_stride,
                        int8_t* scale_exp) {
-  Encode<true>(plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
+  Encode<true, kTwoPasses>(plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
 }
 
 // The hot bytes of group g of a quantized buffer from its 8 code bytes (element 2j in the low
@@ -482,6 +611,49 @@ __device__ __forceinline__ void DecodeGroup(const GpuBuffer& b, uint8_t* hot, ui
   }
 }
 
+// nvfp4x2 decode (FORMAT.md §5.6): per element the two planes' binary32 values, summed and rounded
+// once to the buffer's type. One group per thread; planes 2 follow planes 1.
+__device__ void DecodeTwoPasses(const GpuBuffer& b, uint8_t* hot, const uint8_t* data,
+                                const uint8_t* scales, uint64_t groups, float p1, float p2) {
+  const uint64_t gpr = b.quant_len / 16;
+  for (uint64_t g = uint64_t{Chunk()} * kThreads + threadIdx.x; g < groups;
+       g += uint64_t{kThreads} * Chunks()) {
+    uint8_t codes[2][8];
+    float value[2][16];
+    for (int plane = 0; plane < 2; ++plane) {
+      const uint8_t* c = data + (plane * groups + g) * 8;
+      if ((reinterpret_cast<uintptr_t>(c) & 7) == 0) {
+        memcpy(codes[plane], c, 8);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) codes[plane][j] = c[j];
+      }
+      const float scale = device::ScaleValue(scales[plane * groups + g]);
+      const float p = plane == 0 ? p1 : p2;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        value[plane][m] = __fmul_rn(__fmul_rn(device::E2m1(m), scale), p);
+        value[plane][m + 8] = -value[plane][m];
+      }
+    }
+    uint8_t* out =
+        hot + (g / gpr) * b.row_stride_bytes + (b.quant_start + (g % gpr) * 16) * b.esize;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int shift = (j & 1) * 4;
+      const float y = __fadd_rn(value[0][(codes[0][j / 2] >> shift) & 0xf],
+                                value[1][(codes[1][j / 2] >> shift) & 0xf]);
+      if (b.esize == 1) {
+        out[j] = device::FloatToFp8(y);
+      } else {
+        const uint16_t v = b.dtype == 1 ? device::FloatToBf16(y) : device::FloatToFp16(y);
+        out[2 * j] = static_cast<uint8_t>(v);
+        out[2 * j + 1] = static_cast<uint8_t>(v >> 8);
+      }
+    }
+  }
+}
+
 // Decode reads the block (mapped host memory over PCIe, or device memory) in warp tiles of 256
 // groups: codes 2,048 B as four 16-byte loads per lane (two groups each, 512 contiguous bytes per
 // warp instruction) and scales 256 B as one 8-byte load per lane, so every load of a warp covers
@@ -505,6 +677,8 @@ __device__ __forceinline__ void LoadDecodeTile(const uint8_t* data, const uint8_
 }
 
 // At most 64 registers: four CTAs per SM (the tile's 18 registers would otherwise cost one).
+// kTwoPasses: nvfp4x2, its own kernel.
+template <bool kTwoPasses>
 __global__ void __launch_bounds__(kThreads, 4)
     DecodeKernel(const __grid_constant__ GpuPlan plan, const uint8_t* cold_base,
                  uint64_t cold_stride, uint8_t* hot_base, uint64_t hot_stride) {
@@ -519,9 +693,12 @@ __global__ void __launch_bounds__(kThreads, 4)
   const uint8_t* scales = cold + b.scale_offset;
   const bool tiled =
       ((reinterpret_cast<uintptr_t>(data) & 15) | (reinterpret_cast<uintptr_t>(scales) & 7)) == 0;
-  const uint32_t tiles = tiled ? static_cast<uint32_t>(groups / kTileGroups) : 0;
+  const uint32_t tiles = tiled && !kTwoPasses ? static_cast<uint32_t>(groups / kTileGroups) : 0;
   const int lane = static_cast<int>(threadIdx.x & 31);
-  uint32_t tile = threadIdx.x / 32;
+  // The buffer's CTAs share its tiles (warp w of chunk c: tiles c + w * chunks, then every
+  // kWarps * chunks, so that few tiles still spread over the CTAs) and its remaining groups.
+  const uint32_t tile_step = kWarps * Chunks();
+  uint32_t tile = Chunk() + Chunks() * (threadIdx.x / 32);
   DecodeTile t;
   if (tile < tiles) LoadDecodeTile(data, scales, tile, lane, &t);  // in flight during the setup
   CopyLossless(b, hot, cold, /*to_cold=*/false);
@@ -529,6 +706,11 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int k = static_cast<int8_t>(cold[b.scale_exp_offset]);
   const float p = ldexpf(1.0f, -k);
   const int domain = DomainOf(b.dtype);
+  if constexpr (kTwoPasses) {
+    DecodeTwoPasses(b, hot, data, scales, groups, p,
+                    ldexpf(1.0f, -static_cast<int8_t>(cold[b.scale_exp_offset + 1])));
+    return;
+  }
   // The 16 outputs of every scale byte (FP8: one byte each; BF16/FP16: two), computed as the
   // CPU decoder does: the E2M1 value times the scale times 2^-k, rounded to the format.
   __shared__ __align__(16) uint16_t outputs16[256][16];
@@ -551,7 +733,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
     __syncthreads();
   }
-  for (uint32_t first = tile; tile < tiles; tile += kWarps) {
+  for (uint32_t first = tile; tile < tiles; tile += tile_step) {
     if (tile != first) LoadDecodeTile(data, scales, tile, lane, &t);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -579,13 +761,14 @@ __global__ void __launch_bounds__(kThreads, 4)
   // The groups after the last whole tile (all of them when the sections are not aligned): each
   // iteration loads kDecodeUnroll groups' codes and scales before decoding any of them.
   constexpr int kDecodeUnroll = 4;
-  for (uint64_t g0 = uint64_t{tiles} * kTileGroups + threadIdx.x; g0 < groups;
-       g0 += uint64_t{kThreads} * kDecodeUnroll) {
+  const uint64_t stride = uint64_t{kThreads} * Chunks();
+  for (uint64_t g0 = uint64_t{tiles} * kTileGroups + Chunk() * kThreads + threadIdx.x; g0 < groups;
+       g0 += stride * kDecodeUnroll) {
     uint2 all_codes[kDecodeUnroll];
     uint8_t all_scales[kDecodeUnroll];
 #pragma unroll
     for (int u = 0; u < kDecodeUnroll; ++u) {
-      const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
+      const uint64_t g = g0 + static_cast<uint64_t>(u) * stride;
       if (g >= groups) break;
       all_scales[u] = scales[g];
       const uint8_t* code_ptr = data + g * 8;
@@ -600,11 +783,42 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
 #pragma unroll
     for (int u = 0; u < kDecodeUnroll; ++u) {
-      const uint64_t g = g0 + static_cast<uint64_t>(u) * kThreads;
+      const uint64_t g = g0 + static_cast<uint64_t>(u) * stride;
       if (g >= groups) break;
       DecodeGroup(b, hot, g, all_codes[u], all_scales[u], fp8, outputs8, outputs16);
     }
   }
+}
+
+// CTAs per (buffer, page): 1 for grids of kChunkBelowCtas CTAs or more; else enough for
+// plan.target_ctas (default two per SM), at most one per `groups_per_cta` groups of the largest
+// buffer (encode 128; decode 256, a warp tile) and 64.
+// Measured on the H200 (docs/PERFORMANCE.md): splitting pays for a one-layer page (2 buffers) but
+// costs 5-10% for a 72-buffer page (each encode CTA rereads the buffer for its maximum).
+constexpr uint64_t kChunkBelowCtas = 16;
+unsigned ChunksFor(const GpuPlan& plan, int pages, uint64_t groups_per_cta) {
+  const uint64_t ctas = uint64_t(plan.buffer_count) * pages;
+  if (ctas >= kChunkBelowCtas && plan.target_ctas == 0) return 1;
+  int target = plan.target_ctas;
+  if (target <= 0) {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 1;
+    }
+    target = 2 * sms;
+  }
+  uint64_t max_groups = 0;
+  for (int i = 0; i < plan.buffer_count; ++i) {
+    const GpuBuffer& b = plan.buffers[i];
+    const uint64_t groups = b.quantized ? b.rows * (b.quant_len / 16) : 0;
+    max_groups = groups > max_groups ? groups : max_groups;
+  }
+  uint64_t chunks = (uint64_t(target) + ctas - 1) / ctas;
+  const uint64_t by_size = max_groups / groups_per_cta > 0 ? max_groups / groups_per_cta : 1;
+  chunks = chunks < by_size ? chunks : by_size;
+  return static_cast<unsigned>(chunks < 64 ? chunks : 64);
 }
 
 }  // namespace
@@ -627,13 +841,17 @@ int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot
     const uint32_t bytes = SharedBytes(plan.buffers[i], to_host);
     shared_bytes = bytes > shared_bytes ? bytes : shared_bytes;
   }
-  auto* kernel = to_host ? EncodeToHostKernel : EncodeToDeviceKernel;
+  const bool two_passes = plan.exps_per_page > plan.buffer_count;
+  auto* kernel = to_host ? (two_passes ? EncodeToHostKernel<true> : EncodeToHostKernel<false>)
+                         : (two_passes ? EncodeToDeviceKernel<true> : EncodeToDeviceKernel<false>);
   if (shared_bytes > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
     if (err != cudaSuccess) return static_cast<int>(err);
   }
-  const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages));
+  // nvfp4x2 needs the whole buffer's residual before its second pass: one CTA per buffer.
+  const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages),
+                  two_passes ? 1u : ChunksFor(plan, pages, 128));
   kernel<<<grid, kThreads, shared_bytes, static_cast<cudaStream_t>(stream)>>>(
       plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
   return static_cast<int>(cudaGetLastError());
@@ -642,9 +860,11 @@ int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot
 int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t cold_stride,
                       uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream) {
   if (pages <= 0 || plan.buffer_count <= 0) return 0;
-  const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages));
-  DecodeKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      plan, cold_base, cold_stride, hot_base, hot_stride);
+  const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages),
+                  ChunksFor(plan, pages, kTileGroups));
+  auto* kernel = plan.exps_per_page > plan.buffer_count ? DecodeKernel<true> : DecodeKernel<false>;
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(plan, cold_base, cold_stride,
+                                                                   hot_base, hot_stride);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -27,7 +27,7 @@ struct GpuBuffer {
   uint8_t dtype;  // codec::DType value
   uint8_t esize;  // bytes per element
   uint8_t quantized;
-  uint8_t pad;
+  uint8_t passes;  // 1 nvfp4, 2 nvfp4x2 (plane 2 follows plane 1 in the codes and the scales)
 };
 
 struct ZeroRange {
@@ -40,16 +40,21 @@ struct GpuPlan {
   ZeroRange zeros[kMaxZeroRanges];
   int buffer_count;
   int zero_count;
+  int exps_per_page;  // buffer_count * the largest pass count: k of buffer b at b, k2 at
+                      // buffer_count + b
+  int target_ctas;    // 0: split buffers among CTAs only in grids of under 16 CTAs, aiming
+                      // for two per SM; > 0: aim for this many in any grid (1: never split)
 };
 
 // Encodes `pages` pages: page p's hot bytes start at hot_base + p * hot_stride, its block at
 // cold_base + p * cold_stride (device-accessible addresses). Writes every payload byte of every
-// block (not the header) and the buffer exponents k into scale_exp[p * buffer_count + b] (device-
-// accessible). Returns a cudaError_t value.
+// block (not the header) and the buffer exponents into scale_exp[p * exps_per_page + ...] (device-
+// accessible; see GpuPlan). Returns a cudaError_t value.
 int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot_stride,
                       uint8_t* cold_base, uint64_t cold_stride, int pages, int8_t* scale_exp,
                       void* stream);
-// Decodes: reads each buffer's exponent from the block header (GpuBuffer::scale_exp_offset).
+// Decodes: reads each buffer's exponents from the block header (GpuBuffer::scale_exp_offset, and
+// the residual exponent in the byte after it).
 int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t cold_stride,
                       uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream);
 

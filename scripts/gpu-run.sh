@@ -41,7 +41,7 @@ while IFS=$'\t' read -r name exe args; do
   fi
 done <"$bundle/data/tests.tsv"
 # The example engine with its KV pool in GPU memory (shared with kvtierd through CUDA IPC, the
-# fused kernels on the daemon's side): synthetic agentic sessions under raw and nvfp4, every
+# fused kernels on the daemon's side): synthetic agentic sessions under raw, nvfp4 and nvfp4x2, every
 # onboarded and resumed page checked (the engine exits non-zero on a mismatch).
 if [ -x "$bundle/bin/kvtier-example-engine" ] && [ -x "$bundle/bin/kvtierd" ]; then
   edir=$(mktemp -d /tmp/kvtier-engine.XXXXXX)
@@ -51,7 +51,7 @@ if [ -x "$bundle/bin/kvtier-example-engine" ] && [ -x "$bundle/bin/kvtierd" ]; t
     --set=metrics.listen=127.0.0.1:19466 >"$results/example_engine_kvtierd.log" 2>&1 &
   epid=$!
   for _ in $(seq 300); do [ -S "$edir/kvtier.sock" ] && break; sleep 0.1; done
-  for codec in raw nvfp4; do
+  for codec in raw nvfp4 nvfp4x2; do
     if "$bundle/run" kvtier-example-engine --socket="$edir/kvtier.sock" --pool-dir="$edir" \
         --device=0 --codec="$codec" --requests=48 --model="gpu-$codec" \
         >"$results/example_engine_$codec.txt" 2>&1; then

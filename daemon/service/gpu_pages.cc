@@ -98,12 +98,14 @@ absl::StatusOr<std::unique_ptr<GpuPageCodec>> GpuPageCodec::Create(const codec::
       }
     }
     KVTIER_ASSIGN_OR_RETURN(codec->copier_, kernels::BatchedCopier::Create(device));
-  } else if (plan.spec.codec == codec::CodecId::kNvfp4) {
+  } else if (plan.spec.codec == codec::CodecId::kNvfp4 ||
+             plan.spec.codec == codec::CodecId::kNvfp4x2) {
     KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device));
     KVTIER_ASSIGN_OR_RETURN(codec->nvfp4_, kernels::GpuNvfp4Codec::Create(plan));
   } else {
     return absl::UnimplementedError(absl::StrFormat(
-        "codec %s has no GPU kernels; register GPU pools with raw or nvfp4", plan.spec.ToString()));
+        "codec %s has no GPU kernels; register GPU pools with raw, nvfp4 or nvfp4x2",
+        plan.spec.ToString()));
   }
   for (int i = 0; i < kStreams; ++i) {
     KVTIER_ASSIGN_OR_RETURN(void* stream, kernels::CreateStream(device));
@@ -153,7 +155,7 @@ absl::Status GpuPageCodec::Encode(absl::Span<const uint8_t* const> pages,
 void GpuPageCodec::Seal(uint8_t* block) const {
   const absl::Span<uint8_t> span(block, plan_.block_bytes);
   if (nvfp4_ != nullptr) {
-    std::vector<int8_t> exps(plan_.buffers.size());
+    std::vector<int8_t> exps(nvfp4_->exponents_per_page());
     std::memcpy(exps.data(), block, exps.size());
     nvfp4_->SealBlock(span, exps);
     return;

@@ -1,7 +1,7 @@
 // The GPU side of the data plane: engine pools in GPU memory shared through CUDA IPC
 // (DevicePool), and GpuPageCodec, which moves whole pages between such a pool and cold blocks in
-// the daemon's CUDA-pinned host tier with the fused NVFP4 kernels (nvfp4, nvfp4+rope) or the
-// batched copy kernel (raw). Kernels write payloads; the host seals headers and checksums.
+// the daemon's CUDA-pinned host tier with the fused NVFP4 kernels (nvfp4, nvfp4+rope, nvfp4x2) or
+// the batched copy kernel (raw). Kernels write payloads; the host seals headers and checksums.
 // Pages must be in the flat form (one pool, buffers back to back), which the fused kernels read.
 #ifndef KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
 #define KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
@@ -54,7 +54,7 @@ bool IsFlatLayout(const codec::PageLayout& layout);
 
 class GpuPageCodec {
  public:
-  // Unimplemented without CUDA, for nvfp4x2, for raw with row-stride gaps, or for layouts the
+  // Unimplemented without CUDA, for raw with row-stride gaps, or for layouts the
   // fused kernels do not take (kernels::GpuNvfp4Codec::Create's limits); InvalidArgument for a
   // layout that is not flat.
   static absl::StatusOr<std::unique_ptr<GpuPageCodec>> Create(const codec::BlockPlan& plan,
@@ -82,7 +82,7 @@ class GpuPageCodec {
   GpuPageCodec() = default;
   codec::BlockPlan plan_;
   int device_ = 0;
-  std::unique_ptr<kernels::GpuNvfp4Codec> nvfp4_;   // nvfp4, nvfp4+rope
+  std::unique_ptr<kernels::GpuNvfp4Codec> nvfp4_;   // nvfp4, nvfp4+rope, nvfp4x2
   std::unique_ptr<kernels::BatchedCopier> copier_;  // raw
   std::vector<void*> streams_;
   absl::Status Wait() const;

@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<HotCodec>> HotCodec::Create(const codec::PageLayo
   KVTIER_ASSIGN_OR_RETURN(hot->plan, codec::MakeBlockPlan(layout, spec));
   KVTIER_ASSIGN_OR_RETURN(hot->codec, kernels::GpuNvfp4Codec::Create(hot->plan));
   hot->page_bytes = codec::FlatPageBytes(hot->plan.layout);
-  if (hot->plan.buffers.size() > hot->plan.header_bytes) {  // cannot happen: a header lists them
+  // Cannot happen: a header has 32 bytes per buffer, a page at most two exponents.
+  if (static_cast<size_t>(hot->codec->exponents_per_page()) > hot->plan.header_bytes) {
     return absl::InternalError("the block header is too small to stage the scale exponents");
   }
   return hot;
@@ -30,7 +31,7 @@ absl::Status HotCodec::EnqueueEncode(const uint8_t* page, uint8_t* block, void* 
 }
 
 void HotCodec::Seal(uint8_t* block) const {
-  std::vector<int8_t> exps(plan.buffers.size());
+  std::vector<int8_t> exps(codec->exponents_per_page());
   std::memcpy(exps.data(), block, exps.size());
   codec->SealBlock({block, plan.block_bytes}, exps);
 }

@@ -26,7 +26,7 @@ struct HotCodec {
   uint64_t page_bytes = 0;  // codec::FlatPageBytes(plan.layout): the size of a GPU slot
 
   // InvalidArgument for a layout or codec the plan rejects; Unimplemented without CUDA or for a
-  // codec the GPU kernels do not implement (they do nvfp4 and nvfp4+rope).
+  // codec the GPU kernels do not implement (they do nvfp4, nvfp4+rope and nvfp4x2).
   static absl::StatusOr<std::unique_ptr<HotCodec>> Create(const codec::PageLayout& layout,
                                                           const codec::CodecSpec& spec);
 

@@ -64,7 +64,7 @@ using KvtierdGpuTest = DaemonFixture;
 TEST_F(KvtierdGpuTest, OffloadAndOnboardThroughCudaIpcAndTheFusedKernels) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   StartDaemon({"--set=host.pin=cuda"});
-  for (const char* codec : {"nvfp4", "raw"}) {
+  for (const char* codec : {"nvfp4", "nvfp4x2", "raw"}) {
     SCOPED_TRACE(codec);
     GpuEngine engine(dir_->File(std::string("mirror-") + codec), 32);
     for (uint32_t i = 0; i < 8; ++i) {
@@ -162,8 +162,6 @@ TEST_F(KvtierdGpuTest, RejectsWhatTheGpuPathCannotTake) {
   req = engine.Request("nvfp4");
   req.mutable_pools(0)->mutable_cuda_ipc()->set_device_uuid(std::string(16, '\x7f'));
   expect(req, grpc::StatusCode::FAILED_PRECONDITION, "UUID");
-  req = engine.Request("nvfp4x2");
-  expect(req, grpc::StatusCode::UNIMPLEMENTED, "GPU kernels");
   req = engine.Request("nvfp4");
   req.mutable_pools(0)->mutable_cuda_ipc()->set_size_bytes(1024);
   expect(req, grpc::StatusCode::FAILED_PRECONDITION, "size_bytes");

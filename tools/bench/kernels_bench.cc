@@ -161,7 +161,7 @@ void BmNvfp4(benchmark::State& state) {
   KVTIER_BENCH_CHECK(cudaHostGetDevicePointer(&cold, cold_host, 0));
   if (where != 0) KVTIER_BENCH_CHECK(cudaMalloc(&cold_device, pages * block_bytes));
   uint8_t* target = where == 0 ? cold : cold_device;  // where the kernels read and write blocks
-  KVTIER_BENCH_CHECK(cudaMalloc(&exps, pages * layout.buffers.size()));
+  KVTIER_BENCH_CHECK(cudaMalloc(&exps, pages * (*gpu)->exponents_per_page()));
   {
     std::vector<uint8_t> page(page_bytes);
     // Values spread over [-1, 1] in each buffer's dtype; lossless buffers get bytes.
@@ -193,10 +193,10 @@ void BmNvfp4(benchmark::State& state) {
     std::abort();
   }
   KVTIER_BENCH_CHECK(cudaDeviceSynchronize());
-  std::vector<int8_t> host_exps(layout.buffers.size());
+  std::vector<int8_t> host_exps((*gpu)->exponents_per_page());
   for (size_t p = 0; p < pages; ++p) {
-    KVTIER_BENCH_CHECK(cudaMemcpy(host_exps.data(), exps + p * layout.buffers.size(),
-                                  host_exps.size(), cudaMemcpyDeviceToHost));
+    KVTIER_BENCH_CHECK(cudaMemcpy(host_exps.data(), exps + p * host_exps.size(), host_exps.size(),
+                                  cudaMemcpyDeviceToHost));
     (*gpu)->SealBlock(absl::MakeSpan(cold_host + p * block_bytes, block_bytes), host_exps);
   }
   if (cold_device != nullptr) {

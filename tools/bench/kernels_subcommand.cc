@@ -1,17 +1,21 @@
 // `kvtier-bench kernels`: for each page kind (a Qwen3-8B BF16 page of all 36 layers, one layer of
 // it, the Qwen3-8B FP8 page, a DeepSeek-style MLA page with a lossless indexer buffer) and batch
 // (1, 16, 256 pages by default), times one batch of offload (hot pages in device memory -> cold
-// blocks in pinned host memory) and onboard (the reverse) five ways on one stream with CUDA events:
+// blocks in pinned host memory) and onboard (the reverse) six ways on one stream with CUDA events:
 //   memcpy    one cudaMemcpyAsync per page of the hot bytes (pinned host memory): the baseline
 //   raw       the batched raw copy kernel (kernels::BatchedCopier) of the hot bytes, mapped memory
 //   unfused   nvfp4 into a device buffer, then one cudaMemcpyAsync of the blocks (and the reverse)
-//   fused     the fused kernel, blocks straight in mapped pinned host memory
+//   fused     what GpuNvfp4Codec does with blocks in mapped pinned host memory: offload, the
+//             kernel writes the blocks over the link; onboard, HostRead::kAuto (the staged
+//             pipeline for large batches, else direct)
+//   direct    onboard only: the decode kernel reading the blocks over the link itself
 //   device    the fused kernel with blocks in device memory (the GPU tier's staging; no link)
 // Every rate is hot (uncompressed) bytes per second, the median of repetitions run for
 // --min-time seconds each; ratios are fused over memcpy, unfused and raw of the same run.
 // Blocks are headers and checksums sealed on the host once, untimed (decode needs the header).
 //
-// Run: kvtier-bench kernels [--batches=1,16,256] [--min-time=0.2] [--device=0] [--json]
+// Run: kvtier-bench kernels [--batches=1,16,256] [--min-time=0.2] [--device=0]
+//                           [--codec=nvfp4|nvfp4x2] [--json]
 #include "tools/bench/kernels_subcommand.h"
 
 #include <cstdint>
@@ -47,6 +51,7 @@ struct Flags {
   std::vector<int> batches = {1, 16, 256};
   double min_time = 0.2;
   int device = 0;
+  std::string codec = "nvfp4";
   bool json = false;
 };
 
@@ -54,7 +59,7 @@ struct Flags {
 int ParseFlags(int argc, char** argv, Flags& f) {
   const char* usage =
       "usage: kvtier-bench kernels [--batches=1,16,256] [--min-time=SECONDS] [--device=N] "
-      "[--json]\n"
+      "[--codec=nvfp4|nvfp4x2] [--json]\n"
       "Fused nvfp4 offload/onboard on the GPU against cudaMemcpyAsync, the batched raw copy\n"
       "kernel and the unfused path, for four page kinds; hot bytes per second.\n";
   for (int i = 1; i < argc; ++i) {
@@ -73,6 +78,8 @@ int ParseFlags(int argc, char** argv, Flags& f) {
       f.json = true;
     } else if (value("--min-time=", v) && absl::SimpleAtod(v, &f.min_time) && f.min_time >= 0) {
     } else if (value("--device=", v) && absl::SimpleAtoi(v, &f.device) && f.device >= 0) {
+    } else if (value("--codec=", v) && (v == "nvfp4" || v == "nvfp4x2")) {
+      f.codec = v;
     } else if (value("--batches=", v)) {
       f.batches.clear();
       for (absl::string_view s : absl::StrSplit(v, ',')) {
@@ -153,8 +160,9 @@ void Check(const absl::Status& s, const char* what) {
   if (!s.ok()) throw CudaError{absl::StrCat(what, ": ", s.ToString())};
 }
 
-enum Method { kMemcpy, kRaw, kUnfused, kFused, kDevice, kMethods };
-constexpr const char* kMethodNames[kMethods] = {"memcpy", "raw", "unfused", "fused", "device"};
+enum Method { kMemcpy, kRaw, kUnfused, kFused, kDirect, kDevice, kMethods };
+constexpr const char* kMethodNames[kMethods] = {"memcpy", "raw",    "unfused",
+                                                "fused",  "direct", "device"};
 
 struct Row {
   std::string page;
@@ -217,15 +225,17 @@ double TimeMedian(F run, cudaStream_t stream, cudaEvent_t start, cudaEvent_t sto
 
 std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
   const int max_batch = *std::max_element(f.batches.begin(), f.batches.end());
+  const auto spec = codec::CodecSpec::Parse(f.codec);
+  Check(spec.status(), "codec");
   uint64_t max_hot = 0, max_cold = 0, max_buffers = 0;
   for (const PageKind& k : kinds) {
-    const auto plan = codec::MakeBlockPlan(k.layout, codec::CodecSpec{});
+    const auto plan = codec::MakeBlockPlan(k.layout, *spec);
     Check(plan.status(), "block plan");
     max_hot = std::max(max_hot, codec::FlatPageBytes(k.layout));
     max_cold = std::max(max_cold, plan->block_bytes);
     max_buffers = std::max<uint64_t>(max_buffers, k.layout.buffers.size());
   }
-  Areas areas(max_hot * max_batch, max_cold * max_batch, max_buffers * max_batch);
+  Areas areas(max_hot * max_batch, max_cold * max_batch, 2 * max_buffers * max_batch);
   auto copier = kernels::BatchedCopier::Create(f.device);
   Check(copier.status(), "BatchedCopier");
   cudaStream_t stream;
@@ -235,12 +245,12 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
   Check(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<Row> rows;
   for (const PageKind& k : kinds) {
-    const auto plan = codec::MakeBlockPlan(k.layout, codec::CodecSpec{});
+    const auto plan = codec::MakeBlockPlan(k.layout, *spec);
     auto gpu = kernels::GpuNvfp4Codec::Create(*plan);
     Check(gpu.status(), "GpuNvfp4Codec");
     const uint64_t page_bytes = codec::FlatPageBytes(k.layout);
     const uint64_t block_bytes = plan->block_bytes;
-    const size_t buffers = k.layout.buffers.size();
+    const size_t exps_per_page = static_cast<size_t>((*gpu)->exponents_per_page());
     const std::vector<uint8_t> page = MakePage(k.layout);
     for (int p = 0; p < max_batch; ++p) {
       Check(cudaMemcpy(areas.hot + p * page_bytes, page.data(), page_bytes, cudaMemcpyHostToDevice),
@@ -251,11 +261,11 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
                                  areas.exps, stream),
           "encode");
     Check(cudaStreamSynchronize(stream), "encode");
-    std::vector<int8_t> exps(buffers * max_batch);
+    std::vector<int8_t> exps(exps_per_page * max_batch);
     Check(cudaMemcpy(exps.data(), areas.exps, exps.size(), cudaMemcpyDeviceToHost), "exps");
     for (int p = 0; p < max_batch; ++p) {
       (*gpu)->SealBlock(absl::MakeSpan(areas.cold_host + p * block_bytes, block_bytes),
-                        absl::MakeConstSpan(exps).subspan(p * buffers, buffers));
+                        absl::MakeConstSpan(exps).subspan(p * exps_per_page, exps_per_page));
     }
     Check(cudaMemcpy(areas.cold_device, areas.cold_host, block_bytes * max_batch,
                      cudaMemcpyHostToDevice),
@@ -271,6 +281,10 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
               offload ? kernels::CopySpan{d, h, page_bytes} : kernels::CopySpan{h, d, page_bytes};
         }
         for (int m = 0; m < kMethods; ++m) {
+          if (m == kDirect && offload) {  // offload is direct: the same launch as fused
+            row.gbps[m] = row.gbps[kFused];
+            continue;
+          }
           auto run = [&] {
             switch (m) {
               case kMemcpy:
@@ -303,11 +317,13 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
                 }
                 break;
               default: {
-                uint8_t* cold = m == kFused ? areas.cold_mapped : areas.cold_device;
+                uint8_t* cold = m == kDevice ? areas.cold_device : areas.cold_mapped;
+                using HostRead = kernels::GpuNvfp4Codec::HostRead;
                 Check(offload
                           ? (*gpu)->EncodePayloads(areas.hot, page_bytes, cold, block_bytes, batch,
                                                    areas.exps, stream)
-                          : (*gpu)->Decode(cold, block_bytes, areas.hot, page_bytes, batch, stream),
+                          : (*gpu)->Decode(cold, block_bytes, areas.hot, page_bytes, batch, stream,
+                                           m == kDirect ? HostRead::kDirect : HostRead::kAuto),
                       offload ? "encode" : "decode");
               }
             }
@@ -325,30 +341,35 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
   return rows;
 }
 
-void Print(const std::string& device, const std::vector<Row>& rows) {
-  std::printf("kvtier-bench kernels on %s: hot bytes per second (GB/s), median of repetitions\n",
-              device.c_str());
-  std::printf("%-15s %9s %9s %5s %-8s %8s %8s %8s %8s %8s  %9s %9s %9s\n", "page", "hot B",
-              "cold B", "batch", "dir", "memcpy", "raw", "unfused", "fused", "device", "f/memcpy",
-              "f/unfused", "f/raw");
+void Print(const std::string& device, const Flags& f, const std::vector<Row>& rows) {
+  std::printf(
+      "kvtier-bench kernels on %s, codec %s: hot bytes per second (GB/s), median of repetitions\n",
+      device.c_str(), f.codec.c_str());
+  std::printf("%-15s %9s %9s %5s %-8s %8s %8s %8s %8s %8s %8s  %9s %9s %9s\n", "page", "hot B",
+              "cold B", "batch", "dir", "memcpy", "raw", "unfused", "fused", "direct", "device",
+              "f/memcpy", "f/unfused", "f/raw");
   for (const Row& r : rows) {
-    std::printf("%-15s %9llu %9llu %5d %-8s %8.1f %8.1f %8.1f %8.1f %8.1f  %8.2fx %8.2fx %8.2fx\n",
-                r.page.c_str(), static_cast<unsigned long long>(r.hot_bytes),
-                static_cast<unsigned long long>(r.cold_bytes), r.batch,
-                r.offload ? "offload" : "onboard", r.gbps[kMemcpy], r.gbps[kRaw], r.gbps[kUnfused],
-                r.gbps[kFused], r.gbps[kDevice], r.gbps[kFused] / r.gbps[kMemcpy],
-                r.gbps[kFused] / r.gbps[kUnfused], r.gbps[kFused] / r.gbps[kRaw]);
+    std::printf(
+        "%-15s %9llu %9llu %5d %-8s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f  %8.2fx %8.2fx %8.2fx\n",
+        r.page.c_str(), static_cast<unsigned long long>(r.hot_bytes),
+        static_cast<unsigned long long>(r.cold_bytes), r.batch, r.offload ? "offload" : "onboard",
+        r.gbps[kMemcpy], r.gbps[kRaw], r.gbps[kUnfused], r.gbps[kFused], r.gbps[kDirect],
+        r.gbps[kDevice], r.gbps[kFused] / r.gbps[kMemcpy], r.gbps[kFused] / r.gbps[kUnfused],
+        r.gbps[kFused] / r.gbps[kRaw]);
   }
   std::printf(
       "memcpy: cudaMemcpyAsync per page (pinned); raw: batched copy kernel; unfused: nvfp4 into "
-      "device memory + one cudaMemcpyAsync of the blocks; fused: nvfp4 straight to/from mapped "
-      "pinned memory; device: nvfp4 with blocks in device memory (no link)\n");
+      "device memory + one cudaMemcpyAsync of the blocks; fused: GpuNvfp4Codec with blocks in "
+      "mapped pinned memory (offload: the kernel writes them; onboard: HostRead::kAuto, staged "
+      "for large batches); direct: the decode kernel reading mapped memory itself (offload is "
+      "always direct); device: nvfp4 with blocks in device memory (no link)\n");
 }
 
 std::string Json(const std::string& device, const Flags& f, const std::vector<Row>& rows) {
   nlohmann::json j;
   j["device"] = device;
   j["min_time_s"] = f.min_time;
+  j["codec"] = f.codec;
   j["unit"] = "hot GB/s (1e9 bytes)";
   j["results"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -406,7 +427,7 @@ int RunKernelsBench(int argc, char** argv) {
     if (f.json) {
       std::printf("%s\n", Json(device, f, rows).c_str());
     } else {
-      Print(device, rows);
+      Print(device, f, rows);
     }
   } catch (const CudaError& e) {
     std::fprintf(stderr, "kvtier-bench kernels: %s\n", e.what.c_str());

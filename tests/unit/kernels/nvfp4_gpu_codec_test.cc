@@ -1,8 +1,9 @@
 // The fused NVFP4 kernels against the CPU reference codec: blocks must be byte-identical and
-// decoded pages identical, for BF16/FP16/FP8 GQA pages (RoPE quantized or lossless, row-stride
-// gaps) and MLA pages with a lossless indexer, on random pages of several magnitudes and on
-// adversarial pages (outlier channels, zeros, subnormals, maximal values, NaN and infinities).
-// Cold blocks live in mapped pinned host memory at an unaligned base; destinations are poisoned.
+// decoded pages identical, for nvfp4, nvfp4+rope and nvfp4x2 on BF16/FP16/FP8 GQA pages (RoPE
+// quantized or lossless, row-stride gaps) and MLA pages with a lossless indexer, on random pages of
+// several magnitudes and on adversarial pages (outlier channels, zeros, subnormals, maximal values,
+// NaN and infinities). Cold blocks live in mapped pinned host memory at an unaligned base;
+// destinations are poisoned.
 #include "kernels/nvfp4_gpu_codec.h"
 
 #include <cmath>
@@ -26,7 +27,7 @@ TEST(GpuNvfp4CodecTest, ReportsWhatItCannotDo) {
   codec::GqaOptions o{1, 1, 32, 16, codec::DType::kBf16, 0, 0};
   auto layout = codec::BuildGqaLayout(o);
   ASSERT_TRUE(layout.ok());
-  auto plan = codec::MakeBlockPlan(*layout, *codec::CodecSpec::Parse("nvfp4x2"));
+  auto plan = codec::MakeBlockPlan(*layout, *codec::CodecSpec::Parse("raw"));
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(absl::IsUnimplemented(GpuNvfp4Codec::Create(*plan).status()));
 }
@@ -45,6 +46,7 @@ std::vector<Case> Cases() {
     codec::PageLayout gqa = *codec::BuildGqaLayout(o);
     cases.push_back({"gqa", gqa, "nvfp4"});
     cases.push_back({"gqa", gqa, "nvfp4+rope"});
+    cases.push_back({"gqa", gqa, "nvfp4x2"});
     codec::PageLayout strided = gqa;
     uint64_t offset = 0;
     for (codec::BufferSpec& b : strided.buffers) {
@@ -54,6 +56,7 @@ std::vector<Case> Cases() {
     }
     strided.pools[0].slot_bytes = offset;
     cases.push_back({"gqa_strided", strided, "nvfp4"});
+    cases.push_back({"gqa_strided", strided, "nvfp4x2+rope"});
   }
   codec::MlaOptions m;
   m.num_layers = 3;
@@ -62,6 +65,7 @@ std::vector<Case> Cases() {
   codec::PageLayout mla = *codec::BuildMlaLayout(m);
   cases.push_back({"mla", mla, "nvfp4"});
   cases.push_back({"mla", mla, "nvfp4+rope"});
+  cases.push_back({"mla", mla, "nvfp4x2"});
   return cases;
 }
 
@@ -129,8 +133,9 @@ std::vector<uint8_t> MakePages(const codec::PageLayout& layout, int pages, uint6
   return out;
 }
 
-// Param: (case index, cold base offset: 0 aligned, 1 unaligned).
-class GpuNvfp4IdentityTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+// Param: (case index, cold base offset: 0 aligned, 1 unaligned, target CTAs: 0 the default, one
+// CTA per buffer and page for these 8-page batches, or 512, which splits each buffer among CTAs).
+class GpuNvfp4IdentityTest : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   auto devices = ListDevices();
@@ -145,6 +150,7 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto gpu = GpuNvfp4Codec::Create((*cpu)->plan());
   ASSERT_TRUE(gpu.ok()) << gpu.status();
+  (*gpu)->set_target_ctas(std::get<2>(GetParam()));
   constexpr int kPages = 8;
   const uint64_t page_bytes = codec::FlatPageBytes(c.layout);
   const uint64_t block_bytes = (*cpu)->block_bytes();
@@ -173,7 +179,10 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   ASSERT_EQ(cudaMalloc(&hot, pages.size()), cudaSuccess);
   ASSERT_EQ(cudaHostAlloc(&cold_host, block_bytes * kPages + 64, cudaHostAllocMapped), cudaSuccess);
   ASSERT_EQ(cudaHostGetDevicePointer(&cold, cold_host, 0), cudaSuccess);
-  ASSERT_EQ(cudaMallocManaged(&exps, c.layout.buffers.size() * kPages), cudaSuccess);
+  const size_t exps_per_page = static_cast<size_t>((*gpu)->exponents_per_page());
+  ASSERT_EQ(exps_per_page,
+            c.layout.buffers.size() * (spec->codec == codec::CodecId::kNvfp4x2 ? 2 : 1));
+  ASSERT_EQ(cudaMallocManaged(&exps, exps_per_page * kPages), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(hot, pages.data(), pages.size(), cudaMemcpyHostToDevice), cudaSuccess);
   std::memset(cold_host, 0xCD, block_bytes * kPages + 64);
   ASSERT_TRUE((*gpu)
@@ -186,8 +195,7 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   EXPECT_EQ(cold_host[base + block_bytes * kPages], 0xCD) << "wrote after the last block";
   for (int p = 0; p < kPages; ++p) {
     auto block = absl::MakeSpan(cold_host + base + p * block_bytes, block_bytes);
-    (*gpu)->SealBlock(
-        block, absl::MakeConstSpan(exps + p * c.layout.buffers.size(), c.layout.buffers.size()));
+    (*gpu)->SealBlock(block, absl::MakeConstSpan(exps + p * exps_per_page, exps_per_page));
     const uint8_t* want = cpu_blocks.data() + p * block_bytes;
     for (uint64_t i = 0; i < block_bytes; ++i) {
       ASSERT_EQ(block[i], want[i]) << "page " << p << " block byte " << i;
@@ -199,7 +207,7 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   uint8_t* cold_dev = nullptr;
   ASSERT_EQ(cudaMalloc(&cold_dev, block_bytes * kPages + 64), cudaSuccess);
   ASSERT_EQ(cudaMemset(cold_dev, 0xCD, block_bytes * kPages + 64), cudaSuccess);
-  ASSERT_EQ(cudaMemset(exps, 0x7F, c.layout.buffers.size() * kPages), cudaSuccess);
+  ASSERT_EQ(cudaMemset(exps, 0x7F, exps_per_page * kPages), cudaSuccess);
   ASSERT_TRUE(
       (*gpu)
           ->EncodePayloads(hot, page_bytes, cold_dev + base, block_bytes, kPages, exps, nullptr)
@@ -214,8 +222,7 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   EXPECT_EQ(dev_blocks[base + block_bytes * kPages], 0xCD) << "device: wrote after the last block";
   for (int p = 0; p < kPages; ++p) {
     auto block = absl::MakeSpan(dev_blocks.data() + base + p * block_bytes, block_bytes);
-    (*gpu)->SealBlock(
-        block, absl::MakeConstSpan(exps + p * c.layout.buffers.size(), c.layout.buffers.size()));
+    (*gpu)->SealBlock(block, absl::MakeConstSpan(exps + p * exps_per_page, exps_per_page));
     const uint8_t* want = cpu_blocks.data() + p * block_bytes;
     for (uint64_t i = 0; i < block_bytes; ++i) {
       ASSERT_EQ(block[i], want[i]) << "device: page " << p << " block byte " << i;
@@ -235,6 +242,22 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   for (uint64_t i = 0; i < pages.size(); ++i) {
     ASSERT_EQ(gpu_decoded[i], cpu_decoded[i]) << "decoded byte " << i;
   }
+
+  // GPU decode of the blocks in mapped pinned host memory (unaligned base): the kernel reading
+  // them over the link, and the staged pipeline in slices of two pages (four slices through a
+  // ring of three: slots are reused).
+  (*gpu)->set_staging_slice_bytes(2 * block_bytes + 1);
+  for (auto mode : {GpuNvfp4Codec::HostRead::kDirect, GpuNvfp4Codec::HostRead::kStaged}) {
+    SCOPED_TRACE(mode == GpuNvfp4Codec::HostRead::kDirect ? "direct" : "staged");
+    ASSERT_EQ(cudaMemset(hot, 0x5A, pages.size()), cudaSuccess);
+    ASSERT_TRUE(
+        (*gpu)->Decode(cold + base, block_bytes, hot, page_bytes, kPages, nullptr, mode).ok());
+    ASSERT_EQ(cudaMemcpy(gpu_decoded.data(), hot, pages.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (uint64_t i = 0; i < pages.size(); ++i) {
+      ASSERT_EQ(gpu_decoded[i], cpu_decoded[i]) << "decoded byte " << i;
+    }
+  }
   cudaFree(hot);
   cudaFree(blocks_dev);
   cudaFree(exps);
@@ -243,7 +266,7 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuNvfp4IdentityTest,
                          ::testing::Combine(::testing::Range(0, static_cast<int>(Cases().size())),
-                                            ::testing::Values(0, 1)));
+                                            ::testing::Values(0, 1), ::testing::Values(0, 512)));
 #endif
 
 }  // namespace

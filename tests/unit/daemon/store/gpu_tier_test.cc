@@ -319,7 +319,7 @@ TEST_F(GpuTierTest, RejectsWhatItCannotHold) {
             absl::StatusCode::kFailedPrecondition)
       << "namespace 2 has no hot layout";
   EXPECT_EQ((*store)->PutHot(Key(1), nullptr).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*store)->SetHotLayout(2, layout_, codec::CodecSpec::Parse("nvfp4x2").value()).code(),
+  EXPECT_EQ((*store)->SetHotLayout(2, layout_, codec::CodecSpec::Parse("raw").value()).code(),
             absl::StatusCode::kUnimplemented);
   // 36 layers (4.7 MB pages) cannot fit 1 MiB GPU chunks.
   codec::PageLayout big =
