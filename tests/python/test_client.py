@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The `kvtier` Python module's client (libkvtier through pybind11) against a real kvtierd.
 
-Starts kvtierd on a temporary state directory and Unix socket with small tiers (as
-test_kvtierd_client.py does), then, through the module only:
+Starts kvtierd on a temporary state directory and Unix socket with small tiers (through
+daemon_fixture.py, shared with test_kvtierd_client.py and test_kvtierctl.py), then, through the
+module only:
   - connects and reads the server's Hello; connecting to a missing socket raises kvtier.Error
     UNAVAILABLE naming the socket;
   - builds layouts and block hashes (lists and numpy arrays hash alike; errors are ValueError /
@@ -26,8 +27,6 @@ import argparse
 import concurrent.futures
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,6 +35,7 @@ import unittest
 
 import numpy as np
 
+import daemon_fixture
 import kvtier
 
 KVTIERD = os.environ.get("KVTIERD_PATH", "")
@@ -62,19 +62,22 @@ def bf16_values(data):
     return (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-class ClientTest(unittest.TestCase):
+class ClientTest(daemon_fixture.DaemonTestCase):
     """One daemon and one raw engine for the class; tests run in name order, the last stops it."""
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="kvtier-pyclient-")
-        cls.failed = False
-        cls.proc = None
-        cls.log_file = None
+        cls.make_daemon_dir("kvtier-pyclient-")
         cls.client = None
-        cls.log_path = os.path.join(cls.dir, "kvtierd.log")
         try:
-            cls.start_daemon()
+            cls.start_daemon(KVTIERD, ["--set=host.capacity=64MiB",
+                                       "--set=host.chunk=4MiB",
+                                       "--set=host.pin=none",
+                                       "--set=disk.capacity=64MiB",
+                                       "--set=disk.chunk=4MiB",
+                                       f"--set=pools.allowed_dirs=[{cls.dir}]",
+                                       '--set=metrics.listen=""',
+                                       "--set=server.workers=4"])
             cls.client = kvtier.Client.connect(socket=cls.socket, client_name="python-test",
                                                timeout=RPC_TIMEOUT)
             cls.layout = kvtier.PageLayout.gqa(num_layers=2, kv_heads=2, head_dim=64,
@@ -91,63 +94,10 @@ class ClientTest(unittest.TestCase):
             raise
 
     @classmethod
-    def start_daemon(cls):
-        cls.socket = os.path.join(cls.dir, "kvtier.sock")
-        args = [KVTIERD,
-                f"--state-dir={cls.dir}/state",
-                f"--socket={cls.socket}",
-                "--set=host.capacity=64MiB",
-                "--set=host.chunk=4MiB",
-                "--set=host.pin=none",
-                "--set=disk.capacity=64MiB",
-                "--set=disk.chunk=4MiB",
-                f"--set=pools.allowed_dirs=[{cls.dir}]",
-                '--set=metrics.listen=""',
-                "--set=server.workers=4"]
-        cls.log_file = open(cls.log_path, "wb")
-        cls.proc = subprocess.Popen(args, stdout=cls.log_file, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(cls.socket):
-            if cls.proc.poll() is not None:
-                raise RuntimeError(f"kvtierd exited with {cls.proc.returncode} at start:\n"
-                                   + cls.daemon_log())
-            if time.monotonic() > deadline:
-                raise RuntimeError("kvtierd made no socket within 20 s:\n" + cls.daemon_log())
-            time.sleep(0.02)
-
-    @classmethod
-    def daemon_log(cls):
-        try:
-            with open(cls.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return "(no daemon log)"
-
-    @classmethod
     def cleanup(cls, keep):
         if cls.client is not None:
             cls.client.close()
-        if cls.proc is not None and cls.proc.poll() is None:
-            cls.proc.kill()
-            cls.proc.wait()
-        if cls.log_file is not None:
-            cls.log_file.close()
-        if keep:
-            print(f"\n--- kvtierd log ({cls.log_path}) ---\n"
-                  f"{cls.daemon_log()}--- end of kvtierd log; files kept in {cls.dir} ---",
-                  file=sys.stderr)
-        else:
-            shutil.rmtree(cls.dir, ignore_errors=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cleanup(keep=cls.failed)
-
-    def run(self, result=None):
-        result = super().run(result)
-        if result is not None and not result.wasSuccessful():
-            type(self).failed = True
-        return result
+        super().cleanup(keep)
 
     def fill(self, first, count, seed):
         rng = np.random.default_rng(seed)
@@ -455,12 +405,7 @@ class ClientTest(unittest.TestCase):
 
     def test_99_sigterm_stops_with_status_0(self):
         type(self).client.close()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.fail("kvtierd did not stop within 20 s of SIGTERM")
-        self.assertEqual(code, 0, f"kvtierd exited with {code} after SIGTERM")
+        self.assert_sigterm_stops_daemon()
 
 
 def main():

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Every kvtierctl subcommand against a real kvtierd, human and --json outputs, and bad arguments.
 
-Starts kvtierd on a temporary state directory and Unix socket with a host and a disk tier, puts
-blocks in it through the `kvtier` module (a raw engine on a SharedMemoryPool, pages of known
-tokens hashed with BlockHasher), then runs the kvtierctl binary:
+Starts kvtierd on a temporary state directory and Unix socket with a host and a disk tier (through
+daemon_fixture.py, shared with test_client.py and test_kvtierd_client.py), puts blocks in it
+through the `kvtier` module (a raw engine on a SharedMemoryPool, pages of known tokens hashed with
+BlockHasher), then runs the kvtierctl binary:
   - help, --help of every command, and usage errors (exit status 2 with a usage line on stderr);
     a daemon that is not there is exit status 1 naming the socket;
   - status, stats (per-tier and per-namespace figures that follow the engine's offloads, onboards
@@ -21,16 +22,15 @@ directory on PYTHONPATH (ctest sets them). Needs python3-numpy.
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 import numpy as np
 
+import daemon_fixture
 import kvtier
 
 KVTIERD = ""
@@ -44,19 +44,22 @@ COMMANDS = ["status", "stats", "namespaces", "lookup", "evict", "clear", "verify
             "watch", "config validate", "config default"]
 
 
-class KvtierctlTest(unittest.TestCase):
+class KvtierctlTest(daemon_fixture.DaemonTestCase):
     """One daemon and one raw engine for the class; tests run in name order."""
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="kvtier-ctl-")
-        cls.failed = False
-        cls.proc = None
-        cls.log_file = None
+        cls.make_daemon_dir("kvtier-ctl-")
         cls.client = None
-        cls.log_path = os.path.join(cls.dir, "kvtierd.log")
         try:
-            cls.start_daemon()
+            cls.start_daemon(KVTIERD, ["--set=host.capacity=16MiB",
+                                       "--set=host.chunk=4MiB",
+                                       "--set=host.pin=none",
+                                       "--set=disk.capacity=16MiB",
+                                       "--set=disk.chunk=4MiB",
+                                       f"--set=pools.allowed_dirs=[{cls.dir}]",
+                                       '--set=metrics.listen=""',
+                                       "--set=server.workers=4"])
             cls.client = kvtier.Client.connect(socket=cls.socket, client_name="kvtierctl-test",
                                                timeout=RPC_TIMEOUT)
             cls.layout = kvtier.PageLayout.gqa(num_layers=2, kv_heads=2, head_dim=64,
@@ -85,64 +88,11 @@ class KvtierctlTest(unittest.TestCase):
             raise
 
     @classmethod
-    def start_daemon(cls):
-        cls.socket = os.path.join(cls.dir, "kvtier.sock")
-        args = [KVTIERD,
-                f"--state-dir={cls.dir}/state",
-                f"--socket={cls.socket}",
-                "--set=host.capacity=16MiB",
-                "--set=host.chunk=4MiB",
-                "--set=host.pin=none",
-                "--set=disk.capacity=16MiB",
-                "--set=disk.chunk=4MiB",
-                f"--set=pools.allowed_dirs=[{cls.dir}]",
-                '--set=metrics.listen=""',
-                "--set=server.workers=4"]
-        cls.log_file = open(cls.log_path, "wb")
-        cls.proc = subprocess.Popen(args, stdout=cls.log_file, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(cls.socket):
-            if cls.proc.poll() is not None:
-                raise RuntimeError(f"kvtierd exited with {cls.proc.returncode} at start:\n"
-                                   + cls.daemon_log())
-            if time.monotonic() > deadline:
-                raise RuntimeError("kvtierd made no socket within 20 s:\n" + cls.daemon_log())
-            time.sleep(0.02)
-
-    @classmethod
-    def daemon_log(cls):
-        try:
-            with open(cls.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return "(no daemon log)"
-
-    @classmethod
     def cleanup(cls, keep):
         if cls.client is not None:
             cls.client.close()
             cls.client = None
-        if cls.proc is not None and cls.proc.poll() is None:
-            cls.proc.kill()
-            cls.proc.wait()
-        if cls.log_file is not None:
-            cls.log_file.close()
-        if keep:
-            print(f"\n--- kvtierd log ({cls.log_path}) ---\n"
-                  f"{cls.daemon_log()}--- end of kvtierd log; files kept in {cls.dir} ---",
-                  file=sys.stderr)
-        else:
-            shutil.rmtree(cls.dir, ignore_errors=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cleanup(keep=cls.failed)
-
-    def run(self, result=None):
-        result = super().run(result)
-        if result is not None and not result.wasSuccessful():
-            type(self).failed = True
-        return result
+        super().cleanup(keep)
 
     # --- helpers ------------------------------------------------------------------------------
 

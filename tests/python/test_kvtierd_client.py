@@ -3,9 +3,9 @@
 
 Generates the kvtier.v1 stubs from the .proto files at test time (grpc_tools.protoc into a
 temporary directory), starts kvtierd on a temporary state directory and Unix socket with small
-tiers, registers an engine whose host pool is a shared-memory file written by this script, and
-drives Offload / Lookup / Onboard with a layout written out by hand (no kvtier code is shared with
-the daemon):
+tiers (through daemon_fixture.py, shared with test_client.py and test_kvtierctl.py), registers
+an engine whose host pool is a shared-memory file written by this script, and drives Offload /
+Lookup / Onboard with a layout written out by hand (no kvtier code is shared with the daemon):
   - CODEC_RAW: the onboarded pages must equal the offloaded pages byte for byte;
   - CODEC_NVFP4: the onboard succeeds and fills the page (lossy: values are only roughly equal);
   - an out-of-range page index is ITEM_CODE_INVALID_ARGUMENT;
@@ -24,15 +24,15 @@ import mmap
 import os
 import random
 import shutil
-import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.request
+
+import daemon_fixture
 
 KVTIERD = os.environ.get("KVTIERD_PATH", "")
 PROTO_ROOT = os.environ.get("KVTIER_PROTO_ROOT", "")
@@ -127,56 +127,46 @@ class HostPool:
         self.map.close()
 
 
-class KvtierdClientTest(unittest.TestCase):
+class KvtierdClientTest(daemon_fixture.DaemonTestCase):
     """One daemon for the class; the tests run in name order and the last one stops it."""
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="kvtier-py-")
-        cls.failed = False
-        cls.proc = None
-        cls.log_file = None
+        cls.make_daemon_dir("kvtier-py-")
         cls.channel = None
-        cls.log_path = os.path.join(cls.dir, "kvtierd.log")
         try:
             cls.common, cls.layout_pb2, cls.service_grpc = generate_stubs(
                 PROTO_ROOT, os.path.join(cls.dir, "stubs"))
             # The messages of every file are reachable from the generated *_pb2 modules.
             cls.pb = {name: importlib.import_module(f"kvtier.v1.{name}_pb2")
                       for name in ("common", "layout", "pool", "session", "cache", "events")}
-            cls.start_daemon()
+            cls.start_and_connect()
         except BaseException:
             cls.cleanup(keep=True)
             raise
 
     @classmethod
-    def start_daemon(cls):
+    def start_and_connect(cls):
+        """Starts the daemon, metrics on a free port, and waits until it answers Hello."""
         import grpc
 
         cls.metrics_port = free_port()
-        cls.socket = os.path.join(cls.dir, "kvtier.sock")
-        args = [KVTIERD,
-                f"--state-dir={cls.dir}/state",
-                f"--socket={cls.socket}",
-                "--set=host.capacity=64MiB",
-                "--set=host.chunk=4MiB",
-                "--set=host.pin=none",
-                "--set=disk.capacity=64MiB",
-                "--set=disk.chunk=4MiB",
-                f"--set=pools.allowed_dirs=[{cls.dir}]",
-                f"--set=metrics.listen=127.0.0.1:{cls.metrics_port}",
-                "--set=server.workers=4"]
-        cls.log_file = open(cls.log_path, "wb")
-        cls.proc = subprocess.Popen(args, stdout=cls.log_file, stderr=subprocess.STDOUT)
+        cls.start_daemon(KVTIERD, ["--set=host.capacity=64MiB",
+                                   "--set=host.chunk=4MiB",
+                                   "--set=host.pin=none",
+                                   "--set=disk.capacity=64MiB",
+                                   "--set=disk.chunk=4MiB",
+                                   f"--set=pools.allowed_dirs=[{cls.dir}]",
+                                   f"--set=metrics.listen=127.0.0.1:{cls.metrics_port}",
+                                   "--set=server.workers=4"],
+                         wait_for_socket=False)
         cls.channel = grpc.insecure_channel("unix:" + cls.socket)
         cls.stub = cls.service_grpc.KvTierStub(cls.channel)
         session = cls.pb["session"]
         deadline = time.monotonic() + 20
         last = None
         while time.monotonic() < deadline:
-            if cls.proc.poll() is not None:
-                raise RuntimeError(f"kvtierd exited with {cls.proc.returncode} at start:\n"
-                                   + cls.daemon_log())
+            cls.check_daemon_running()
             try:
                 cls.hello = cls.stub.Hello(session.HelloRequest(client_name="python-test"),
                                            timeout=0.5, wait_for_ready=True)
@@ -188,38 +178,11 @@ class KvtierdClientTest(unittest.TestCase):
                            + cls.daemon_log())
 
     @classmethod
-    def daemon_log(cls):
-        try:
-            with open(cls.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return "(no daemon log)"
-
-    @classmethod
     def cleanup(cls, keep):
-        if cls.proc is not None and cls.proc.poll() is None:
-            cls.proc.kill()
-            cls.proc.wait()
+        cls.kill_daemon()
         if cls.channel is not None:
             cls.channel.close()
-        if cls.log_file is not None:
-            cls.log_file.close()
-        if keep:
-            print(f"\n--- kvtierd log ({cls.log_path}) ---\n"
-                  f"{cls.daemon_log()}--- end of kvtierd log; files kept in {cls.dir} ---",
-                  file=sys.stderr)
-        else:
-            shutil.rmtree(cls.dir, ignore_errors=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cleanup(keep=cls.failed)
-
-    def run(self, result=None):
-        result = super().run(result)
-        if result is not None and not result.wasSuccessful():
-            type(self).failed = True
-        return result
+        super().cleanup(keep)
 
     # --- requests written by hand -------------------------------------------------------------
 
@@ -416,12 +379,7 @@ class KvtierdClientTest(unittest.TestCase):
                         f"promtool check metrics < {path} exited {check.returncode}:\n{problems}")
 
     def test_6_sigterm_stops_with_status_0(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.fail("kvtierd did not stop within 20 s of SIGTERM")
-        self.assertEqual(code, 0, f"kvtierd exited with {code} after SIGTERM")
+        self.assert_sigterm_stops_daemon()
 
 
 def main():
