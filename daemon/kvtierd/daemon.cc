@@ -285,6 +285,9 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   auto admin = std::make_unique<service::KvTierAdminService>(store->get(), service.get());
   builder.RegisterService(admin.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_request_bytes));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(service::MakeRpcMetricsInterceptor(&service->rpc_metrics()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr && !config.tcp_listen.empty() && tcp_port == 0) {
     return absl::UnavailableError(absl::StrFormat(

@@ -23,6 +23,12 @@ namespace kvtier::kvtierd {
 namespace {
 
 constexpr const char* kTierNames[] = {"gpu", "host", "disk"};
+// grpc::StatusCode names, by value.
+constexpr const char* kGrpcCodeNames[service::RpcMetrics::kCodes] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 class Writer {
  public:
@@ -51,17 +57,24 @@ class Writer {
   }
   void Histogram(const char* name, const char* help, const LatencyHistogram::Snapshot& h) {
     Family(name, "histogram", help);
+    HistogramSeries(name, "", h);
+  }
+  // One labeled series of a histogram family (`labels`: `a="x",b="y"` or empty).
+  void HistogramSeries(const char* name, const std::string& labels,
+                       const LatencyHistogram::Snapshot& h) {
+    const std::string sep = labels.empty() ? "" : ",";
+    const std::string braces = labels.empty() ? "" : absl::StrCat("{", labels, "}");
     uint64_t cumulative = 0;
     for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
       cumulative += h.counts[i];
       const uint64_t bound = LatencyHistogram::Snapshot::UpperBoundUs(i);
       const std::string le =
           bound == UINT64_MAX ? "+Inf" : absl::StrFormat("%.6g", static_cast<double>(bound) / 1e6);
-      absl::StrAppend(&out_, name, "_bucket{le=\"", le, "\"} ", cumulative, "\n");
+      absl::StrAppend(&out_, name, "_bucket{", labels, sep, "le=\"", le, "\"} ", cumulative, "\n");
     }
-    absl::StrAppend(&out_, name, "_sum ",
+    absl::StrAppend(&out_, name, "_sum", braces, " ",
                     absl::StrFormat("%.6f", static_cast<double>(h.sum_us) / 1e6), "\n", name,
-                    "_count ", cumulative, "\n");
+                    "_count", braces, " ", cumulative, "\n");
   }
   std::string Take() { return std::move(out_); }
 
@@ -153,6 +166,26 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
           static_cast<double>(s.index_memory_bytes));
   w.Histogram("kvtier_read_latency_seconds", "Latency of block reads (Acquire).", s.read_latency);
   w.Histogram("kvtier_put_latency_seconds", "Latency of block stores (Commit).", s.put_latency);
+  // Per RPC: calls by final status, and the latency of unary calls (start of the call to its
+  // status being sent).
+  w.Family("kvtier_rpc_handled_total", "counter", "gRPC calls completed, by method and status.");
+  for (const service::RpcMetrics::Method& m : service.rpcs) {
+    for (int c = 0; c < service::RpcMetrics::kCodes; ++c) {
+      if (m.codes[c] == 0) continue;
+      w.Sample("kvtier_rpc_handled_total",
+               absl::StrFormat("service=\"%s\",method=\"%s\",code=\"%s\"", m.service, m.method,
+                               kGrpcCodeNames[c]),
+               static_cast<double>(m.codes[c]));
+    }
+  }
+  w.Family("kvtier_rpc_duration_seconds", "histogram",
+           "Latency of unary gRPC calls, by method (from the start of the call to its status).");
+  for (const service::RpcMetrics::Method& m : service.rpcs) {
+    if (m.latency.count == 0) continue;
+    w.HistogramSeries("kvtier_rpc_duration_seconds",
+                      absl::StrFormat("service=\"%s\",method=\"%s\"", m.service, m.method),
+                      m.latency);
+  }
   return w.Take();
 }
 
@@ -289,6 +322,7 @@ void MetricsHttpServer::Serve(int fd) {
     ServiceGauges gauges;
     gauges.engines = service_->engine_count();
     gauges.traffic = service_->traffic();
+    gauges.rpcs = service_->rpc_metrics().Read();
     if (const service::EventLog* events = service_->events(); events != nullptr) {
       gauges.event_streams = events->listener_count();
       gauges.store_events = events->logged_store_events();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/service/kvtier_service.h"
@@ -22,6 +23,7 @@ struct ServiceGauges {
   size_t event_streams = 0;
   uint64_t store_events = 0;
   service::KvTierService::Traffic traffic;
+  std::vector<service::RpcMetrics::Method> rpcs;
 };
 std::string RenderMetrics(const store::StoreStats& stats, const ServiceGauges& service, bool ready);
 

@@ -28,6 +28,7 @@
 #include "daemon/service/event_log.h"
 #include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
+#include "daemon/service/rpc_metrics.h"
 #include "daemon/store/block_store.h"
 #include "kvtier/v1/service.grpc.pb.h"
 
@@ -105,6 +106,9 @@ class KvTierService final : public v1::KvTier::CallbackService {
     uint64_t parked_requests = 0;  // gauge
   };
   Traffic traffic() const;
+  // Calls and latencies per RPC (fed by MakeRpcMetricsInterceptor, which kvtierd installs).
+  RpcMetrics& rpc_metrics() { return rpc_metrics_; }
+  const RpcMetrics& rpc_metrics() const { return rpc_metrics_; }
   // Releases every parked request of engines in `namespaces` (admin Clear with include_parked);
   // returns how many.
   uint32_t ReleaseParkedIn(const std::vector<store::NamespaceId>& namespaces);
@@ -254,6 +258,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
   std::atomic<uint64_t> hot_bytes_offloaded_{0}, cold_bytes_offloaded_{0};
   std::atomic<uint64_t> hot_bytes_onboarded_{0}, cold_bytes_onboarded_{0};
   std::atomic<uint64_t> dropped_offloads_{0};
+  RpcMetrics rpc_metrics_;
   // Requests handed to the workers and not finished (guarded by mu_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 

@@ -55,9 +55,31 @@ TEST_F(KvtierdTest, OffloadLookupOnboardRoundTrip) {
   EXPECT_EQ(miss.results(0).code(), v1::ITEM_CODE_NOT_FOUND);
   EXPECT_EQ(miss.results(1).code(), v1::ITEM_CODE_SKIPPED);
 
+  // A call the daemon refuses: an engine it does not know.
+  {
+    grpc::ClientContext ctx;
+    v1::LookupRequest req;
+    req.set_engine_id("no-such-engine");
+    v1::LookupResponse resp;
+    EXPECT_EQ(stub_->Lookup(Context(&ctx), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+
   const std::string metrics = HttpGet(metrics_port_, "/metrics");
   EXPECT_NE(metrics.find("kvtier_puts_total 8\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_engines 1\n"), std::string::npos);
+  // Per-RPC metrics (the server interceptor): calls by method and code, unary latencies.
+  const std::string svc = "service=\"kvtier.v1.KvTier\",method=";
+  for (const std::string& line :
+       {"kvtier_rpc_handled_total{" + svc + "\"RegisterEngine\",code=\"OK\"} 1\n",
+        "kvtier_rpc_handled_total{" + svc + "\"Offload\",code=\"OK\"} 2\n",
+        "kvtier_rpc_handled_total{" + svc + "\"Onboard\",code=\"OK\"} 2\n",
+        "kvtier_rpc_handled_total{" + svc + "\"Lookup\",code=\"OK\"} 1\n",
+        "kvtier_rpc_handled_total{" + svc + "\"Lookup\",code=\"NOT_FOUND\"} 1\n",
+        "kvtier_rpc_duration_seconds_count{" + svc + "\"Lookup\"} 2\n",
+        "kvtier_rpc_duration_seconds_count{" + svc + "\"Offload\"} 2\n",
+        "kvtier_rpc_duration_seconds_bucket{" + svc + "\"Onboard\",le=\"+Inf\"} 2\n"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << " not in\n" << metrics;
+  }
   int code = 0;
   EXPECT_EQ(HttpGet(metrics_port_, "/readyz", &code), "ready\n");
   EXPECT_EQ(code, 200);
