@@ -1,4 +1,4 @@
-// The batched GPU round (triattention/gpu_round.h over kernels/kv_round.cu) against the CPU
+// The batched GPU round (triattention/gpu_round.h over kernels/kv_round*.cu) against the CPU
 // reference on a real device, over dtypes (BF16, FP16, FP8 E4M3), head_dim 64 / 128 / 256, pages
 // of 16 to 256 tokens, HND and NHD pages, separate and combined pools, GQA groups 1 to 16, the
 // three modes and both compaction orders, pools whose pages hold every layer (page_stride_bytes),
