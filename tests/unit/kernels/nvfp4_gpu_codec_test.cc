@@ -1,9 +1,9 @@
 // The fused NVFP4 kernels against the CPU reference codec: blocks must be byte-identical and
 // decoded pages identical, for nvfp4, nvfp4+rope and nvfp4x2 on BF16/FP16/FP8 GQA pages (RoPE
-// quantized or lossless, row-stride gaps) and MLA pages with a lossless indexer, on random pages of
-// several magnitudes and on adversarial pages (outlier channels, zeros, subnormals, maximal values,
-// NaN and infinities). Cold blocks live in mapped pinned host memory at an unaligned base;
-// destinations are poisoned.
+// quantized or lossless, row-stride gaps), MLA pages with a lossless indexer and hybrid pages
+// (attention layers between lossless state buffers), on random pages of several magnitudes and on
+// adversarial pages (outlier channels, zeros, subnormals, maximal values, NaN and infinities).
+// Cold blocks live in mapped pinned host memory at an unaligned base; destinations are poisoned.
 #include "kernels/nvfp4_gpu_codec.h"
 
 #include <cmath>
@@ -66,6 +66,23 @@ std::vector<Case> Cases() {
   cases.push_back({"mla", mla, "nvfp4"});
   cases.push_back({"mla", mla, "nvfp4+rope"});
   cases.push_back({"mla", mla, "nvfp4x2"});
+  // Hybrid: attention layers with RoPE on half the row between lossless recurrent-state buffers of
+  // a size that is not a multiple of 16.
+  for (codec::DType dtype : {codec::DType::kBf16, codec::DType::kFp8E4M3}) {
+    codec::HybridOptions h;
+    h.num_layers = 4;
+    h.attention_layers = {1, 3};
+    h.kv_heads = 2;
+    h.head_dim = 128;
+    h.tokens_per_page = 32;
+    h.dtype = dtype;
+    h.rope_start = 64;  // RoPE as the row's second half (lossless RoPE needs an end of the row)
+    h.rope_len = 64;
+    h.state_bytes = 1000;
+    codec::PageLayout hybrid = *codec::BuildHybridLayout(h);
+    cases.push_back({"hybrid", hybrid, "nvfp4+rope"});
+    cases.push_back({"hybrid", hybrid, dtype == codec::DType::kBf16 ? "nvfp4" : "nvfp4x2"});
+  }
   return cases;
 }
 
