@@ -5,7 +5,11 @@
 #ifndef KVTIER_KERNELS_NVFP4_DEVICE_CUH_
 #define KVTIER_KERNELS_NVFP4_DEVICE_CUH_
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <cstring>
 
 namespace kvtier::kernels::device {
 
@@ -305,6 +309,77 @@ __device__ __forceinline__ void EncodeGroupByConversion(const float* x, float sc
     }
     packed[j / 8] |= (E2m1x2(y[0], y[1]) | sign) << (4 * (j % 8));
   }
+}
+
+// Encode by paired compares (FORMAT.md §5.4, the exact-grid thresholds compared in the element
+// format). Where the grid of scale code s is exact and its smallest midpoint 0.25·S·P is normal
+// in the format, every midpoint M·S·P (at most 7 significant bits) is a normal BF16 and FP16
+// value. For x of that format, "x > NextDown(M·S·P)" (an odd threshold of MakeThresholds) is
+// "x >= M·S·P", and "x > M·S·P" (an even one) stays as it is, so the threshold compares can run
+// on two elements at once in the element format (set.ge/gt on bf16x2/f16x2: one instruction each
+// on sm_90), three of them per element as a binary search over the seven ascending thresholds.
+__device__ __forceinline__ bool HalfCompareOk(int d, int s, float p) {
+  if (d != kBf16 && d != kFp16) return false;
+  if (!GridIsExact(d, s, p)) return false;
+  const float lowest = __fmul_rn(__fmul_rn(0.25f, ScaleValue(s)), p);
+  return lowest >= (d == kFp16 ? 0x1p-14f : 0x1p-126f);
+}
+
+// The seven midpoints M·S·P of an exact grid in the element format, each in both halves of a
+// word (HalfCompareOk must hold: the conversions are exact).
+__device__ __forceinline__ void MakeHalfThresholds(int d, int s, float p, uint32_t* threshold) {
+  const float mids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const float scale = ScaleValue(s);
+#pragma unroll
+  for (int c = 0; c < 7; ++c) {
+    const float mid = __fmul_rn(__fmul_rn(mids[c], scale), p);
+    const uint32_t bits =
+        d == kBf16 ? __float_as_uint(mid) >> 16 : uint32_t{__half_as_ushort(__float2half_rn(mid))};
+    threshold[c] = bits | (bits << 16);
+  }
+}
+
+// 0xffff in each half of the result where a's half compares >= (kGe) or > (!kGe) to b's half
+// (false for NaN), reading both as BF16 (kBf16) or FP16 pairs.
+template <bool kGe>
+__device__ __forceinline__ uint32_t CompareHalves(bool bf16, uint32_t a, uint32_t b) {
+  if (bf16) {
+    __nv_bfloat162 x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    return kGe ? __hge2_mask(x, y) : __hgt2_mask(x, y);
+  }
+  __half2 x, y;
+  memcpy(&x, &a, 4);
+  memcpy(&y, &b, 4);
+  return kGe ? __hge2_mask(x, y) : __hgt2_mask(x, y);
+}
+
+// The codes of a BF16 or FP16 group (its 32 bytes as 8 words, element 2j in the low half of word
+// j) for a scale code with HalfCompareOk, from its MakeHalfThresholds: the same codes as
+// EncodeValue with MakeThresholds (NaN: +0; infinities: 7; negative non-NaN values, -0 too: bit 3).
+__device__ __forceinline__ void EncodeGroupByHalfCompare(const uint32_t* words, bool bf16,
+                                                         const uint32_t* t, uint32_t* packed) {
+  uint32_t bytes[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t magnitude = words[j] & 0x7fff7fffu;
+    // code >= 4 iff x > thresholds[3], then >= 2 (+4) iff x > thresholds[1] (thresholds[5]),
+    // then +1 iff x > thresholds[0|2|4|6]; the odd ones compare >=, the even ones >.
+    const uint32_t m1 = CompareHalves<true>(bf16, magnitude, t[3]);
+    const uint32_t m2 = CompareHalves<true>(bf16, magnitude, (m1 & t[5]) | (~m1 & t[1]));
+    const uint32_t low = (m2 & t[2]) | (~m2 & t[0]);
+    const uint32_t high = (m2 & t[6]) | (~m2 & t[4]);
+    const uint32_t m3 = CompareHalves<false>(bf16, magnitude, (m1 & high) | (~m1 & low));
+    const uint32_t not_nan = CompareHalves<true>(bf16, magnitude, magnitude);
+    const uint32_t code = (m1 & 0x00040004u) | (m2 & 0x00020002u) | (m3 & 0x00010001u) |
+                          ((words[j] >> 12) & not_nan & 0x00080008u);
+    bytes[j] = code | (code >> 12);  // byte 0: the low element's code, then the high one's
+  }
+  packed[0] = __byte_perm(__byte_perm(bytes[0], bytes[1], 0x0040),
+                          __byte_perm(bytes[2], bytes[3], 0x0040), 0x5410);
+  packed[1] = __byte_perm(__byte_perm(bytes[4], bytes[5], 0x0040),
+                          __byte_perm(bytes[6], bytes[7], 0x0040), 0x5410);
 }
 
 }  // namespace kvtier::kernels::device

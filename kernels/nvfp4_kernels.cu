@@ -19,6 +19,11 @@
 // for its buffer's exponent, and then encodes four values per instruction; decode tabulates the
 // 16 outputs of each of the 256 scale bytes. The tables are memos of the same functions, so the
 // bytes are those of the general path.
+//
+// BF16 and FP16 groups whose scale code has an exact grid with normal midpoints (nearly all of
+// them) compare their elements with the midpoints two at a time in the element format
+// (nvfp4_device.cuh, EncodeGroupByHalfCompare: three paired compares per element, a binary
+// search), instead of seven binary32 compares per element; other groups take the thresholds.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -76,7 +81,9 @@ __device__ __forceinline__ float GroupMax16(const uint4* words, uint8_t dtype) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const uint32_t a = w[j] & 0x7fff7fffu;
-    m = __vmaxu2(m, a & ~__vcmpgeu2(a, inf));
+    // a < inf as a float compare in the element format (false for NaN): one instruction on
+    // sm_90, where __vcmpgeu2 takes several
+    m = __vmaxu2(m, a & device::CompareHalves<false>(dtype == 1, inf, a));
   }
   m = __vmaxu2(m, m >> 16) & 0xffffu;
   return dtype == 1 ? device::Bf16ToFloat(static_cast<uint16_t>(m))
@@ -110,10 +117,13 @@ struct Fp8EncodeTables {
 // boundaries of NearestScaleCodeOfSixth, and whether ChooseScaleCode's exact path returns a
 // nearest code as it is.
 struct Encode16Tables {
+  // MakeHalfThresholds where half_ok (device::HalfCompareOk), two 16-byte loads per group.
+  alignas(16) uint32_t half_threshold[device::kMaxScaleCode + 1][8];
   float threshold[device::kMaxScaleCode + 1][7];
   float boundary[device::kMaxScaleCode];
   uint8_t exact[device::kMaxScaleCode + 1];
   uint8_t grid_exact[device::kMaxScaleCode + 1];  // device::GridIsExact (the conversion path)
+  uint8_t half_ok[device::kMaxScaleCode + 1];     // device::HalfCompareOk
 };
 constexpr uint32_t kTablesBytes =
     ((sizeof(Fp8EncodeTables) > sizeof(Encode16Tables) ? sizeof(Fp8EncodeTables)
@@ -131,6 +141,8 @@ __device__ void BuildEncode16Tables(int d, float p, Encode16Tables* t) {
   t->exact[c] = lo >= (d == device::kBf16 ? 0x1p-126f : 0x1p-14f) &&
                 hi <= (d == device::kBf16 ? 0x1.FEp127f : 65504.0f);
   t->grid_exact[c] = device::GridIsExact(d, c, p);
+  t->half_ok[c] = device::HalfCompareOk(d, c, p);
+  if (t->half_ok[c]) device::MakeHalfThresholds(d, c, p, t->half_threshold[c]);
 }
 
 // device::ChooseScaleCode for BF16/FP16 with the CTA's tables (same steps, same result).
@@ -528,16 +540,26 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
   float threshold[7];
   for (uint32_t g = g_begin + threadIdx.x; g < g_end; g += kThreads) {
     load(g, w);
-    UnpackGroup(w, b.dtype, x);
     const int s = ChooseScaleCode16(domain, GroupMax16(w, b.dtype), q, p, tables16);
     uint32_t packed[2] = {0, 0};
 #if KVTIER_HW_E2M1
     if (tables16->grid_exact[s]) {  // the hardware conversion: the same codes (nvfp4_device.cuh)
+      UnpackGroup(w, b.dtype, x);
       device::EncodeGroupByConversion(x, device::ScaleValue(s), p, packed);
       store(g, packed[0], packed[1], s);
       continue;
     }
 #endif
+    if (tables16->half_ok[s]) {  // paired compares in the element format: the same codes
+      const uint4 t0 = *reinterpret_cast<const uint4*>(&tables16->half_threshold[s][0]);
+      const uint4 t1 = *reinterpret_cast<const uint4*>(&tables16->half_threshold[s][4]);
+      const uint32_t t[7] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z};
+      const uint32_t words[8] = {w[0].x, w[0].y, w[0].z, w[0].w, w[1].x, w[1].y, w[1].z, w[1].w};
+      device::EncodeGroupByHalfCompare(words, domain == device::kBf16, t, packed);
+      store(g, packed[0], packed[1], s);
+      continue;
+    }
+    UnpackGroup(w, b.dtype, x);
 #pragma unroll
     for (int i = 0; i < 7; ++i) threshold[i] = tables16->threshold[s][i];
 #pragma unroll
@@ -790,15 +812,16 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-// CTAs per (buffer, page): 1 for grids of kChunkBelowCtas CTAs or more; else enough for
-// plan.target_ctas (default two per SM), at most one per `groups_per_cta` groups of the largest
-// buffer (encode 128; decode 256, a warp tile) and 64.
-// Measured on the H200 (docs/PERFORMANCE.md): splitting pays for a one-layer page (2 buffers) but
-// costs 5-10% for a 72-buffer page (each encode CTA rereads the buffer for its maximum).
+// CTAs per (buffer, page). Encode: 1 for grids of kChunkBelowCtas CTAs or more (each chunk
+// rereads its whole buffer for the maximum: splitting a 72-buffer page at batch 1 cost 5-10% on
+// the H200, docs/PERFORMANCE.md); decode (no rereads): 1 for grids of two CTAs per SM or more.
+// Else enough for plan.target_ctas (default two per SM), at most one per `groups_per_cta` groups of
+// the largest buffer (encode 128; decode 256, a warp tile) and 64. plan.target_ctas > 0 replaces
+// both rules (tests and benchmarks).
 constexpr uint64_t kChunkBelowCtas = 16;
-unsigned ChunksFor(const GpuPlan& plan, int pages, uint64_t groups_per_cta) {
+unsigned ChunksFor(const GpuPlan& plan, int pages, uint64_t groups_per_cta, bool rereads) {
   const uint64_t ctas = uint64_t(plan.buffer_count) * pages;
-  if (ctas >= kChunkBelowCtas && plan.target_ctas == 0) return 1;
+  if (rereads && ctas >= kChunkBelowCtas && plan.target_ctas == 0) return 1;
   int target = plan.target_ctas;
   if (target <= 0) {
     int device = 0, sms = 0;
@@ -809,6 +832,7 @@ unsigned ChunksFor(const GpuPlan& plan, int pages, uint64_t groups_per_cta) {
     }
     target = 2 * sms;
   }
+  if (ctas >= uint64_t(target)) return 1;
   uint64_t max_groups = 0;
   for (int i = 0; i < plan.buffer_count; ++i) {
     const GpuBuffer& b = plan.buffers[i];
@@ -851,7 +875,7 @@ int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot
   }
   // nvfp4x2 needs the whole buffer's residual before its second pass: one CTA per buffer.
   const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages),
-                  two_passes ? 1u : ChunksFor(plan, pages, 128));
+                  two_passes ? 1u : ChunksFor(plan, pages, 128, /*rereads=*/true));
   kernel<<<grid, kThreads, shared_bytes, static_cast<cudaStream_t>(stream)>>>(
       plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
   return static_cast<int>(cudaGetLastError());
@@ -861,7 +885,7 @@ int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t co
                       uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream) {
   if (pages <= 0 || plan.buffer_count <= 0) return 0;
   const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages),
-                  ChunksFor(plan, pages, kTileGroups));
+                  ChunksFor(plan, pages, kTileGroups, /*rereads=*/false));
   auto* kernel = plan.exps_per_page > plan.buffer_count ? DecodeKernel<true> : DecodeKernel<false>;
   kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(plan, cold_base, cold_stride,
                                                                    hot_base, hot_stride);
