@@ -15,7 +15,9 @@
 // Blocks are headers and checksums sealed on the host once, untimed (decode needs the header).
 //
 // Run: kvtier-bench kernels [--batches=1,16,256] [--min-time=0.2] [--device=0]
-//                           [--codec=nvfp4|nvfp4x2] [--json]
+//                           [--codec=nvfp4|nvfp4x2] [--target-ctas=N] [--json]
+// --target-ctas=N: launches of fewer than N (buffer, page) CTAs split buffers among CTAs to reach
+// about N (the default: only launches below 16 CTAs, to two per SM).
 #include "tools/bench/kernels_subcommand.h"
 
 #include <cstdint>
@@ -52,6 +54,7 @@ struct Flags {
   double min_time = 0.2;
   int device = 0;
   std::string codec = "nvfp4";
+  int target_ctas = 0;  // GpuNvfp4Codec::set_target_ctas when > 0 (experiments on small launches)
   bool json = false;
 };
 
@@ -59,7 +62,7 @@ struct Flags {
 int ParseFlags(int argc, char** argv, Flags& f) {
   const char* usage =
       "usage: kvtier-bench kernels [--batches=1,16,256] [--min-time=SECONDS] [--device=N] "
-      "[--codec=nvfp4|nvfp4x2] [--json]\n"
+      "[--codec=nvfp4|nvfp4x2] [--target-ctas=N] [--json]\n"
       "Fused nvfp4 offload/onboard on the GPU against cudaMemcpyAsync, the batched raw copy\n"
       "kernel and the unfused path, for four page kinds; hot bytes per second.\n";
   for (int i = 1; i < argc; ++i) {
@@ -80,6 +83,8 @@ int ParseFlags(int argc, char** argv, Flags& f) {
     } else if (value("--device=", v) && absl::SimpleAtoi(v, &f.device) && f.device >= 0) {
     } else if (value("--codec=", v) && (v == "nvfp4" || v == "nvfp4x2")) {
       f.codec = v;
+    } else if (value("--target-ctas=", v) && absl::SimpleAtoi(v, &f.target_ctas) &&
+               f.target_ctas >= 0) {
     } else if (value("--batches=", v)) {
       f.batches.clear();
       for (absl::string_view s : absl::StrSplit(v, ',')) {
@@ -248,6 +253,7 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
     const auto plan = codec::MakeBlockPlan(k.layout, *spec);
     auto gpu = kernels::GpuNvfp4Codec::Create(*plan);
     Check(gpu.status(), "GpuNvfp4Codec");
+    if (f.target_ctas > 0) (*gpu)->set_target_ctas(f.target_ctas);
     const uint64_t page_bytes = codec::FlatPageBytes(k.layout);
     const uint64_t block_bytes = plan->block_bytes;
     const size_t exps_per_page = static_cast<size_t>((*gpu)->exponents_per_page());
