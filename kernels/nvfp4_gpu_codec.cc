@@ -166,6 +166,38 @@ absl::Status GpuNvfp4Codec::Decode(const void* cold_base, uint64_t cold_stride, 
 #endif
 }
 
+#if KVTIER_WITH_CUDA
+// The device's ring with slots of at least slot_bytes (and room for the large slices of blocks
+// `stride` bytes apart, so that batches of both kinds share one ring); a smaller ring is replaced
+// once its copies are done. Returns a cudaError_t value.
+int GpuNvfp4Codec::AcquireRing(int device, uint64_t slot_bytes, uint64_t stride,
+                               Staging** out) const {
+  Staging* ring = nullptr;
+  for (auto& r : staging_) {
+    if (r->device == device) ring = r.get();
+  }
+  if (ring != nullptr && ring->slot_bytes < slot_bytes) {  // a larger stride than before
+    if (int err = internal::SynchronizeStream(ring->copy_stream); err != 0) return err;
+    for (auto& r : staging_) {
+      if (r.get() == ring) r.reset();  // frees after the work that used it (cudaFree syncs)
+    }
+    std::erase(staging_, nullptr);
+    ring = nullptr;
+  }
+  if (ring == nullptr) {
+    const uint64_t large_pages = std::max<uint64_t>(1, kLargeSliceBytes / stride);
+    const uint64_t bytes = std::max(slot_bytes, (large_pages - 1) * stride + plan_.block_bytes);
+    auto fresh = std::make_unique<Staging>();
+    if (int err = fresh->Init(device, bytes); err != 0) return err;
+    ring = fresh.get();
+    staging_.push_back(std::move(fresh));
+  }
+  *out = ring;
+  return 0;
+}
+
+#endif
+
 // Slice i: the copy stream waits until slice i - kSlots has been decoded out of its slot, copies
 // the slice's blocks into the slot and records `copied`; `stream` waits for that, decodes, and
 // records `consumed`. `stream` has waited for every copy when the call returns.
@@ -184,28 +216,8 @@ absl::Status GpuNvfp4Codec::DecodeStaged(const uint8_t* cold_base, uint64_t cold
   const uint64_t slot_bytes = (slice_pages - 1) * cold_stride + plan_.block_bytes;
   absl::MutexLock lock(&staging_mu_);
   Staging* ring = nullptr;
-  for (auto& r : staging_) {
-    if (r->device == device) ring = r.get();
-  }
-  if (ring != nullptr && ring->slot_bytes < slot_bytes) {  // a larger stride than before
-    if (int err = internal::SynchronizeStream(ring->copy_stream); err != 0) {
-      return failed("cudaStreamSynchronize", err);
-    }
-    for (auto& r : staging_) {
-      if (r.get() == ring) r.reset();  // frees after the work that used it (cudaFree syncs)
-    }
-    std::erase(staging_, nullptr);
-    ring = nullptr;
-  }
-  if (ring == nullptr) {
-    // Room for the large slices too, so that batches of both kinds share one ring.
-    const uint64_t large_pages = std::max<uint64_t>(1, kLargeSliceBytes / cold_stride);
-    const uint64_t bytes =
-        std::max(slot_bytes, (large_pages - 1) * cold_stride + plan_.block_bytes);
-    auto fresh = std::make_unique<Staging>();
-    if (int err = fresh->Init(device, bytes); err != 0) return failed("staging ring", err);
-    ring = fresh.get();
-    staging_.push_back(std::move(fresh));
+  if (int err = AcquireRing(device, slot_bytes, cold_stride, &ring); err != 0) {
+    return failed("staging ring", err);
   }
   if (int err = internal::RecordEvent(ring->start, stream); err != 0) {
     return failed("cudaEventRecord", err);
@@ -239,6 +251,80 @@ absl::Status GpuNvfp4Codec::DecodeStaged(const uint8_t* cold_base, uint64_t cold
   return absl::OkStatus();
 #else
   (void)cold_base, (void)cold_stride, (void)hot_base, (void)hot_stride, (void)pages, (void)stream;
+  return absl::UnimplementedError("kvtier was built without CUDA");
+#endif
+}
+
+absl::Status GpuNvfp4Codec::DecodeGathered(absl::Span<const uint8_t* const> blocks,
+                                           absl::Span<uint8_t* const> pages, void* stream) const {
+  if (blocks.size() != pages.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("gathered nvfp4 decode: ", blocks.size(),
+                                                   " blocks for ", pages.size(), " pages"));
+  }
+  if (blocks.empty()) return absl::OkStatus();
+#if KVTIER_WITH_CUDA
+  const uint64_t count = blocks.size();
+  auto failed = [&](const char* what, int err) {
+    return absl::InternalError(absl::StrCat("gathered nvfp4 decode (", count, " pages): ", what,
+                                            ": ", internal::ErrorString(err)));
+  };
+  int capturing = 0;
+  internal::StreamCapturing(stream, &capturing);
+  if (capturing) {  // no second stream under capture: one direct launch per page
+    for (uint64_t i = 0; i < count; ++i) {
+      if (int err = internal::LaunchNvfp4Decode(*gpu_plan_, blocks[i], 0, pages[i], 0, 1, stream);
+          err != 0) {
+        return failed("decode launch", err);
+      }
+    }
+    return absl::OkStatus();
+  }
+  int device = 0;
+  if (int err = internal::CurrentDevice(&device); err != 0) return failed("cudaGetDevice", err);
+  const uint64_t block_bytes = plan_.block_bytes;
+  const uint64_t slice_pages = std::max<uint64_t>(1, SliceBytes(count * block_bytes) / block_bytes);
+  absl::MutexLock lock(&staging_mu_);
+  Staging* ring = nullptr;
+  if (int err = AcquireRing(device, slice_pages * block_bytes, block_bytes, &ring); err != 0) {
+    return failed("staging ring", err);
+  }
+  if (int err = internal::RecordEvent(ring->start, stream); err != 0) {
+    return failed("cudaEventRecord", err);
+  }
+  if (int err = internal::WaitEvent(ring->copy_stream, ring->start); err != 0) {
+    return failed("cudaStreamWaitEvent", err);
+  }
+  // As DecodeStaged, but slice i's blocks are gathered into consecutive block_bytes of its slot:
+  // one copy per run of blocks that lie back to back, then one decode launch per run of pages
+  // evenly spaced upwards (a single run when both sides are contiguous, one per page at worst).
+  for (uint64_t first = 0, i = 0; first < count; first += slice_pages, ++i) {
+    const int slot = static_cast<int>(i % kSlots);
+    const uint64_t n = std::min<uint64_t>(slice_pages, count - first);
+    const uint8_t* const* from = blocks.data() + first;
+    uint8_t* const* to = pages.data() + first;
+    int err = internal::WaitEvent(ring->copy_stream, ring->consumed[slot]);
+    for (uint64_t j = 0, run = 1; j < n && err == 0; j += run) {
+      for (run = 1; j + run < n && from[j + run] == from[j] + run * block_bytes;) ++run;
+      err = internal::CopyAsync(ring->slots[slot] + j * block_bytes, from[j], run * block_bytes,
+                                ring->copy_stream);
+    }
+    if (err == 0) err = internal::RecordEvent(ring->copied[slot], ring->copy_stream);
+    if (err == 0) err = internal::WaitEvent(stream, ring->copied[slot]);
+    for (uint64_t j = 0, run = 1; j < n && err == 0; j += run) {
+      const uint64_t stride = j + 1 < n && to[j + 1] > to[j] ? uint64_t(to[j + 1] - to[j]) : 0;
+      for (run = 1; stride != 0 && j + run < n && to[j + run] == to[j] + run * stride;) ++run;
+      err = internal::LaunchNvfp4Decode(*gpu_plan_, ring->slots[slot] + j * block_bytes,
+                                        block_bytes, to[j], stride, static_cast<int>(run), stream);
+    }
+    if (err == 0) err = internal::RecordEvent(ring->consumed[slot], stream);
+    if (err != 0) {
+      internal::WaitEvent(stream, ring->copied[slot]);  // as DecodeStaged
+      return failed("slice", err);
+    }
+  }
+  return absl::OkStatus();
+#else
+  (void)stream;
   return absl::UnimplementedError("kvtier was built without CUDA");
 #endif
 }

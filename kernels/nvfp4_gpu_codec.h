@@ -66,6 +66,15 @@ class GpuNvfp4Codec {
   absl::Status Decode(const void* cold_base, uint64_t cold_stride, void* hot_base,
                       uint64_t hot_stride, int pages, void* stream,
                       HostRead host_read = HostRead::kAuto) const;
+  // Decodes blocks[i] into the flat hot page pages[i] for every i, blocks and pages anywhere (the
+  // daemon's host-tier slots and an engine's pool slots): the kStaged pipeline with the copy
+  // engine gathering the blocks into the ring (one copy per run of adjacent blocks), one decode
+  // launch per run of evenly spaced pages from there. Blocks in
+  // host memory need not be mapped (any address cudaMemcpyAsync takes). Same checks and
+  // completion rule as Decode; under stream capture, one direct launch per page. InvalidArgument
+  // when the spans differ in length.
+  absl::Status DecodeGathered(absl::Span<const uint8_t* const> blocks,
+                              absl::Span<uint8_t* const> pages, void* stream) const;
   // Host: writes the header (with one page's exponents, laid out as EncodePayloads writes them)
   // and both checksums into `block`.
   void SealBlock(absl::Span<uint8_t> block, absl::Span<const int8_t> scale_exps) const;
@@ -87,6 +96,8 @@ class GpuNvfp4Codec {
   GpuNvfp4Codec(codec::BlockPlan plan, std::unique_ptr<internal::GpuPlan> gpu_plan);
   absl::Status DecodeStaged(const uint8_t* cold_base, uint64_t cold_stride, uint8_t* hot_base,
                             uint64_t hot_stride, int pages, void* stream) const;
+  int AcquireRing(int device, uint64_t slot_bytes, uint64_t stride, Staging** out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
   codec::BlockPlan plan_;
   std::unique_ptr<internal::GpuPlan> gpu_plan_;
   uint64_t SliceBytes(uint64_t batch_bytes) const;

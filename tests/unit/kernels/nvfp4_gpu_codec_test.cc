@@ -275,6 +275,30 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
       ASSERT_EQ(gpu_decoded[i], cpu_decoded[i]) << "decoded byte " << i;
     }
   }
+  // Gathered decode (the daemon's onboard), slices of two blocks: blocks read through their host
+  // addresses, (a) in reverse (one copy and one launch per page), (b) in order (one copy and one
+  // launch per slice), (c) pages and blocks 0, 1, 2, 6, 5, 4, 3, 7 (runs broken inside slices;
+  // pages 2 and 6 one launch with a stride of four pages).
+  for (const std::vector<int>& order : std::vector<std::vector<int>>{
+           {7, 6, 5, 4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 6, 5, 4, 3, 7}}) {
+    SCOPED_TRACE(::testing::PrintToString(order));
+    std::vector<const uint8_t*> blocks;
+    std::vector<uint8_t*> dests;
+    for (int p : order) {
+      blocks.push_back(cold_host + base + p * block_bytes);
+      dests.push_back(hot + p * page_bytes);
+    }
+    ASSERT_EQ(cudaMemset(hot, 0x5A, pages.size()), cudaSuccess);
+    ASSERT_TRUE((*gpu)->DecodeGathered(blocks, dests, nullptr).ok());
+    ASSERT_EQ(cudaMemcpy(gpu_decoded.data(), hot, pages.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (uint64_t i = 0; i < pages.size(); ++i) {
+      ASSERT_EQ(gpu_decoded[i], cpu_decoded[i]) << "gathered: decoded byte " << i;
+    }
+    const absl::Status mismatch =
+        (*gpu)->DecodeGathered(absl::MakeConstSpan(blocks).subspan(1), dests, nullptr);
+    EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument) << mismatch;
+  }
   cudaFree(hot);
   cudaFree(blocks_dev);
   cudaFree(exps);
