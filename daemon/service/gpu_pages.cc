@@ -171,16 +171,31 @@ void GpuPageCodec::Seal(uint8_t* block) const {
   codec::WriteColdBlockHeader(h, span);
 }
 
+bool GpuPageCodec::Staged(size_t pages) const {
+  using Codec = kernels::GpuNvfp4Codec;
+  return nvfp4_ != nullptr &&
+         pages * plan_.block_bytes >= Codec::kStagedMinSlices * Codec::kSliceBytes;
+}
+
 absl::Status GpuPageCodec::Decode(absl::Span<const uint8_t* const> blocks,
                                   absl::Span<uint8_t* const> pages) const {
+  absl::Status launched = DecodeAsync(blocks, pages, Staged(pages.size()));
+  absl::Status waited = Wait();
+  return launched.ok() ? waited : launched;
+}
+
+absl::Status GpuPageCodec::DecodeAsync(absl::Span<const uint8_t* const> blocks,
+                                       absl::Span<uint8_t* const> pages, bool staged) const {
   KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device_));
   if (nvfp4_ != nullptr) {
+    // Staged: the copy engine gathers the blocks into device memory while the kernel decodes the
+    // previous slice (reads the link by DMA; docs/PERFORMANCE.md).
+    if (staged) return nvfp4_->DecodeGathered(blocks, pages, streams_[0]);
     absl::Status launched;
     for (size_t i = 0; i < pages.size() && launched.ok(); ++i) {
       launched = nvfp4_->Decode(blocks[i], 0, pages[i], 0, 1, streams_[i % streams_.size()]);
     }
-    absl::Status waited = Wait();
-    return launched.ok() ? waited : launched;
+    return launched;
   }
   std::vector<kernels::CopySpan> spans;
   spans.reserve(pages.size() * plan_.buffers.size());
@@ -191,9 +206,7 @@ absl::Status GpuPageCodec::Decode(absl::Span<const uint8_t* const> blocks,
                        plan_.buffers[b].whole_bytes});
     }
   }
-  absl::Status launched = copier_->Enqueue(spans, streams_[0]);
-  absl::Status waited = Wait();
-  return launched.ok() ? waited : launched;
+  return copier_->Enqueue(spans, streams_[0]);
 }
 
 absl::Status GpuPageCodec::CheckBlock(absl::Span<const uint8_t> block) const {

@@ -74,6 +74,17 @@ class GpuPageCodec {
   // Decodes blocks[i] (checked: see CheckBlock) into pages[i] and waits.
   absl::Status Decode(absl::Span<const uint8_t* const> blocks,
                       absl::Span<uint8_t* const> pages) const;
+  // Whether a batch of `pages` pages is decoded staged: nvfp4 codecs, at least
+  // GpuNvfp4Codec::kStagedMinSlices slices of blocks. The copy engine then gathers the blocks
+  // into device memory while the kernel decodes the previous slice (DecodeGathered); otherwise
+  // one decode launch per page reads its block over the link, round-robin over the streams.
+  bool Staged(size_t pages) const;
+  // Enqueues the decode of blocks[i] into pages[i] (`staged` as Staged() says for the whole
+  // batch this is part of) and returns; the blocks and pages must stay valid until Wait returns.
+  absl::Status DecodeAsync(absl::Span<const uint8_t* const> blocks,
+                           absl::Span<uint8_t* const> pages, bool staged) const;
+  // Waits for everything enqueued on the codec's streams.
+  absl::Status Wait() const;
   // FailedPrecondition unless `block` is a block of this plan (fingerprint, codec, size); the
   // store has verified its checksums.
   absl::Status CheckBlock(absl::Span<const uint8_t> block) const;
@@ -85,7 +96,6 @@ class GpuPageCodec {
   std::unique_ptr<kernels::GpuNvfp4Codec> nvfp4_;   // nvfp4, nvfp4+rope, nvfp4x2
   std::unique_ptr<kernels::BatchedCopier> copier_;  // raw
   std::vector<void*> streams_;
-  absl::Status Wait() const;
 };
 
 }  // namespace kvtier::service

@@ -825,6 +825,8 @@ void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn
 }
 
 constexpr size_t kGpuBatch = 256;  // pages per kernel pass (bounds the host slots held at once)
+// Onboard enqueues the decode of every kOnboardChunk acquired pages while it acquires the next.
+constexpr size_t kOnboardChunk = 16;
 // Host threads sealing blocks (CRC32C of each payload) in parallel.
 size_t SealThreads() {
   static const size_t n = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
@@ -920,7 +922,21 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
     std::vector<store::PinnedBlock> pinned;
     std::vector<const uint8_t*> blocks;
     std::vector<uint8_t*> pages;
+    // The GPU decodes the pages acquired so far while the store pins the next ones; the pins are
+    // held until the batch's Wait.
+    const bool staged = engine.gpu->Staged(
+        std::min<size_t>(kGpuBatch, static_cast<size_t>(req.items_size() - next)));
+    size_t enqueued = 0;
+    absl::Status launched;
+    auto enqueue = [&]() {
+      if (launched.ok() && enqueued < items.size()) {
+        launched = engine.gpu->DecodeAsync(absl::MakeConstSpan(blocks).subspan(enqueued),
+                                           absl::MakeConstSpan(pages).subspan(enqueued), staged);
+      }
+      enqueued = items.size();
+    };
     for (; next < req.items_size() && items.size() < kGpuBatch && !stopped; ++next) {
+      if (items.size() - enqueued >= kOnboardChunk) enqueue();
       const v1::OnboardItem& item = req.items(next);
       v1::ItemResult* result = resp->mutable_results(next);
       absl::Status st;
@@ -957,7 +973,9 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
       pinned.push_back(std::move(*block));
     }
     if (items.empty()) continue;
-    absl::Status st = engine.gpu->Decode(blocks, pages);
+    enqueue();
+    absl::Status st = launched;
+    st.Update(engine.gpu->Wait());  // also after a failed launch: earlier chunks use the pins
     for (int i : items) {
       SetItemResult(st.ok() ? absl::OkStatus() : absl::InternalError(st.message()),
                     resp->mutable_results(i));

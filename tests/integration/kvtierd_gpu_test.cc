@@ -18,8 +18,8 @@ bool HaveDevice() {
 // computes the expected results.
 class GpuEngine {
  public:
-  GpuEngine(const std::string& mirror_file, uint32_t slots)
-      : mirror_(mirror_file, slots), slots_(slots) {
+  GpuEngine(const std::string& mirror_file, uint32_t slots, codec::PageLayout layout = TestLayout())
+      : mirror_(mirror_file, slots, std::move(layout)), slots_(slots) {
     bytes_ = mirror_.page_bytes() * slots;
     auto ptr = kernels::AllocateDeviceMemory(0, bytes_);
     EXPECT_TRUE(ptr.ok()) << ptr.status();
@@ -141,6 +141,56 @@ TEST_F(KvtierdGpuTest, OffloadAndOnboardThroughCudaIpcAndTheFusedKernels) {
     ASSERT_TRUE(stub_->Onboard(Context(&hoctx), hon, &hresp).ok());
     EXPECT_EQ(hresp.results(0).code(), v1::ITEM_CODE_OK) << hresp.results(0).message();
     EXPECT_TRUE(host.Bytes(0) == engine.mirror().RoundTrip(3, codec));
+  }
+}
+
+// A batch of at least four 4 MiB slices of blocks takes the staged gather on onboard
+// (GpuNvfp4Codec::DecodeGathered: the copy engine gathers the host tier's blocks into the ring,
+// one decode launch per page); pages land in reverse order of their blocks' slots.
+TEST_F(KvtierdGpuTest, OnboardsLargeBatchesThroughTheStagedGather) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  StartDaemon({"--set=host.pin=cuda", "--set=host.capacity=128MiB"});
+  constexpr uint32_t kPages = 64;  // 1 MiB pages: 64 blocks of about 0.3 MiB, five slices
+  const codec::PageLayout layout =
+      codec::BuildGqaLayout({8, 8, 128, 32, codec::DType::kBf16, 0, 0}).value();
+  GpuEngine engine(dir_->File("mirror-gather"), 2 * kPages, layout);
+  for (uint32_t i = 0; i < kPages; ++i) {
+    engine.mirror().Fill(i, 900 + i);
+    engine.Upload(i);
+  }
+  grpc::ClientContext ctx;
+  v1::RegisterEngineResponse reg;
+  ASSERT_TRUE(stub_->RegisterEngine(Context(&ctx), engine.Request("nvfp4"), &reg).ok());
+  v1::OffloadRequest off;
+  off.set_engine_id(reg.engine_id());
+  off.set_ack(v1::WRITE_ACK_STORED);
+  for (uint32_t i = 0; i < kPages; ++i) {
+    v1::OffloadItem* item = off.add_items();
+    item->set_block_hash(Hash(2, i));
+    item->set_page_index(i);
+  }
+  {
+    grpc::ClientContext octx;
+    v1::OffloadResponse resp;
+    ASSERT_TRUE(stub_->Offload(Context(&octx), off, &resp).ok());
+    ASSERT_EQ(resp.stored_pages(), kPages);
+  }
+  v1::OnboardRequest on;
+  on.set_engine_id(reg.engine_id());
+  for (uint32_t i = 0; i < kPages; ++i) {
+    v1::OnboardItem* item = on.add_items();
+    item->set_block_hash(Hash(2, i));
+    item->set_page_index(2 * kPages - 1 - i);
+  }
+  {
+    grpc::ClientContext octx;
+    v1::OnboardResponse resp;
+    ASSERT_TRUE(stub_->Onboard(Context(&octx), on, &resp).ok());
+    ASSERT_EQ(resp.onboarded_pages(), kPages);
+  }
+  for (uint32_t i = 0; i < kPages; ++i) {
+    EXPECT_TRUE(engine.Download(2 * kPages - 1 - i) == engine.mirror().RoundTrip(i, "nvfp4"))
+        << "page " << i << ": differs from the CPU codec's round trip";
   }
 }
 
