@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,6 +38,16 @@ struct kvtier_hasher {
 struct kvtier_shm_pool {
   std::unique_ptr<kvtier::SharedMemoryPool> impl;
 };
+struct kvtier_watch {
+  std::unique_ptr<kvtier::EventWatch> impl;
+};
+
+static_assert(static_cast<int>(kvtier::Event::Kind::kBlockStored) + KVTIER_EVENT_BLOCK_STORED ==
+                      KVTIER_EVENT_BLOCK_STORED &&
+                  static_cast<int>(kvtier::Event::Kind::kSnapshotComplete) +
+                          KVTIER_EVENT_BLOCK_STORED ==
+                      KVTIER_EVENT_SNAPSHOT_COMPLETE,
+              "KVTIER_EVENT_* follow kvtier::Event::Kind");
 
 namespace kvtier {
 namespace {
@@ -658,6 +669,61 @@ int kvtier_client_stats(kvtier_client* client, kvtier_stats* stats, kvtier_error
     }
     return absl::OkStatus();
   });
+}
+
+int kvtier_client_watch_events(kvtier_client* client, int snapshot, uint64_t namespace_id,
+                               kvtier_event_fn on_event, kvtier_watch_done_fn on_done,
+                               void* user_data, kvtier_watch** watch, kvtier_error* err) {
+  return Guard(err, [&]() -> absl::Status {
+    if (client == nullptr) return Missing("client");
+    if (on_event == nullptr) return Missing("on_event");
+    if (watch == nullptr) return Missing("watch");
+    *watch = nullptr;
+    kvtier::WatchOptions options;
+    options.snapshot = snapshot != 0;
+    options.namespace_id = namespace_id;
+    // The callbacks run on the watch's thread: nothing may throw out of them.
+    auto deliver = [on_event, user_data](const kvtier::Event& e) {
+      try {
+        std::vector<uint8_t> hashes(e.block_hashes.size() * KVTIER_BLOCK_HASH_BYTES, 0);
+        for (size_t i = 0; i < e.block_hashes.size(); ++i) {
+          std::memcpy(hashes.data() + i * KVTIER_BLOCK_HASH_BYTES, e.block_hashes[i].data(),
+                      std::min<size_t>(e.block_hashes[i].size(), KVTIER_BLOCK_HASH_BYTES));
+        }
+        kvtier_event out{};
+        out.kind = static_cast<int>(e.kind) + KVTIER_EVENT_BLOCK_STORED;
+        out.sequence = e.sequence;
+        out.namespace_id = e.namespace_id;
+        out.block_hashes = hashes.empty() ? nullptr : hashes.data();
+        out.num_hashes = e.block_hashes.size();
+        out.tier = static_cast<int>(e.tier);
+        out.from_tier = static_cast<int>(e.from_tier);
+        out.count = e.count;
+        on_event(&out, user_data);
+      } catch (...) {
+        // Out of memory for one event's hashes: the event is dropped, the stream goes on.
+      }
+    };
+    std::function<void(absl::Status)> done;
+    if (on_done != nullptr) {
+      done = [on_done, user_data](absl::Status status) {
+        kvtier_error e{};
+        kvtier::Report(status, &e);
+        on_done(&e, user_data);
+      };
+    }
+    absl::StatusOr<std::unique_ptr<kvtier::EventWatch>> w =
+        client->impl->WatchEvents(options, std::move(deliver), std::move(done));
+    if (!w.ok()) return w.status();
+    *watch = new kvtier_watch{std::move(*w)};
+    return absl::OkStatus();
+  });
+}
+
+void kvtier_watch_destroy(kvtier_watch* watch) {
+  if (watch == nullptr) return;
+  watch->impl->Cancel();
+  delete watch;  // the EventWatch's destructor waits for its thread
 }
 
 }  // extern "C"

@@ -1,13 +1,14 @@
 /* The C ABI (client/include/kvtier/kvtier.h) against a real kvtierd, compiled as C99: the test
  * spawns the daemon itself (path from argv[1], else KVTIERD_PATH) on a temporary state directory
  * and socket, then drives layouts, hashes, a shared-memory pool and a raw-codec engine through
- * offload / lookup / onboard (pages compared byte for byte), park / resume / release, stats and
- * the error paths, and stops the daemon with SIGTERM (exit status 0). Exits non-zero on the first
+ * offload / lookup / onboard (pages compared byte for byte), park / resume / release, stats, event
+ * watches (live and from a snapshot) and the error paths, and stops the daemon with SIGTERM (exit status 0). Exits non-zero on the first
  * failed check, printing the daemon's log. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -133,6 +134,59 @@ static void FillPage(uint8_t* page, uint32_t seed) {
     page[i] = (uint8_t)(bits & 0xFF);
     page[i + 1] = (uint8_t)(bits >> 8);
   }
+}
+
+/* What an event watch saw (its callbacks run on the watch's thread). */
+typedef struct WatchSeen {
+  pthread_mutex_t mu;
+  const uint8_t* hashes; /* the PAGES hashes the test offloads */
+  unsigned stored_mask;  /* bit i: hash i arrived in a BLOCK_STORED event */
+  int snapshot_complete;
+  uint64_t snapshot_blocks;
+  uint64_t namespace_id; /* of the last BLOCK_STORED event */
+  int done;              /* on_done ran; its status in done_code */
+  int done_code;
+} WatchSeen;
+
+static void OnEvent(const kvtier_event* e, void* user_data) {
+  WatchSeen* seen = (WatchSeen*)user_data;
+  size_t i, j;
+  pthread_mutex_lock(&seen->mu);
+  if (e->kind == KVTIER_EVENT_BLOCK_STORED) {
+    seen->namespace_id = e->namespace_id;
+    for (i = 0; i < e->num_hashes; ++i) {
+      for (j = 0; j < PAGES; ++j) {
+        if (memcmp(e->block_hashes + i * KVTIER_BLOCK_HASH_BYTES,
+                   seen->hashes + j * KVTIER_BLOCK_HASH_BYTES, KVTIER_BLOCK_HASH_BYTES) == 0) {
+          seen->stored_mask |= 1u << j;
+        }
+      }
+    }
+  } else if (e->kind == KVTIER_EVENT_SNAPSHOT_COMPLETE) {
+    seen->snapshot_complete = 1;
+    seen->snapshot_blocks = e->count;
+  }
+  pthread_mutex_unlock(&seen->mu);
+}
+
+static void OnDone(const kvtier_error* status, void* user_data) {
+  WatchSeen* seen = (WatchSeen*)user_data;
+  pthread_mutex_lock(&seen->mu);
+  seen->done = 1;
+  seen->done_code = status->code;
+  pthread_mutex_unlock(&seen->mu);
+}
+
+/* Waits up to 10 s until every offloaded hash was seen (and, with `snapshot`, the snapshot ended). */
+static int WaitSeen(WatchSeen* seen, int snapshot) {
+  int i, ok = 0;
+  for (i = 0; i < 1000 && !ok; ++i) {
+    pthread_mutex_lock(&seen->mu);
+    ok = seen->stored_mask == (1u << PAGES) - 1 && (!snapshot || seen->snapshot_complete);
+    pthread_mutex_unlock(&seen->mu);
+    if (!ok) SleepMs(10);
+  }
+  return ok;
 }
 
 int main(int argc, char** argv) {
@@ -275,6 +329,19 @@ int main(int argc, char** argv) {
                                 NULL, &err));
   CHECK(hits == 0);
 
+  /* A live event watch on the engine's namespace sees the offload below. */
+  kvtier_watch* watch = NULL;
+  WatchSeen live;
+  memset(&live, 0, sizeof(live));
+  pthread_mutex_init(&live.mu, NULL);
+  live.hashes = hashes;
+  status = kvtier_client_watch_events(client, 0, info.namespace_id, NULL, NULL, NULL, &watch, &err);
+  CHECK(status == KVTIER_INVALID_ARGUMENT && strstr(err.message, "on_event") != NULL);
+  CHECK(watch == NULL);
+  CHECK_OK(kvtier_client_watch_events(client, 0, info.namespace_id, OnEvent, OnDone, &live, &watch,
+                                      &err));
+  SleepMs(200); /* the stream is open before the offload */
+
   /* Offload pages 0..7, look them up, onboard them into slots 16..23. */
   for (i = 0; i < PAGES; ++i) {
     indices[i] = (uint32_t)i;
@@ -287,6 +354,24 @@ int main(int argc, char** argv) {
                                  &offload_options, &stored, codes, &err));
   CHECK(stored == PAGES);
   for (i = 0; i < PAGES; ++i) CHECK(codes[i] == KVTIER_ITEM_OK);
+  CHECK(WaitSeen(&live, 0));
+  CHECK(live.namespace_id == info.namespace_id);
+  kvtier_watch_destroy(watch); /* on_done has run when it returns */
+  CHECK(live.done && live.done_code == KVTIER_CANCELLED);
+  {
+    /* A snapshot watch of every namespace: the stored blocks, then SNAPSHOT_COMPLETE. */
+    WatchSeen snap;
+    memset(&snap, 0, sizeof(snap));
+    pthread_mutex_init(&snap.mu, NULL);
+    snap.hashes = hashes;
+    CHECK_OK(kvtier_client_watch_events(client, 1, 0, OnEvent, NULL, &snap, &watch, &err));
+    CHECK(WaitSeen(&snap, 1));
+    CHECK(snap.snapshot_blocks >= PAGES);
+    kvtier_watch_destroy(watch);
+    kvtier_watch_destroy(NULL);
+    pthread_mutex_destroy(&snap.mu);
+  }
+  pthread_mutex_destroy(&live.mu);
   CHECK_OK(kvtier_client_lookup(client, engine_id, hashes, KVTIER_BLOCK_HASH_BYTES, PAGES, 0, &hits,
                                 tiers, &err));
   CHECK(hits == PAGES);

@@ -15,7 +15,8 @@
  *    KVTIER_RESOURCE_EXHAUSTED.
  *  - Pointers to handles and buffers are borrowed for the call only, except where stated.
  *  - Thread-safety: a kvtier_client is thread-safe (as kvtier::Client); layouts are immutable and
- *    thread-safe; hashers and pools are thread-compatible. Every call blocks until its answer.
+ *    thread-safe; hashers and pools are thread-compatible. Every call blocks until its answer,
+ *    except event watches, whose callbacks run on the watch's own thread.
  */
 #ifndef KVTIER_CLIENT_INCLUDE_KVTIER_KVTIER_H_
 #define KVTIER_CLIENT_INCLUDE_KVTIER_KVTIER_H_
@@ -330,6 +331,50 @@ typedef struct kvtier_stats {
 } kvtier_stats;
 
 int kvtier_client_stats(kvtier_client* client, kvtier_stats* stats, kvtier_error* err);
+
+/* ---- Events ---- */
+
+/* Event kinds (kvtier::Event::Kind). */
+enum {
+  KVTIER_EVENT_BLOCK_STORED = 1,
+  KVTIER_EVENT_BLOCK_REMOVED = 2,
+  KVTIER_EVENT_BLOCK_MOVED = 3,
+  KVTIER_EVENT_NAMESPACE_CLEARED = 4,
+  KVTIER_EVENT_EVENTS_LOST = 5,
+  KVTIER_EVENT_SNAPSHOT_COMPLETE = 6
+};
+
+/* One event of the daemon's stream. Pointers are valid during the callback only. */
+typedef struct kvtier_event {
+  int kind; /* KVTIER_EVENT_* */
+  uint64_t sequence;
+  uint64_t namespace_id;
+  /* Stored, removed, moved: num_hashes hashes of KVTIER_BLOCK_HASH_BYTES end to end (a hash
+   * given with fewer bytes comes back zero-padded, as the daemon keys it). */
+  const uint8_t* block_hashes;
+  size_t num_hashes;
+  int tier;       /* stored, removed, cleared; moved: the destination (KVTIER_TIER_*) */
+  int from_tier;  /* moved: the source */
+  uint64_t count; /* cleared: removed blocks; lost: lost events; snapshot complete: blocks */
+} kvtier_event;
+
+typedef struct kvtier_watch kvtier_watch; /* a running event stream */
+typedef void (*kvtier_event_fn)(const kvtier_event* event, void* user_data);
+/* How the stream ended: KVTIER_CANCELLED after kvtier_watch_destroy, else the daemon's status
+ * (e.g. UNAVAILABLE when it stopped). */
+typedef void (*kvtier_watch_done_fn)(const kvtier_error* status, void* user_data);
+
+/* Follows the daemon's events on a thread of the watch: on_event for each event in order, then
+ * on_done (may be NULL) once. snapshot != 0: first a BLOCK_STORED event for every stored block,
+ * then SNAPSHOT_COMPLETE, then new events; namespace_id 0: every namespace the caller may see.
+ * The callbacks must not block for long and must not destroy their own watch; user_data is passed
+ * through. Free with kvtier_watch_destroy (before closing the client). */
+int kvtier_client_watch_events(kvtier_client* client, int snapshot, uint64_t namespace_id,
+                               kvtier_event_fn on_event, kvtier_watch_done_fn on_done,
+                               void* user_data, kvtier_watch** watch, kvtier_error* err);
+/* Cancels the stream and waits for its thread (on_done has run when this returns), then frees
+ * the watch. NULL is a no-op. */
+void kvtier_watch_destroy(kvtier_watch* watch);
 
 #ifdef __cplusplus
 } /* extern "C" */
