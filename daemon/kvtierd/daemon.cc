@@ -21,10 +21,10 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "daemon/io/posix_file.h"
-#include "daemon/kvtierd/activated_listener.h"
 #include "daemon/kvtierd/metrics_http.h"
 #include "daemon/kvtierd/systemd_notify.h"
 #include "daemon/kvtierd/systemd_watchdog.h"
+#include "daemon/kvtierd/unix_listener.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/store/block_store.h"
@@ -256,6 +256,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   so.worker_threads = config.workers;
   so.default_deadline = config.default_deadline;
   so.events = &events;
+  auto peers = std::make_shared<service::PeerCredentials>();  // filled by the Unix listener
+  so.peers = peers;
   if (config.host_persistent) so.forbidden_pool_files.push_back("/dev/shm/" + config.host_shm_name);
   if (!config.auth_tokens_file.empty()) {
     absl::StatusOr<std::unique_ptr<service::TokenAuth>> auth =
@@ -278,9 +280,19 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   if (!config.tcp_listen.empty()) {
     builder.AddListeningPort(config.tcp_listen, TcpCredentials(config), &tcp_port);
   }
-  if (activated_fd < 0) {
-    builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
+  // The Unix socket: kvtierd accepts its connections itself (UnixListener), on a socket it binds
+  // now or the one systemd passed.
+  const bool socket_activated = activated_fd >= 0;
+  int unix_fd = activated_fd;
+  if (!socket_activated) {
+    absl::StatusOr<int> bound = UnixListener::Bind(config.socket);
+    if (!bound.ok()) return bound.status();
+    unix_fd = *bound;
   }
+  auto drop_unix = [&]() {
+    close(unix_fd);
+    if (!socket_activated) unlink(config.socket.c_str());
+  };
   builder.RegisterService(service.get());
   auto admin = std::make_unique<service::KvTierAdminService>(store->get(), service.get());
   builder.RegisterService(admin.get());
@@ -289,6 +301,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   interceptors.push_back(service::MakeRpcMetricsInterceptor(&service->rpc_metrics()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) drop_unix();
   if (server == nullptr && !config.tcp_listen.empty() && tcp_port == 0) {
     return absl::UnavailableError(absl::StrFormat(
         "tcp.listen: cannot listen on %s (address in use, not local or not resolvable%s; see the "
@@ -296,32 +309,26 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
         config.tcp_listen,
         config.tcp_insecure ? "" : ", or tcp.tls.cert_file and key_file refused as a pair"));
   }
-  if (server == nullptr && activated_fd >= 0) {
-    close(activated_fd);
+  if (server == nullptr) {
     return absl::UnavailableError("cannot start the gRPC server (see the gRPC log above)");
   }
-  if (server == nullptr) {
-    return absl::UnavailableError(
-        absl::StrFormat("cannot listen on unix:%s (see the gRPC log above)", config.socket));
-  }
-  std::unique_ptr<ActivatedUnixListener> activated;
-  if (activated_fd >= 0) {
-    absl::StatusOr<std::unique_ptr<ActivatedUnixListener>> l =
-        ActivatedUnixListener::Start(activated_fd, server.get());
+  std::unique_ptr<UnixListener> listener;
+  {
+    absl::StatusOr<std::unique_ptr<UnixListener>> l =
+        UnixListener::Start(unix_fd, server.get(), peers.get());
     if (!l.ok()) {
       server->Shutdown();
+      if (!socket_activated) unlink(config.socket.c_str());
       return l.status();
     }
-    activated = std::move(*l);
-    if (activated->path() != config.socket) {
-      KVTIER_LOG(kWarning, "the socket-activated socket ", activated->path(),
-                 " is not server.socket (", config.socket, "), where kvtierctl looks by default");
-    }
-  } else {
-    chmod(config.socket.c_str(), 0660);
+    listener = std::move(*l);
+  }
+  if (socket_activated && listener->path() != config.socket) {
+    KVTIER_LOG(kWarning, "the socket-activated socket ", listener->path(),
+               " is not server.socket (", config.socket, "), where kvtierctl looks by default");
   }
   const std::string unix_address =
-      activated ? absl::StrCat(activated->path(), " (socket-activated)") : config.socket;
+      socket_activated ? absl::StrCat(listener->path(), " (socket-activated)") : config.socket;
   std::string tcp_address;
   if (!config.tcp_listen.empty()) {
     tcp_address =
@@ -396,8 +403,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     notify("STOPPING=1\nSTATUS=draining");
     break;
   }
-  watchdog.reset();   // systemd does not watch a stopping service
-  activated.reset();  // new connections wait in the backlog for the next start
+  watchdog.reset();  // systemd does not watch a stopping service
+  listener.reset();  // new connections are refused (systemd's socket: wait for the next start)
   if (metrics) metrics->SetReady(false);
   // Drain: refuse new work, let requests on the workers finish within the grace period, then shut
   // the server down at once (gRPC would otherwise wait out the deadline for idle connections).
@@ -414,7 +421,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   service.reset();  // joins the workers: no request touches the store any more
   absl::Status flushed = (*store)->Flush();
   store->reset();
-  if (activated_fd < 0) unlink(config.socket.c_str());  // systemd owns an activated socket
+  if (!socket_activated) unlink(config.socket.c_str());  // systemd owns an activated socket
   if (!tcp_address.empty()) unlink(port_file.c_str());
   if (!flushed.ok()) return flushed;
   KVTIER_LOG(kInfo, "kvtierd stopped cleanly");

@@ -485,6 +485,7 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   engine->hot_page_bytes = engine->layout.HotBytes();
   engine->registered = absl::Now();
   engine->peer = ctx->peer();
+  engine->pid = options_.peers != nullptr ? options_.peers->PidOf(engine->peer) : 0;
   engine->id = absl::StrFormat("e%016x-%d", incarnation_, next_engine_++);
   engine->name = req->engine_name().empty() ? engine->id : req->engine_name();
   {

@@ -28,6 +28,7 @@
 #include "daemon/service/event_log.h"
 #include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
+#include "daemon/service/peer_credentials.h"
 #include "daemon/service/rpc_metrics.h"
 #include "daemon/store/block_store.h"
 #include "kvtier/v1/service.grpc.pb.h"
@@ -58,6 +59,8 @@ struct ServiceOptions {
   // Tenant tokens; null: authentication off (one tenant per request's `tenant` field, "default"
   // when empty).
   std::shared_ptr<const TokenAuth> auth;
+  // Pids of the Unix-socket peers (kvtierd's accept loop fills it); null: EngineInfo.pid is 0.
+  std::shared_ptr<const PeerCredentials> peers;
   // With authentication on, mixed into every tenant's hash root so that roots cannot be computed
   // outside the daemon (kvtierd keeps it in <state_dir>/hash-root.key).
   std::string hash_root_key;
@@ -175,6 +178,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
     absl::Duration lease;
     absl::Time registered;
     std::string peer;  // gRPC's peer address of the RegisterEngine call
+    int32_t pid = 0;   // its process (ServiceOptions::peers), 0 when unknown
     uint64_t hot_page_bytes = 0;
     // Guarded by the service's mu_:
     absl::Time expires;

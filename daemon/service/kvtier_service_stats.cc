@@ -101,6 +101,7 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
       info->set_pools(static_cast<uint32_t>(engine->pools.size()) +
                       (engine->device_pool != nullptr ? 1 : 0));
       info->set_peer(engine->peer);
+      info->set_pid(engine->pid);
       auto parked = parked_per_engine.find(engine->id);
       info->set_parked_requests(parked == parked_per_engine.end() ? 0 : parked->second);
       auto pins = pins_per_engine.find(engine->id);

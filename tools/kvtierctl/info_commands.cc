@@ -179,11 +179,13 @@ int RunStats(const Invocation& inv) {
   }
   if (!stats.engines().empty()) std::printf("\n");
   for (const kvtier::v1::EngineInfo& e : stats.engines()) {
-    std::printf("engine %s (%s) namespace %s, peer %s, %u pools, %llu parked, %llu pinned\n",
-                e.engine_id().c_str(), e.engine_name().c_str(),
-                NamespaceHex(e.namespace_id()).c_str(), e.peer().empty() ? "-" : e.peer().c_str(),
-                e.pools(), static_cast<unsigned long long>(e.parked_requests()),
-                static_cast<unsigned long long>(e.pinned_blocks()));
+    const std::string pid = e.pid() > 0 ? std::to_string(e.pid()) : "-";
+    std::printf(
+        "engine %s (%s) namespace %s, pid %s, peer %s, %u pools, %llu parked, %llu pinned\n",
+        e.engine_id().c_str(), e.engine_name().c_str(), NamespaceHex(e.namespace_id()).c_str(),
+        pid.c_str(), e.peer().empty() ? "-" : e.peer().c_str(), e.pools(),
+        static_cast<unsigned long long>(e.parked_requests()),
+        static_cast<unsigned long long>(e.pinned_blocks()));
   }
   return kExitOk;
 }

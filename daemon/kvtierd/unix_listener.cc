@@ -1,15 +1,17 @@
 // Why an accept loop: grpc 1.51's ServerBuilder only binds addresses itself; the one way to give
 // it a socket from outside is an already-connected fd (grpc_server_add_channel_from_fd), which
 // gets the same chttp2 transport, channel arguments (message size limits) and shutdown (GOAWAY
-// from Server::Shutdown) as a connection its own listener accepts. Nothing in kvtierd depends on
-// the peer address, which reads "fd:N" for these connections instead of "unix:PATH";
-// authentication is by token metadata, not by the connection. Only Unix sockets are accepted:
-// the channel is insecure, as the Unix listener is.
-#include "daemon/kvtierd/activated_listener.h"
+// from Server::Shutdown) as a connection its own listener accepts. Owning the accept also gives
+// kvtierd the connecting process (SO_PEERCRED), which gRPC does not expose: EngineInfo.pid. The
+// peer address reads "fd:N" for these connections instead of "unix:PATH"; authentication is by
+// token metadata, not by the connection. Only Unix sockets are accepted: the channel is insecure,
+// as gRPC's own Unix listener is.
+#include "daemon/kvtierd/unix_listener.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -35,11 +37,46 @@ int SocketOption(int fd, int option) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ActivatedUnixListener>> ActivatedUnixListener::Start(
-    int listen_fd, grpc::Server* server) {
-  std::unique_ptr<ActivatedUnixListener> l(new ActivatedUnixListener());
+absl::StatusOr<int> UnixListener::Bind(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "server.socket %s: a Unix socket path has 1 to %d bytes", path, sizeof(addr.sun_path) - 1));
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on unix:%s: socket: %s", path, std::strerror(errno)));
+  }
+  const char* step = "bind";
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (ok) {
+    step = "chmod";  // group access for engines in the daemon's group, before anyone can connect
+    ok = chmod(path.c_str(), 0660) == 0;
+  }
+  if (ok) {
+    step = "listen";
+    ok = listen(fd, SOMAXCONN) == 0;
+  }
+  if (!ok) {
+    const int err = errno;
+    close(fd);
+    if (std::strcmp(step, "bind") != 0) unlink(path.c_str());
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on unix:%s: %s: %s", path, step, std::strerror(err)));
+  }
+  return fd;
+}
+
+absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(int listen_fd,
+                                                                  grpc::Server* server,
+                                                                  service::PeerCredentials* peers) {
+  std::unique_ptr<UnixListener> l(new UnixListener());
   l->listen_fd_ = listen_fd;  // closed by the destructor from here on
   l->server_ = server;
+  l->peers_ = peers;
   const int domain = SocketOption(listen_fd, SO_DOMAIN);
   const int type = SocketOption(listen_fd, SO_TYPE);
   const int listening = SocketOption(listen_fd, SO_ACCEPTCONN);
@@ -55,7 +92,8 @@ absl::StatusOr<std::unique_ptr<ActivatedUnixListener>> ActivatedUnixListener::St
       len > offsetof(sockaddr_un, sun_path)) {
     const size_t n = len - offsetof(sockaddr_un, sun_path);
     if (addr.sun_path[0] == '\0') {
-      l->path_ = "@" + std::string(addr.sun_path + 1, n - 1);
+      l->path_.assign(1, '@');  // an abstract socket
+      l->path_.append(addr.sun_path + 1, n - 1);
     } else {
       l->path_ = std::string(addr.sun_path, strnlen(addr.sun_path, n));
     }
@@ -70,7 +108,7 @@ absl::StatusOr<std::unique_ptr<ActivatedUnixListener>> ActivatedUnixListener::St
   return l;
 }
 
-ActivatedUnixListener::~ActivatedUnixListener() {
+UnixListener::~UnixListener() {
   if (thread_.joinable()) {
     const char byte = 0;
     (void)!write(wake_fd_[1], &byte, 1);
@@ -81,12 +119,12 @@ ActivatedUnixListener::~ActivatedUnixListener() {
   }
 }
 
-void ActivatedUnixListener::Loop() {
+void UnixListener::Loop() {
   pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
   while (true) {
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      KVTIER_LOG(kError, "socket activation: poll: ", std::strerror(errno), "; not accepting");
+      KVTIER_LOG(kError, "unix listener: poll: ", std::strerror(errno), "; not accepting");
       return;
     }
     if (fds[1].revents != 0) return;
@@ -94,12 +132,18 @@ void ActivatedUnixListener::Loop() {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
-      KVTIER_LOG(kWarning, "socket activation: accept on ", path_, ": ", std::strerror(errno));
+      KVTIER_LOG(kWarning, "accept on ", path_, ": ", std::strerror(errno));
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let connections close
         continue;
       }
       return;
+    }
+    if (peers_ != nullptr) {  // before gRPC has the fd: once it does, the number may be reused
+      ucred cred{};
+      socklen_t cred_len = sizeof(cred);
+      const bool known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0;
+      peers_->Accepted(fd, known ? static_cast<int32_t>(cred.pid) : 0);
     }
     grpc::AddInsecureChannelFromFd(server_, fd);  // takes the fd
   }
