@@ -4,6 +4,10 @@
 // and FP8 E4M3, a Qwen3-8B-geometry page with partial rotary (RoPE on 64 of 128 elements, for
 // nvfp4+rope), and a one-layer page of the same geometry. Single-threaded.
 //
+// crc32c/N: the checksum of N bytes (the daemon seals and verifies whole cold blocks: 1331200 B is
+// a Qwen3-8B nvfp4 block) by codec::Crc32c, next to crc32c-one-stream/N (one dependent stream of
+// the crc32 instruction, the previous implementation) and memcpy/N in the same run.
+//
 // Run: build/bin/kvtier-codec-bench [--benchmark_filter=encode/qwen3-8b/bf16]
 #include <cstring>
 #include <memory>
@@ -16,9 +20,15 @@
 #include "benchmark/benchmark.h"
 #include "codec/codec.h"
 #include "codec/codec_spec.h"
+#include "codec/crc32c.h"
 #include "codec/page_layout.h"
 #include "tools/codec/model_presets.h"
 #include "tools/codec/page_metrics.h"
+
+namespace kvtier::codec::internal {
+// Defined in codec/crc32c.cc: one stream of the crc32 instruction (the portable path without it).
+uint32_t Crc32cExtendOneStreamForBench(uint32_t crc, const void* data, size_t n);
+}  // namespace kvtier::codec::internal
 
 namespace kvtier::tools {
 namespace {
@@ -119,7 +129,34 @@ void BmMemcpy(benchmark::State& state, std::shared_ptr<const BenchPage> page) {
   state.SetLabel(absl::StrFormat("hot %d B", bytes));
 }
 
+// Checksums of `bytes` random bytes: 0 codec::Crc32c, 1 one stream, 2 memcpy (the baseline).
+void BmChecksum(benchmark::State& state, size_t bytes, int method) {
+  std::vector<uint8_t> data(bytes), out(bytes);
+  for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  for (auto _ : state) {
+    if (method == 2) {
+      std::memcpy(out.data(), data.data(), bytes);
+      benchmark::DoNotOptimize(out.data());
+      benchmark::ClobberMemory();
+    } else {
+      uint32_t crc = method == 0
+                         ? codec::Crc32c(data.data(), bytes)
+                         : codec::internal::Crc32cExtendOneStreamForBench(0, data.data(), bytes);
+      benchmark::DoNotOptimize(crc);
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+
 absl::Status RegisterAll() {
+  for (size_t bytes : {size_t{40960}, size_t{1331200}}) {
+    for (int method : {0, 1, 2}) {
+      const char* name = method == 0 ? "crc32c" : method == 1 ? "crc32c-one-stream" : "memcpy";
+      benchmark::RegisterBenchmark(absl::StrCat(name, "/", bytes).c_str(), BmChecksum, bytes,
+                                   method)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
   codec::GqaOptions qwen = Qwen3_8bOptions();
   codec::GqaOptions qwen_fp16 = qwen;
   qwen_fp16.dtype = codec::DType::kFp16;

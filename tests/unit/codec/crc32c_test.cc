@@ -14,6 +14,8 @@
 namespace kvtier::codec::internal {
 // Defined in codec/crc32c.cc: the table-driven path, whatever the CPU supports.
 uint32_t Crc32cExtendPortableForTest(uint32_t crc, const void* data, size_t n);
+// The CRC of the bytes behind `crc` followed by n zero bytes, by the combine's multiplication.
+uint32_t Crc32cAppendZerosForTest(uint32_t crc, uint64_t n);
 }  // namespace kvtier::codec::internal
 
 namespace kvtier::codec {
@@ -95,6 +97,37 @@ TEST(Crc32cTest, PortablePathMatchesOnRandomLengthsAndUnalignedStarts) {
     const uint32_t prior = seed_crc(rng);
     ASSERT_EQ(Crc32cExtendPortableForTest(prior, p, n), Crc32cExtend(prior, p, n))
         << "length " << n << " start " << s << " prior crc " << prior;
+  }
+}
+
+// Buffers long enough for the three-stream path (16 KiB and up), at lengths that are and are not
+// multiples of 24 and unaligned starts, against the portable path.
+TEST(Crc32cTest, ThreeStreamPathMatchesThePortablePath) {
+  const std::vector<uint8_t> data = RandomBytes((1u << 21) + 64, 5);
+  std::mt19937 rng(6);
+  std::uniform_int_distribution<size_t> length(16 * 1024, 1u << 21);
+  std::uniform_int_distribution<size_t> start(0, 63);
+  std::uniform_int_distribution<uint32_t> seed_crc;
+  const std::vector<size_t> edges = {16 * 1024 - 1, 16 * 1024,     16 * 1024 + 1, 16 * 1024 + 23,
+                                     24 * 1000,     24 * 1000 + 7, 1331200,       1u << 21};
+  for (int trial = 0; trial < 40; ++trial) {
+    const size_t n = trial < static_cast<int>(edges.size()) ? edges[trial] : length(rng);
+    const size_t s = start(rng);
+    const uint8_t* p = data.data() + s;
+    const uint32_t prior = trial % 2 == 0 ? 0 : seed_crc(rng);
+    ASSERT_EQ(Crc32cExtendPortableForTest(prior, p, n), Crc32cExtend(prior, p, n))
+        << "length " << n << " start " << s << " prior crc " << prior;
+  }
+}
+
+TEST(Crc32cTest, AppendingZerosByMultiplicationEqualsExtendingOverZeros) {
+  const std::vector<uint8_t> zeros(100000, 0);
+  const std::vector<uint8_t> head = RandomBytes(37, 7);
+  const uint32_t crc = Crc32c(head.data(), head.size());
+  for (size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{9}, size_t{4096}, size_t{99999}}) {
+    EXPECT_EQ(internal::Crc32cAppendZerosForTest(crc, n),
+              Crc32cExtendPortableForTest(crc, zeros.data(), n))
+        << n << " zero bytes";
   }
 }
 
