@@ -152,6 +152,40 @@ absl::Status GpuPageCodec::Encode(absl::Span<const uint8_t* const> pages,
   return launched.ok() ? waited : launched;
 }
 
+absl::Status GpuPageCodec::EncodeChunks(absl::Span<const uint8_t* const> pages,
+                                        absl::Span<uint8_t* const> blocks, size_t chunk,
+                                        std::vector<void*>* done) const {
+  KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device_));
+  chunk = std::max<size_t>(1, chunk);
+  for (size_t first = 0, c = 0; first < pages.size(); first += chunk, ++c) {
+    void* stream = streams_[c % streams_.size()];
+    const size_t end = std::min(pages.size(), first + chunk);
+    if (nvfp4_ != nullptr) {
+      for (size_t i = first; i < end; ++i) {
+        // The scale exponents go to the block's first bytes (as in Encode).
+        KVTIER_RETURN_IF_ERROR(nvfp4_->EncodePayloads(
+            pages[i], 0, blocks[i], 0, 1, reinterpret_cast<int8_t*>(blocks[i]), stream));
+      }
+    } else {
+      std::vector<kernels::CopySpan> spans;
+      spans.reserve((end - first) * plan_.buffers.size());
+      for (size_t i = first; i < end; ++i) {
+        for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+          spans.push_back({pages[i] + plan_.layout.buffers[b].offset_bytes,
+                           blocks[i] + plan_.buffers[b].whole_offset,
+                           plan_.buffers[b].whole_bytes});
+        }
+      }
+      KVTIER_RETURN_IF_ERROR(copier_->Enqueue(spans, stream));
+    }
+    absl::StatusOr<void*> event = kernels::CreateEvent(device_);
+    if (!event.ok()) return event.status();
+    done->push_back(*event);
+    KVTIER_RETURN_IF_ERROR(kernels::RecordEvent(*event, stream));
+  }
+  return absl::OkStatus();
+}
+
 void GpuPageCodec::Seal(uint8_t* block) const {
   const absl::Span<uint8_t> span(block, plan_.block_bytes);
   if (nvfp4_ != nullptr) {

@@ -71,6 +71,14 @@ class GpuPageCodec {
   absl::Status Encode(absl::Span<const uint8_t* const> pages,
                       absl::Span<uint8_t* const> blocks) const;
   void Seal(uint8_t* block) const;
+  // Enqueues the encode of pages[i] into blocks[i] in chunks of `chunk` pages, chunk c on stream
+  // c % streams, and returns: `done` gets an event per chunk enqueued, recorded after it, so that
+  // the caller seals a chunk's blocks (kernels::WaitEvent) while the GPU encodes later ones. The
+  // caller destroys the events (kernels::DestroyEvent) and, when this fails, calls Wait before
+  // releasing the blocks (some of their work may be enqueued).
+  absl::Status EncodeChunks(absl::Span<const uint8_t* const> pages,
+                            absl::Span<uint8_t* const> blocks, size_t chunk,
+                            std::vector<void*>* done) const;
   // Decodes blocks[i] (checked: see CheckBlock) into pages[i] and waits.
   absl::Status Decode(absl::Span<const uint8_t* const> blocks,
                       absl::Span<uint8_t* const> pages) const;

@@ -826,6 +826,8 @@ void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn
 }
 
 constexpr size_t kGpuBatch = 256;  // pages per kernel pass (bounds the host slots held at once)
+// Offload seals the blocks of every kSealChunk pages as soon as the GPU has written them.
+constexpr size_t kSealChunk = 8;
 // Onboard enqueues the decode of every kOnboardChunk acquired pages while it acquires the next.
 constexpr size_t kOnboardChunk = 16;
 // Host threads sealing blocks (CRC32C of each payload) in parallel.
@@ -884,14 +886,27 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
       reservations.push_back(std::move(*r));
     }
     if (items.empty()) continue;
-    absl::Status st = engine.gpu->Encode(pages, blocks);
+    // The host seals each chunk's blocks (CRC32C) as soon as the GPU has written them, while it
+    // encodes the later chunks.
+    std::vector<void*> done;
+    absl::Status st = engine.gpu->EncodeChunks(pages, blocks, kSealChunk, &done);
+    std::vector<absl::Status> sealed_chunks(done.size());
+    ParallelFor(done.size(), SealThreads(), [&](size_t c) {
+      sealed_chunks[c] = kernels::WaitEvent(done[c]);
+      if (!sealed_chunks[c].ok()) return;
+      for (size_t k = c * kSealChunk; k < std::min(blocks.size(), (c + 1) * kSealChunk); ++k) {
+        engine.gpu->Seal(blocks[k]);
+      }
+    });
+    for (void* event : done) kernels::DestroyEvent(event);
+    for (const absl::Status& s : sealed_chunks) st.Update(s);
     if (!st.ok()) {
+      (void)engine.gpu->Wait();  // nothing may still write the reserved slots
       KVTIER_LOG(kError, "engine ", engine.id, ": GPU encode failed: ", st.message());
       for (int i : items)
         SetItemResult(absl::InternalError(st.message()), resp->mutable_results(i));
       continue;  // the reservations are released unstored
     }
-    ParallelFor(blocks.size(), SealThreads(), [&](size_t k) { engine.gpu->Seal(blocks[k]); });
     store::PutOptions sealed = put;
     sealed.sealed_by_caller = true;  // just sealed above: the store checks the header only
     for (size_t k = 0; k < items.size(); ++k) {
