@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
@@ -289,9 +290,12 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     if (!bound.ok()) return bound.status();
     unix_fd = *bound;
   }
-  auto drop_unix = [&]() {
-    close(unix_fd);
-    if (!socket_activated) unlink(config.socket.c_str());
+  // Until the listener owns the fd: close it on a failed start. The socket file kvtierd bound is
+  // removed on every way out of Run from here on, until the listener stops (then at once).
+  auto drop_unix = [&]() { close(unix_fd); };
+  bool socket_file_ours = !socket_activated;
+  absl::Cleanup remove_socket_file = [&] {
+    if (socket_file_ours) unlink(config.socket.c_str());
   };
   builder.RegisterService(service.get());
   auto admin = std::make_unique<service::KvTierAdminService>(store->get(), service.get());
@@ -318,7 +322,6 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
         UnixListener::Start(unix_fd, server.get(), peers.get());
     if (!l.ok()) {
       server->Shutdown();
-      if (!socket_activated) unlink(config.socket.c_str());
       return l.status();
     }
     listener = std::move(*l);
@@ -405,6 +408,10 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   }
   watchdog.reset();  // systemd does not watch a stopping service
   listener.reset();  // new connections are refused (systemd's socket: wait for the next start)
+  // The file goes with the listening socket: a kvtierd starting while this one drains binds a new
+  // one, which must not be removed when this one exits.
+  if (socket_file_ours) unlink(config.socket.c_str());
+  socket_file_ours = false;
   if (metrics) metrics->SetReady(false);
   // Drain: refuse new work, let requests on the workers finish within the grace period, then shut
   // the server down at once (gRPC would otherwise wait out the deadline for idle connections).
@@ -421,7 +428,6 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   service.reset();  // joins the workers: no request touches the store any more
   absl::Status flushed = (*store)->Flush();
   store->reset();
-  if (!socket_activated) unlink(config.socket.c_str());  // systemd owns an activated socket
   if (!tcp_address.empty()) unlink(port_file.c_str());
   if (!flushed.ok()) return flushed;
   KVTIER_LOG(kInfo, "kvtierd stopped cleanly");

@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(int listen_fd,
   const int listening = SocketOption(listen_fd, SO_ACCEPTCONN);
   if (domain != AF_UNIX || type != SOCK_STREAM || listening != 1) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "socket activation: fd %d is not a listening Unix stream socket (domain %d, type %d, "
+        "fd %d is not a listening Unix stream socket (domain %d, type %d, "
         "listening %d); kvtierd takes only ListenStream=/path sockets (TCP: tcp.listen)",
         listen_fd, domain, type, listening));
   }
@@ -102,7 +102,7 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(int listen_fd,
   if (flags < 0 || fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
       pipe2(l->wake_fd_, O_CLOEXEC) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("socket activation: fd %d: %s", listen_fd, std::strerror(errno)));
+        absl::StrFormat("unix listener: fd %d: %s", listen_fd, std::strerror(errno)));
   }
   l->thread_ = std::thread([raw = l.get()] { raw->Loop(); });
   return l;
@@ -128,16 +128,24 @@ void UnixListener::Loop() {
       return;
     }
     if (fds[1].revents != 0) return;
+    if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {  // no spinning on a broken socket
+      KVTIER_LOG(kError, "unix listener on ", path_, ": the listening socket reports an error");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     // Non-blocking and close-on-exec, as gRPC's own listener makes its connections.
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
-      KVTIER_LOG(kWarning, "accept on ", path_, ": ", std::strerror(errno));
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let connections close
-        continue;
+      const int err = errno;
+      if (err == EAGAIN || err == EINTR || err == ECONNABORTED) continue;
+      if (err == EBADF || err == EINVAL || err == ENOTSOCK) {  // the socket itself is gone
+        KVTIER_LOG(kError, "accept on ", path_, ": ", std::strerror(err), "; not accepting");
+        return;
       }
-      return;
+      // Out of descriptors or memory, or a refusal by the kernel or a security module: the next
+      // connection may succeed. Back off and keep serving.
+      KVTIER_LOG(kWarning, "accept on ", path_, ": ", std::strerror(err));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
     }
     if (peers_ != nullptr) {  // before gRPC has the fd: once it does, the number may be reused
       ucred cred{};

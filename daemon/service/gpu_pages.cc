@@ -180,8 +180,11 @@ absl::Status GpuPageCodec::EncodeChunks(absl::Span<const uint8_t* const> pages,
     }
     absl::StatusOr<void*> event = kernels::CreateEvent(device_);
     if (!event.ok()) return event.status();
+    if (absl::Status recorded = kernels::RecordEvent(*event, stream); !recorded.ok()) {
+      kernels::DestroyEvent(*event);  // never waited on: its chunk is not sealed
+      return recorded;
+    }
     done->push_back(*event);
-    KVTIER_RETURN_IF_ERROR(kernels::RecordEvent(*event, stream));
   }
   return absl::OkStatus();
 }

@@ -892,7 +892,8 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
     absl::Status st = engine.gpu->EncodeChunks(pages, blocks, kSealChunk, &done);
     std::vector<absl::Status> sealed_chunks(done.size());
     ParallelFor(done.size(), SealThreads(), [&](size_t c) {
-      sealed_chunks[c] = kernels::WaitEvent(done[c]);
+      sealed_chunks[c] = kernels::UseDevice(engine.gpu->device());  // no context on device 0
+      if (sealed_chunks[c].ok()) sealed_chunks[c] = kernels::WaitEvent(done[c]);
       if (!sealed_chunks[c].ok()) return;
       for (size_t k = c * kSealChunk; k < std::min(blocks.size(), (c + 1) * kSealChunk); ++k) {
         engine.gpu->Seal(blocks[k]);

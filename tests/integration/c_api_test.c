@@ -331,6 +331,7 @@ int main(int argc, char** argv) {
 
   /* A live event watch on the engine's namespace sees the offload below. */
   kvtier_watch* watch = NULL;
+  int snapshot_seen = 0;
   WatchSeen live;
   memset(&live, 0, sizeof(live));
   pthread_mutex_init(&live.mu, NULL);
@@ -338,9 +339,16 @@ int main(int argc, char** argv) {
   status = kvtier_client_watch_events(client, 0, info.namespace_id, NULL, NULL, NULL, &watch, &err);
   CHECK(status == KVTIER_INVALID_ARGUMENT && strstr(err.message, "on_event") != NULL);
   CHECK(watch == NULL);
-  CHECK_OK(kvtier_client_watch_events(client, 0, info.namespace_id, OnEvent, OnDone, &live, &watch,
+  /* From a snapshot (empty for these hashes): its end proves the stream is open. */
+  CHECK_OK(kvtier_client_watch_events(client, 1, info.namespace_id, OnEvent, OnDone, &live, &watch,
                                       &err));
-  SleepMs(200); /* the stream is open before the offload */
+  for (i = 0; i < 1000 && !snapshot_seen; ++i) {
+    pthread_mutex_lock(&live.mu);
+    snapshot_seen = live.snapshot_complete;
+    pthread_mutex_unlock(&live.mu);
+    if (!snapshot_seen) SleepMs(10);
+  }
+  CHECK(snapshot_seen && live.stored_mask == 0);
 
   /* Offload pages 0..7, look them up, onboard them into slots 16..23. */
   for (i = 0; i < PAGES; ++i) {
