@@ -92,4 +92,12 @@ void SetItemResult(const absl::Status& status, v1::ItemResult* out) {
   }
 }
 
+uint32_t LeadingOk(const v1::OnboardResponse& resp) {
+  uint32_t n = 0;
+  while (static_cast<int>(n) < resp.results_size() && resp.results(n).code() == v1::ITEM_CODE_OK) {
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace kvtier::service

@@ -17,6 +17,7 @@
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
+#include "kvtier/v1/cache.pb.h"
 #include "kvtier/v1/common.pb.h"
 #include "kvtier/v1/layout.pb.h"
 #include "proto/codec_convert.h"
@@ -46,6 +47,9 @@ absl::Duration DurationFromProto(const google::protobuf::Duration& d);
 // The closest item code of a store status.
 v1::ItemCode ItemCodeFor(const absl::Status& status);
 void SetItemResult(const absl::Status& status, v1::ItemResult* out);
+// OnboardResponse.onboarded_pages: the leading items that succeeded (the usable prefix), which
+// with continue_after_miss is fewer than all that succeeded.
+uint32_t LeadingOk(const v1::OnboardResponse& resp);
 
 }  // namespace kvtier::service
 

@@ -1,0 +1,223 @@
+// KvTierService: offload and onboard of engines' GPU pools (CUDA IPC) through GpuPageCodec: the
+// fused kernels between the engine's pages and the daemon's CUDA-pinned host tier, with the host
+// sealing blocks while the GPU works (offload) and pinning blocks while it decodes (onboard).
+#include <algorithm>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "daemon/service/kvtier_service.h"
+#include "daemon/service/proto_convert.h"
+#include "kernels/device.h"
+
+namespace kvtier::service {
+
+namespace {
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's included).
+void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn) {
+  threads = std::max<size_t>(1, std::min(threads, n));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (size_t i = t; i < n; i += threads) fn(i);
+    });
+  }
+  for (size_t i = 0; i < n; i += threads) fn(i);
+  for (std::thread& th : pool) th.join();
+}
+
+constexpr size_t kGpuBatch = 256;  // pages per kernel pass (bounds the host slots held at once)
+// Offload seals the blocks of every kSealChunk pages as soon as the GPU has written them.
+constexpr size_t kSealChunk = 8;
+// Onboard enqueues the decode of every kOnboardChunk acquired pages while it acquires the next.
+constexpr size_t kOnboardChunk = 16;
+// Host threads sealing blocks (CRC32C of each payload) in parallel.
+size_t SealThreads() {
+  static const size_t n = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+  return n;
+}
+
+}  // namespace
+
+void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req,
+                                 v1::OffloadResponse* resp, bool parked) {
+  store::PutOptions put;
+  // WRITE_ACK_DURABLE implies durable (cache.proto).
+  put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
+  put.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
+  put.silent = parked;
+  put.origin = engine.id;
+  const uint64_t block_bytes = engine.codec->block_bytes();
+  for (int i = 0; i < req.items_size(); ++i) resp->add_results();
+  uint32_t stored = 0;
+  int next = 0;
+  while (next < req.items_size()) {
+    // Reserve host slots for the next batch of valid, new items.
+    std::vector<int> items;
+    std::vector<store::HostReservation> reservations;
+    std::vector<const uint8_t*> pages;
+    std::vector<uint8_t*> blocks;
+    for (; next < req.items_size() && items.size() < kGpuBatch; ++next) {
+      const v1::OffloadItem& item = req.items(next);
+      v1::ItemResult* result = resp->mutable_results(next);
+      absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
+      if (!hash.ok()) {
+        SetItemResult(hash.status(), result);
+        continue;
+      }
+      if (absl::Status page = engine.CheckPage(item.page_index()); !page.ok()) {
+        SetItemResult(page, result);
+        continue;
+      }
+      absl::StatusOr<store::HostReservation> r = store_->Reserve({engine.ns, *hash}, block_bytes);
+      if (absl::IsAlreadyExists(r.status())) {
+        std::vector<index::Tier> tiers;
+        store_->LookupChain(engine.ns, {*hash}, &tiers);
+        result->set_code(v1::ITEM_CODE_ALREADY_STORED);
+        if (!tiers.empty()) result->set_tier(TierToProto(tiers[0]));
+        continue;
+      }
+      if (!r.ok()) {
+        SetItemResult(r.status(), result);
+        continue;
+      }
+      items.push_back(next);
+      pages.push_back(engine.device_pool->slot(item.page_index()));
+      blocks.push_back(r->bytes().data());
+      reservations.push_back(std::move(*r));
+    }
+    if (items.empty()) continue;
+    // The host seals each chunk's blocks (CRC32C) as soon as the GPU has written them, while it
+    // encodes the later chunks.
+    std::vector<void*> done;
+    absl::Status st = engine.gpu->EncodeChunks(pages, blocks, kSealChunk, &done);
+    std::vector<absl::Status> sealed_chunks(done.size());
+    ParallelFor(done.size(), SealThreads(), [&](size_t c) {
+      sealed_chunks[c] = kernels::UseDevice(engine.gpu->device());  // no context on device 0
+      if (sealed_chunks[c].ok()) sealed_chunks[c] = kernels::WaitEvent(done[c]);
+      if (!sealed_chunks[c].ok()) return;
+      for (size_t k = c * kSealChunk; k < std::min(blocks.size(), (c + 1) * kSealChunk); ++k) {
+        engine.gpu->Seal(blocks[k]);
+      }
+    });
+    for (void* event : done) kernels::DestroyEvent(event);
+    for (const absl::Status& s : sealed_chunks) st.Update(s);
+    if (!st.ok()) {
+      (void)engine.gpu->Wait();  // nothing may still write the reserved slots
+      KVTIER_LOG(kError, "engine ", engine.id, ": GPU encode failed: ", st.message());
+      for (int i : items)
+        SetItemResult(absl::InternalError(st.message()), resp->mutable_results(i));
+      continue;  // the reservations are released unstored
+    }
+    store::PutOptions sealed = put;
+    sealed.sealed_by_caller = true;  // just sealed above: the store checks the header only
+    for (size_t k = 0; k < items.size(); ++k) {
+      v1::ItemResult* result = resp->mutable_results(items[k]);
+      absl::Status committed = store_->Commit(std::move(reservations[k]), sealed);
+      SetItemResult(committed, result);
+      if (!committed.ok()) continue;
+      result->set_tier(v1::TIER_HOST);
+      ++stored;
+    }
+  }
+  resp->set_stored_pages(stored);
+  resp->set_hot_bytes_read(uint64_t{stored} * engine.hot_page_bytes);
+  resp->set_cold_bytes_written(uint64_t{stored} * block_bytes);
+  hot_bytes_offloaded_ += resp->hot_bytes_read();
+  cold_bytes_offloaded_ += resp->cold_bytes_written();
+  dropped_offloads_ += static_cast<uint64_t>(req.items_size()) - stored;
+}
+
+void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req,
+                                 v1::OnboardResponse* resp) {
+  absl::flat_hash_set<uint32_t> destinations;
+  bool stopped = false;
+  uint32_t onboarded = 0;
+  for (int i = 0; i < req.items_size(); ++i) resp->add_results();
+  int next = 0;
+  while (next < req.items_size() && !stopped) {
+    std::vector<int> items;
+    std::vector<store::PinnedBlock> pinned;
+    std::vector<const uint8_t*> blocks;
+    std::vector<uint8_t*> pages;
+    // The GPU decodes the pages acquired so far while the store pins the next ones; the pins are
+    // held until the batch's Wait.
+    const bool staged = engine.gpu->Staged(
+        std::min<size_t>(kGpuBatch, static_cast<size_t>(req.items_size() - next)));
+    size_t enqueued = 0;
+    absl::Status launched;
+    auto enqueue = [&]() {
+      if (launched.ok() && enqueued < items.size()) {
+        launched = engine.gpu->DecodeAsync(absl::MakeConstSpan(blocks).subspan(enqueued),
+                                           absl::MakeConstSpan(pages).subspan(enqueued), staged);
+      }
+      enqueued = items.size();
+    };
+    for (; next < req.items_size() && items.size() < kGpuBatch && !stopped; ++next) {
+      if (items.size() - enqueued >= kOnboardChunk) enqueue();
+      const v1::OnboardItem& item = req.items(next);
+      v1::ItemResult* result = resp->mutable_results(next);
+      absl::Status st;
+      absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
+      if (!hash.ok()) {
+        st = hash.status();
+      } else if (!engine.CheckPage(item.page_index()).ok()) {
+        st = engine.CheckPage(item.page_index());
+      } else if (!destinations.insert(item.page_index()).second) {
+        st = absl::InvalidArgumentError(
+            absl::StrFormat("page index %d is the destination of an earlier item of this request",
+                            item.page_index()));
+      }
+      std::optional<store::PinnedBlock> block;
+      if (st.ok()) {
+        absl::StatusOr<std::optional<store::PinnedBlock>> got = store_->Acquire({engine.ns, *hash});
+        st = got.status();
+        if (st.ok() && !got->has_value()) st = absl::NotFoundError("");
+        if (st.ok()) {
+          block = std::move(**got);
+          st = engine.gpu->CheckBlock(block->bytes());
+        }
+      }
+      if (!st.ok()) {
+        SetItemResult(st, result);
+        if (absl::IsNotFound(st)) result->clear_message();
+        stopped = !req.continue_after_miss();
+        continue;
+      }
+      result->set_tier(TierToProto(block->served_from()));
+      items.push_back(next);
+      blocks.push_back(block->bytes().data());
+      pages.push_back(engine.device_pool->slot(item.page_index()));
+      pinned.push_back(std::move(*block));
+    }
+    if (items.empty()) continue;
+    enqueue();
+    absl::Status st = launched;
+    st.Update(engine.gpu->Wait());  // also after a failed launch: earlier chunks use the pins
+    for (int i : items) {
+      SetItemResult(st.ok() ? absl::OkStatus() : absl::InternalError(st.message()),
+                    resp->mutable_results(i));
+    }
+    if (!st.ok()) {
+      KVTIER_LOG(kError, "engine ", engine.id, ": GPU decode failed: ", st.message());
+      continue;
+    }
+    onboarded += static_cast<uint32_t>(items.size());
+    for (const store::PinnedBlock& b : pinned) {
+      resp->set_cold_bytes_read(resp->cold_bytes_read() + b.bytes().size());
+    }
+  }
+  for (int i = next; i < req.items_size(); ++i) {  // after a stop: never attempted
+    resp->mutable_results(i)->set_code(v1::ITEM_CODE_SKIPPED);
+  }
+  resp->set_onboarded_pages(LeadingOk(*resp));
+  resp->set_hot_bytes_written(uint64_t{onboarded} * engine.hot_page_bytes);
+  hot_bytes_onboarded_ += resp->hot_bytes_written();
+  cold_bytes_onboarded_ += resp->cold_bytes_read();
+}
+
+}  // namespace kvtier::service
