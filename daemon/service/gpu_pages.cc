@@ -124,34 +124,6 @@ absl::Status GpuPageCodec::Wait() const {
   return result;
 }
 
-absl::Status GpuPageCodec::Encode(absl::Span<const uint8_t* const> pages,
-                                  absl::Span<uint8_t* const> blocks) const {
-  KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device_));
-  if (nvfp4_ != nullptr) {
-    absl::Status launched;
-    for (size_t i = 0; i < pages.size() && launched.ok(); ++i) {
-      // The scale exponents go to the block's first bytes; Seal reads them before writing the
-      // header over them.
-      launched =
-          nvfp4_->EncodePayloads(pages[i], 0, blocks[i], 0, 1, reinterpret_cast<int8_t*>(blocks[i]),
-                                 streams_[i % streams_.size()]);
-    }
-    absl::Status waited = Wait();
-    return launched.ok() ? waited : launched;
-  }
-  std::vector<kernels::CopySpan> spans;
-  spans.reserve(pages.size() * plan_.buffers.size());
-  for (size_t i = 0; i < pages.size(); ++i) {
-    for (size_t b = 0; b < plan_.buffers.size(); ++b) {
-      spans.push_back({pages[i] + plan_.layout.buffers[b].offset_bytes,
-                       blocks[i] + plan_.buffers[b].whole_offset, plan_.buffers[b].whole_bytes});
-    }
-  }
-  absl::Status launched = copier_->Enqueue(spans, streams_[0]);
-  absl::Status waited = Wait();
-  return launched.ok() ? waited : launched;
-}
-
 absl::Status GpuPageCodec::EncodeChunks(absl::Span<const uint8_t* const> pages,
                                         absl::Span<uint8_t* const> blocks, size_t chunk,
                                         std::vector<void*>* done) const {
@@ -162,7 +134,8 @@ absl::Status GpuPageCodec::EncodeChunks(absl::Span<const uint8_t* const> pages,
     const size_t end = std::min(pages.size(), first + chunk);
     if (nvfp4_ != nullptr) {
       for (size_t i = first; i < end; ++i) {
-        // The scale exponents go to the block's first bytes (as in Encode).
+        // The scale exponents go to the block's first bytes; Seal reads them before writing
+        // the header over them.
         KVTIER_RETURN_IF_ERROR(nvfp4_->EncodePayloads(
             pages[i], 0, blocks[i], 0, 1, reinterpret_cast<int8_t*>(blocks[i]), stream));
       }

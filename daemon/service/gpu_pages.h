@@ -64,14 +64,11 @@ class GpuPageCodec {
   int device() const { return device_; }
   const codec::BlockPlan& plan() const { return plan_; }
 
-  // Encodes pages[i] (device memory) into blocks[i] (host memory registered with CUDA,
-  // plan().block_bytes each) and waits; then Seal each block. The fused kernel runs one page per
-  // launch, so pages go round-robin over the codec's streams and run concurrently. Internal with
-  // the CUDA error. Thread-safe (concurrent calls share the streams and wait for each other).
-  absl::Status Encode(absl::Span<const uint8_t* const> pages,
-                      absl::Span<uint8_t* const> blocks) const;
+  // Writes the header and checksums of a block EncodeChunks filled (its first bytes hold the
+  // scale exponents until then).
   void Seal(uint8_t* block) const;
-  // Enqueues the encode of pages[i] into blocks[i] in chunks of `chunk` pages, chunk c on stream
+  // Enqueues the encode of pages[i] (device memory) into blocks[i] (host memory registered with
+  // CUDA, plan().block_bytes each) in chunks of `chunk` pages, chunk c on stream
   // c % streams, and returns: `done` gets an event per chunk enqueued, recorded after it, so that
   // the caller seals a chunk's blocks (kernels::WaitEvent) while the GPU encodes later ones. The
   // caller destroys the events (kernels::DestroyEvent) and, when this fails, calls Wait before
