@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "daemon/index/block_record.h"
+#include "daemon/index/state_drive.h"
 
 namespace kvtier::index {
 
@@ -41,20 +42,40 @@ struct IndexStats {
   uint64_t puts = 0;
   uint64_t deletes = 0;
   uint64_t multiget_keys = 0;
-  uint64_t decode_errors = 0;  // stored values that failed to decode
+  uint64_t decode_errors = 0;   // stored values that failed to decode
+  uint64_t refused_writes = 0;  // writes refused while the index was not writable
+};
+
+// Whether the index takes writes now, and why not.
+struct IndexHealth {
+  DriveState drive = DriveState::kWritable;  // the directory and the file system under it
+  bool read_only = false;  // opened read-only (the drive was short at open) and not reopened yet
+  bool stalled = false;    // a write inside RocksDB waits for space right now
+  uint64_t free_bytes = 0;
+  uint64_t min_free_bytes = 0;
+  std::string reason;  // empty when writable
+  bool writable() const { return drive == DriveState::kWritable && !read_only; }
+  // OK when writable; ResourceExhausted when short of space (or read-only for that reason),
+  // FailedPrecondition when the directory is lost, with the reason.
+  absl::Status ToStatus() const;
 };
 
 class BlockIndex {
  public:
   virtual ~BlockIndex() = default;
 
-  // Applies `batch` atomically; syncs when the policy is kAlways. Errors carry RocksDB's message
-  // and the path: ResourceExhausted when the disk is full, DataLoss on corruption, Internal
-  // otherwise. An empty batch succeeds without touching the disk. Blocks.
+  // Applies `batch` atomically; syncs when the policy is kAlways. Refused without touching
+  // RocksDB while the index is not writable (Health(): ResourceExhausted when its drive is short
+  // of space or it is open read-only, FailedPrecondition when its directory is gone). Other errors
+  // carry RocksDB's message and the path: DataLoss on corruption, Internal otherwise. An empty
+  // batch succeeds without touching the disk. Blocks; a write that meets a full drive inside
+  // RocksDB waits for space (see state_drive.h).
   virtual absl::Status Write(const IndexBatch& batch) = 0;
 
   // Makes every earlier Write() (and namespace / meta change) durable: a WAL sync, whatever the
-  // policy. Same error codes as Write(). Blocks.
+  // policy, then a check that the directory is still there and writable (FailedPrecondition
+  // otherwise: the synced log is no longer where a restart looks). Same error codes as Write().
+  // Blocks.
   virtual absl::Status Sync() = 0;
 
   // Looks up many keys at once (RocksDB MultiGet). One entry per key, nullopt where absent. A
@@ -64,7 +85,9 @@ class BlockIndex {
       absl::Span<const BlockKey> keys) = 0;
 
   // Calls `fn` for every block record in key order (recovery), on a consistent snapshot taken at
-  // the call: writes made meanwhile (by `fn` too, which may call this index) are not seen. Records
+  // the call: writes made meanwhile (by `fn` too, which may call this index) are not seen. `fn`
+  // runs under the index's lock (shared): it must not wait for a lock that another thread holds
+  // while it calls the index. Records
   // that fail to decode are skipped and counted; `fn` returning false stops the scan. Internal
   // when RocksDB fails. Blocks.
   virtual absl::Status ForEachBlock(
@@ -84,23 +107,45 @@ class BlockIndex {
   virtual absl::Status PutMeta(absl::string_view key, absl::string_view value) = 0;
   virtual absl::StatusOr<std::optional<std::string>> GetMeta(absl::string_view key) = 0;
 
+  // Whether writes are taken now (reads always are). Reads the drive again at most every 100 ms;
+  // an index opened read-only because its drive was short is reopened for writing here once the
+  // drive has room again (that call takes a few milliseconds). Thread-safe; does not block on
+  // writes.
+  virtual IndexHealth Health() = 0;
+
   virtual SyncPolicy sync_policy() const = 0;
   virtual IndexStats stats() const = 0;
 };
 
 // The format version of the index, stored in the meta column family when the index is created.
 inline constexpr char kIndexFormatMetaKey[] = "kvtier.index.format";
-inline constexpr char kIndexFormatVersion[] = "1";
+// Format 2: 64-bit namespace ids (40-byte block keys). Format 1 (32-bit ids) is migrated at open.
+inline constexpr char kIndexFormatVersion[] = "2";
+inline constexpr char kLegacyIndexFormatVersion[] = "1";
 
 struct RocksDbIndexOptions {
-  std::string path;  // a directory; created when missing
+  std::string path;  // a directory; created (mode 0700) when missing
   SyncPolicy sync_policy = SyncPolicy::kBatch;
   uint64_t block_cache_bytes = 64ull << 20;  // shared by the column families; 0: no cache
   bool create_if_missing = true;
+  // Writes are refused while the drive holding the index has less than this free (see
+  // state_drive.h); a reserve of reserve_bytes is kept preallocated in the directory.
+  uint64_t min_free_bytes = 256ull << 20;
+  uint64_t reserve_bytes = 64ull << 20;
+  // Format 1 kept 32-bit namespace ids. Opening such an index migrates it to format 2 (in place,
+  // resumable after a crash), asking this function for the new id of each namespace: its old id
+  // and its stored record. Null: the old ids are kept.
+  std::function<NamespaceId(NamespaceId legacy_id, absl::string_view record)> migrate_namespace_id;
+  // Free bytes of the drive (tests); statvfs when empty.
+  std::function<uint64_t()> free_bytes;
 };
 
-// Opens (or creates, with parent directories) the index at options.path. Returns
+// Opens (or creates, with parent directories) the index at options.path. An existing index whose
+// drive has less than min_free_bytes free is opened read-only (no write of any kind; Health() says
+// so) and reopened for writing once space returns. Returns
 //  - NotFound when there is no index and create_if_missing is false;
+//  - ResourceExhausted when there is no index and its drive is too full to create one, or a
+//    format-1 index needs migrating and its drive is short;
 //  - FailedPrecondition when the directory holds an index of another format version (both named),
 //    or a RocksDB database that is not a kvtier index;
 //  - Unavailable when another process (or another open in this one) holds the index's lock: the
@@ -110,6 +155,21 @@ struct RocksDbIndexOptions {
 // destroyed. Blocks.
 absl::StatusOr<std::unique_ptr<BlockIndex>> OpenRocksDbBlockIndex(
     const RocksDbIndexOptions& options);
+
+// What RepairRocksDbBlockIndex did.
+struct IndexRepair {
+  bool repaired = false;  // RocksDB's repair salvaged the index and it opens again
+  std::string moved_to;   // else the damaged directory was moved here; the next open starts empty
+  std::string detail;     // RocksDB's repair status, or why the repaired index did not open
+};
+// For an index that does not open (a truncated CURRENT or MANIFEST, damaged tables): RocksDB's
+// RepairDB rebuilds the manifest from the tables and logs that remain (records in lost files are
+// gone; the store drops entries that no longer match a block when it recovers), then the index
+// must open as OpenRocksDbBlockIndex would. When it still does not, the directory is renamed to
+// "<path>.damaged-<unix seconds>", so that the next open creates an empty index (the disk tier's
+// blocks are then forgotten and their space reused). Unavailable when the index is in use;
+// NotFound when there is none; FailedPrecondition when it cannot be moved. Blocks.
+absl::StatusOr<IndexRepair> RepairRocksDbBlockIndex(const RocksDbIndexOptions& options);
 
 }  // namespace kvtier::index
 

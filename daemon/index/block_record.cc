@@ -23,10 +23,12 @@
 namespace kvtier::index {
 namespace {
 
-constexpr size_t kNamespaceIdBytes = 4;
+constexpr size_t kNamespaceIdBytes = 8;
+constexpr size_t kLegacyNamespaceIdBytes = 4;
 static_assert(1 + 1 + 1 + 1 + 2 + 8 + 4 + 4 + 32 + 8 == kBlockRecordBytes,
               "the table above and kBlockRecordBytes disagree");
-static_assert(4 + sizeof(BlockHash) == kBlockKeyBytes);
+static_assert(kNamespaceIdBytes + sizeof(BlockHash) == kBlockKeyBytes);
+static_assert(kLegacyNamespaceIdBytes + sizeof(BlockHash) == kLegacyBlockKeyBytes);
 
 void AppendLittleEndian(uint64_t value, size_t bytes, std::string* out) {
   for (size_t i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
@@ -41,16 +43,14 @@ uint64_t ReadLittleEndian(absl::string_view data, size_t at, size_t bytes) {
   return value;
 }
 
-void AppendBigEndian32(uint32_t value, std::string* out) {
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    out->push_back(static_cast<char>((value >> shift) & 0xff));
-  }
+void AppendBigEndian(uint64_t value, size_t bytes, std::string* out) {
+  for (size_t i = bytes; i-- > 0;) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
-// REQUIRES: `at + 4 <= data.size()`.
-uint32_t ReadBigEndian32(absl::string_view data, size_t at) {
-  uint32_t value = 0;
-  for (size_t i = 0; i < 4; ++i) value = (value << 8) | static_cast<uint8_t>(data[at + i]);
+// REQUIRES: `at + bytes <= data.size()`.
+uint64_t ReadBigEndian(absl::string_view data, size_t at, size_t bytes) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < bytes; ++i) value = (value << 8) | static_cast<uint8_t>(data[at + i]);
   return value;
 }
 
@@ -63,6 +63,25 @@ BlockHash ReadHash(absl::string_view data, size_t at) {
   BlockHash hash;
   for (size_t i = 0; i < hash.size(); ++i) hash[i] = static_cast<uint8_t>(data[at + i]);
   return hash;
+}
+
+absl::StatusOr<BlockKey> DecodeKeyWithIdOf(absl::string_view bytes, size_t id_bytes) {
+  if (bytes.size() != id_bytes + sizeof(BlockHash)) {
+    return absl::DataLossError(absl::StrFormat("block key is %d bytes, expected %d", bytes.size(),
+                                               id_bytes + sizeof(BlockHash)));
+  }
+  BlockKey key;
+  key.ns = ReadBigEndian(bytes, 0, id_bytes);
+  key.hash = ReadHash(bytes, id_bytes);
+  return key;
+}
+
+absl::StatusOr<NamespaceId> DecodeIdOf(absl::string_view bytes, size_t id_bytes) {
+  if (bytes.size() != id_bytes) {
+    return absl::DataLossError(
+        absl::StrFormat("namespace id is %d bytes, expected %d", bytes.size(), id_bytes));
+  }
+  return ReadBigEndian(bytes, 0, id_bytes);
 }
 
 }  // namespace
@@ -82,20 +101,17 @@ absl::string_view TierName(Tier tier) {
 std::string EncodeBlockKey(const BlockKey& key) {
   std::string out;
   out.reserve(kBlockKeyBytes);
-  AppendBigEndian32(key.ns, &out);
+  AppendBigEndian(key.ns, kNamespaceIdBytes, &out);
   AppendHash(key.hash, &out);
   return out;
 }
 
 absl::StatusOr<BlockKey> DecodeBlockKey(absl::string_view bytes) {
-  if (bytes.size() != kBlockKeyBytes) {
-    return absl::DataLossError(
-        absl::StrFormat("block key is %d bytes, expected %d", bytes.size(), kBlockKeyBytes));
-  }
-  BlockKey key;
-  key.ns = ReadBigEndian32(bytes, 0);
-  key.hash = ReadHash(bytes, kNamespaceIdBytes);
-  return key;
+  return DecodeKeyWithIdOf(bytes, kNamespaceIdBytes);
+}
+
+absl::StatusOr<BlockKey> DecodeLegacyBlockKey(absl::string_view bytes) {
+  return DecodeKeyWithIdOf(bytes, kLegacyNamespaceIdBytes);
 }
 
 std::string EncodeBlockRecord(const BlockRecord& record) {
@@ -155,16 +171,16 @@ absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes) {
 std::string EncodeNamespaceId(NamespaceId id) {
   std::string out;
   out.reserve(kNamespaceIdBytes);
-  AppendBigEndian32(id, &out);
+  AppendBigEndian(id, kNamespaceIdBytes, &out);
   return out;
 }
 
 absl::StatusOr<NamespaceId> DecodeNamespaceId(absl::string_view bytes) {
-  if (bytes.size() != kNamespaceIdBytes) {
-    return absl::DataLossError(
-        absl::StrFormat("namespace id is %d bytes, expected %d", bytes.size(), kNamespaceIdBytes));
-  }
-  return ReadBigEndian32(bytes, 0);
+  return DecodeIdOf(bytes, kNamespaceIdBytes);
+}
+
+absl::StatusOr<NamespaceId> DecodeLegacyNamespaceId(absl::string_view bytes) {
+  return DecodeIdOf(bytes, kLegacyNamespaceIdBytes);
 }
 
 }  // namespace kvtier::index

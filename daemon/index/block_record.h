@@ -16,7 +16,7 @@
 
 namespace kvtier::index {
 
-using NamespaceId = uint32_t;
+using NamespaceId = uint64_t;
 using BlockHash = std::array<uint8_t, 32>;
 
 struct BlockKey {
@@ -58,12 +58,15 @@ struct BlockRecord {
   friend bool operator==(const BlockRecord&, const BlockRecord&) = default;
 };
 
-// Key encoding: 4 bytes namespace id, big-endian (so one namespace is one key range), then the
-// 32 hash bytes. 36 bytes.
-inline constexpr size_t kBlockKeyBytes = 36;
-// DecodeBlockKey: DataLoss unless `bytes` is exactly 36 bytes.
+// Key encoding: 8 bytes namespace id, big-endian (so one namespace is one key range), then the
+// 32 hash bytes. 40 bytes. (Index format 1 had 4-byte ids and 36-byte keys; the index migrates
+// them with DecodeLegacyBlockKey.)
+inline constexpr size_t kBlockKeyBytes = 40;
+inline constexpr size_t kLegacyBlockKeyBytes = 36;
+// DecodeBlockKey: DataLoss unless `bytes` is exactly 40 bytes; DecodeLegacyBlockKey: 36 bytes.
 std::string EncodeBlockKey(const BlockKey& key);
 absl::StatusOr<BlockKey> DecodeBlockKey(absl::string_view bytes);
+absl::StatusOr<BlockKey> DecodeLegacyBlockKey(absl::string_view bytes);
 
 // Value encoding: version byte (1), then the fields of BlockRecord little-endian in declaration
 // order, 62 bytes. Flag bits are stored verbatim. DataLoss for a wrong version, length or enum
@@ -73,10 +76,11 @@ inline constexpr size_t kBlockRecordBytes = 62;
 std::string EncodeBlockRecord(const BlockRecord& record);
 absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes);
 
-// Namespace id encoding for the namespaces column family: 4 bytes big-endian. DecodeNamespaceId:
-// DataLoss unless `bytes` is exactly 4 bytes.
+// Namespace id encoding for the namespaces column family: 8 bytes big-endian. DecodeNamespaceId:
+// DataLoss unless `bytes` is exactly 8 bytes; DecodeLegacyNamespaceId: 4 bytes (format 1).
 std::string EncodeNamespaceId(NamespaceId id);
 absl::StatusOr<NamespaceId> DecodeNamespaceId(absl::string_view bytes);
+absl::StatusOr<NamespaceId> DecodeLegacyNamespaceId(absl::string_view bytes);
 
 }  // namespace kvtier::index
 

@@ -125,7 +125,7 @@ TEST(RocksDbBlockIndexTest, CreatesNestedDirectoryAndRecordsFormatVersion) {
   ASSERT_NE(index, nullptr);
   absl::StatusOr<std::optional<std::string>> version = index->GetMeta(kIndexFormatMetaKey);
   ASSERT_TRUE(version.ok()) << version.status();
-  EXPECT_EQ(version->value_or("<absent>"), "1");
+  EXPECT_EQ(version->value_or("<absent>"), "2");
   EXPECT_TRUE(Scan(*index).empty());
 }
 
@@ -320,7 +320,90 @@ TEST(RocksDbBlockIndexTest, MetaPutGetAndReservedKey) {
 
   absl::Status reserved = index->PutMeta(kIndexFormatMetaKey, "2");
   EXPECT_EQ(reserved.code(), absl::StatusCode::kInvalidArgument) << reserved;
-  EXPECT_EQ(index->GetMeta(kIndexFormatMetaKey).value(), std::optional<std::string>("1"));
+  EXPECT_EQ(index->GetMeta(kIndexFormatMetaKey).value(), std::optional<std::string>("2"));
+}
+
+// A format-1 index as the previous version wrote it: 4-byte namespace ids, 36-byte block keys.
+std::string LegacyNamespaceKey(uint32_t id) {
+  std::string out;
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(id >> shift));
+  return out;
+}
+std::string LegacyBlockKey(uint32_t ns, uint64_t id) {
+  const BlockKey key = KeyFor(id);
+  return LegacyNamespaceKey(ns) + std::string(key.hash.begin(), key.hash.end());
+}
+
+TEST(RocksDbBlockIndexTest, MigratesFormat1NamespaceIdsAndResumesAfterACrash) {
+  TempDir dir;
+  {
+    rocksdb::DBOptions options;
+    options.create_if_missing = true;
+    options.create_missing_column_families = true;
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"blocks", {}}, {"namespaces", {}}, {"meta", {}}};
+    rocksdb::DB* db = nullptr;
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), descriptors, &handles, &db).ok());
+    for (rocksdb::ColumnFamilyHandle* handle : handles) {
+      ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
+    }
+    ASSERT_TRUE(db->Close().ok());
+    delete db;
+  }
+  RawPut(dir.path(), "meta", kIndexFormatMetaKey, "1");
+  RawPut(dir.path(), "namespaces", LegacyNamespaceKey(7), "seven");
+  RawPut(dir.path(), "namespaces", LegacyNamespaceKey(9), "nine");
+  for (uint64_t id = 0; id < 10; ++id) {
+    RawPut(dir.path(), "blocks", LegacyBlockKey(id < 5 ? 7 : 9, id),
+           EncodeBlockRecord(RecordFor(id)));
+  }
+  // A migration cut short: block 3 already has its new key, its old one is gone.
+  BlockKey moved = KeyFor(3);
+  moved.ns = 0x100000007;
+  RawPut(dir.path(), "blocks", EncodeBlockKey(moved), EncodeBlockRecord(RecordFor(3)));
+  {
+    rocksdb::DB* db = nullptr;
+    rocksdb::DBOptions options;
+    std::vector<std::string> names;
+    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(options, dir.path(), &names).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    for (const std::string& name : names)
+      descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), descriptors, &handles, &db).ok());
+    const size_t blocks = std::find(names.begin(), names.end(), "blocks") - names.begin();
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), handles[blocks], LegacyBlockKey(7, 3)).ok());
+    for (rocksdb::ColumnFamilyHandle* handle : handles) {
+      ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
+    }
+    ASSERT_TRUE(db->Close().ok());
+    delete db;
+  }
+  RocksDbIndexOptions options;
+  options.path = dir.path();
+  std::vector<std::pair<NamespaceId, std::string>> asked;
+  options.migrate_namespace_id = [&asked](NamespaceId legacy, absl::string_view record) {
+    asked.emplace_back(legacy, std::string(record));
+    return legacy == 7 ? NamespaceId{0x100000007} : NamespaceId{0x200000009};
+  };
+  absl::StatusOr<std::unique_ptr<BlockIndex>> index = OpenRocksDbBlockIndex(options);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ((*index)->GetMeta(kIndexFormatMetaKey).value(), std::optional<std::string>("2"));
+  EXPECT_EQ(asked, (std::vector<std::pair<NamespaceId, std::string>>{{7, "seven"}, {9, "nine"}}));
+  EXPECT_EQ(Namespaces(**index),
+            (std::map<NamespaceId, std::string>{{0x100000007, "seven"}, {0x200000009, "nine"}}));
+  std::vector<std::pair<BlockKey, BlockRecord>> expected;
+  for (uint64_t id = 0; id < 10; ++id) {
+    BlockKey key = KeyFor(id);
+    key.ns = id < 5 ? 0x100000007 : 0x200000009;
+    expected.push_back({key, RecordFor(id)});
+  }
+  std::sort(expected.begin(), expected.end(), [](const auto& a, const auto& b) {
+    return EncodeBlockKey(a.first) < EncodeBlockKey(b.first);
+  });
+  EXPECT_EQ(Scan(**index), expected);
+  EXPECT_EQ((*index)->stats().decode_errors, 0u);
 }
 
 class ReopenTest : public ::testing::TestWithParam<SyncPolicy> {};
@@ -390,12 +473,12 @@ TEST(RocksDbBlockIndexTest, OtherFormatVersionIsFailedPrecondition) {
     ASSERT_NE(index, nullptr);
     ASSERT_TRUE(index->Write(PutsOf(0, 3)).ok());
   }
-  RawPut(dir.path(), "meta", kIndexFormatMetaKey, "2");
+  RawPut(dir.path(), "meta", kIndexFormatMetaKey, "3");
   absl::Status status = OpenStatus(dir.path());
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   EXPECT_NE(status.message().find(dir.path()), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find("format version '3'"), absl::string_view::npos) << status;
   EXPECT_NE(status.message().find("format version '2'"), absl::string_view::npos) << status;
-  EXPECT_NE(status.message().find("format version '1'"), absl::string_view::npos) << status;
 }
 
 TEST(RocksDbBlockIndexTest, ForeignDatabaseIsFailedPrecondition) {
@@ -438,7 +521,7 @@ TEST(RocksDbBlockIndexTest, EmptyIndexWithoutFormatVersionIsAdopted) {
   }
   std::unique_ptr<BlockIndex> index = OpenOrDie(empty.path());
   ASSERT_NE(index, nullptr);
-  EXPECT_EQ(index->GetMeta(kIndexFormatMetaKey).value(), std::optional<std::string>("1"));
+  EXPECT_EQ(index->GetMeta(kIndexFormatMetaKey).value(), std::optional<std::string>("2"));
 }
 
 TEST(RocksDbBlockIndexTest, UndecodableEntriesAreSkippedAndCounted) {
