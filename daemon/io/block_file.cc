@@ -245,16 +245,20 @@ absl::StatusOr<std::unique_ptr<BlockFile>> OpenBlockFile(const BlockFileOptions&
   constexpr int kFlags = O_CREAT | O_RDWR | O_CLOEXEC;
   int fd = -1;
   if (options.direct_io) {
-    fd = open(options.path.c_str(), kFlags | O_DIRECT, 0644);
+    fd = open(options.path.c_str(), kFlags | O_DIRECT, 0600);
     if (fd < 0 && errno == EINVAL) {
       KVTIER_LOG_FIRST(kWarning, "O_DIRECT refused for '", options.path, "' (", ErrnoText(EINVAL),
                        "); block files on this file system use buffered I/O");
     }
   }
   if (fd < 0 && (!options.direct_io || errno == EINVAL)) {
-    fd = open(options.path.c_str(), kFlags, 0644);
+    fd = open(options.path.c_str(), kFlags, 0600);
   }
   if (fd < 0) return OpenError(errno, options.path);
+  // Cold blocks are the daemon's alone, whatever the umask or the mode of an older file.
+  if (fchmod(fd, 0600) != 0) {
+    KVTIER_LOG_FIRST(kWarning, "cannot make '", options.path, "' mode 0600: ", ErrnoText(errno));
+  }
 
   absl::Status prealloc = Preallocate(fd, options);
   if (!prealloc.ok()) {

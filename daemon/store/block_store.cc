@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "codec/cold_block.h"
 #include "common/logging.h"
@@ -53,6 +54,25 @@ index::BlockRecord RecordFor(const State& s, const Entry& e) {
   }
   (void)s;
   return r;
+}
+
+absl::Status IndexRefusal(const State& s) {
+  if (!s.index_status.ok()) return s.index_status;
+  return absl::ResourceExhaustedError("the index takes no writes now");
+}
+
+bool RefreshIndexHealth(State& s, bool force) {
+  const absl::Time now = absl::Now();
+  if (!force && now - s.index_checked < absl::Milliseconds(100)) return false;
+  s.index_checked = now;
+  s.mu.Unlock();  // Health() may reopen the index (a few milliseconds)
+  const index::IndexHealth health = s.index->Health();
+  s.mu.Lock();
+  const bool was = s.index_writable;
+  s.index_writable = health.writable();
+  s.index_status = health.ToStatus();
+  if (was != s.index_writable) s.changed_cv.SignalAll();  // durable waiters give up or go on
+  return was != s.index_writable;
 }
 
 uint64_t QueuePut(State& s, const Entry& e) {
@@ -351,7 +371,22 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   index::RocksDbIndexOptions index_options;
   index_options.path = options.index_path;
   index_options.sync_policy = options.sync;
+  index_options.min_free_bytes = options.index_min_free_bytes;
+  index_options.reserve_bytes = options.index_reserve_bytes;
+  index_options.free_bytes = options.index_free_bytes;
+  if (options.migrate_namespace_id) {
+    index_options.migrate_namespace_id = [&options](NamespaceId legacy, absl::string_view bytes) {
+      std::string record;
+      uint64_t quota = 0;
+      if (!DecodeNamespaceRecord(bytes, &record, &quota)) return legacy;
+      return options.migrate_namespace_id(legacy, record);
+    };
+  }
   KVTIER_ASSIGN_OR_RETURN(s.index, index::OpenRocksDbBlockIndex(index_options));
+  {
+    absl::MutexLock lock(&s.mu);
+    internal::RefreshIndexHealth(s, /*force=*/true);
+  }
   const auto index_opened = std::chrono::steady_clock::now();
   store->recovery_.index_open_seconds = std::chrono::duration<double>(index_opened - start).count();
   KVTIER_ASSIGN_OR_RETURN(s.arena, HostArena::Create(options.host));
@@ -406,15 +441,24 @@ BlockStore::~BlockStore() {
     s.work_cv.SignalAll();
   }
   if (s.background.joinable()) s.background.join();
+  if (s.index == nullptr) return;             // Open failed before the index opened
+  if (!s.index->Health().writable()) return;  // nothing was written that a sync would keep
   absl::Status st = s.index->Sync();
   if (!st.ok()) KVTIER_LOG(kError, "store: final index sync: ", st.message());
 }
 
 absl::Status BlockStore::PutNamespace(NamespaceId id, absl::string_view record,
                                       uint64_t quota_bytes) {
-  KVTIER_RETURN_IF_ERROR(
-      state_->index->PutNamespace(id, EncodeNamespaceRecord(record, quota_bytes)));
+  const std::string encoded = EncodeNamespaceRecord(record, quota_bytes);
+  absl::Status written = state_->index->PutNamespace(id, encoded);
+  const bool deferred = !written.ok() && !state_->index->Health().writable();
+  if (!written.ok() && !deferred) return written;
   absl::MutexLock lock(&state_->mu);
+  if (deferred) {
+    state_->unsaved_namespaces[id] = encoded;  // written by the next commit that can
+  } else {
+    state_->unsaved_namespaces.erase(id);
+  }
   NamespaceState& ns = state_->namespaces[id];
   ns.record = std::string(record);
   ns.quota = quota_bytes;
@@ -544,6 +588,14 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
     internal::Detach(s, e, RemovedBy::kSilent);
     return absl::UnavailableError("the store is shutting down");
   }
+  if (options.wait_durable && !s.index_writable) internal::RefreshIndexHealth(s, /*force=*/true);
+  if (options.wait_durable && !s.index_writable) {
+    // Nothing can become durable now (a full drive, a lost index directory): say so at once,
+    // and store nothing, as a refused put does.
+    internal::Detach(s, e, RemovedBy::kSilent);
+    ++s.counters.put_rejected;
+    return internal::IndexRefusal(s);
+  }
   e->writing = false;
   s.changed_cv.SignalAll();  // MakeDurable callers may wait for this commit
   e->rec.checksum = *checksum;
@@ -579,9 +631,15 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
   if (!options.wait_durable) return absl::OkStatus();
   ++e->pins;
   ++s.pinned;
-  while (!e->durable_result.has_value() && !s.stop) s.changed_cv.Wait(&s.mu);
+  // Re-reading the index's health meanwhile: a write that waits for space inside the index
+  // must not hold this caller until space returns.
+  while (!e->durable_result.has_value() && !s.stop && s.index_writable) {
+    s.changed_cv.WaitWithTimeout(&s.mu, absl::Milliseconds(100));
+    internal::RefreshIndexHealth(s);
+  }
   absl::Status result = e->durable_result.value_or(
-      absl::UnavailableError("the store shut down before the block was durable"));
+      s.stop ? absl::UnavailableError("the store shut down before the block was durable")
+             : internal::IndexRefusal(s));
   --e->pins;
   --s.pinned;
   internal::MaybeRelease(s, e);
@@ -753,14 +811,17 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
   if (!wait) return true;
   ++e->pins;
   ++s.pinned;
-  while (!e->durable_result.has_value() && !durable() && !e->removed && !s.stop) {
-    s.changed_cv.Wait(&s.mu);
+  while (!e->durable_result.has_value() && !durable() && !e->removed && !s.stop &&
+         s.index_writable) {
+    s.changed_cv.WaitWithTimeout(&s.mu, absl::Milliseconds(100));
+    internal::RefreshIndexHealth(s);  // as in Commit
   }
   absl::Status result = absl::OkStatus();
   if (e->durable_result.has_value() && !durable()) {
     result = *e->durable_result;
   } else if (!durable() && !e->removed) {
-    result = absl::UnavailableError("the store shut down before the block was durable");
+    result = s.stop ? absl::UnavailableError("the store shut down before the block was durable")
+                    : internal::IndexRefusal(s);
   }
   --e->pins;
   --s.pinned;
@@ -818,6 +879,7 @@ StoreStats BlockStore::Stats() const {
     out.quarantined_slots = s.quarantine.size() + s.host_quarantine.size();
     out.index_commit_failures = s.commit_failures;
   }
+  out.index_health = s.index->Health();
   const Counters& c = s.counters;
   for (int t = 0; t < 3; ++t) {
     out.tiers[t].hits = c.hits[t].load();

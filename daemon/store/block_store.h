@@ -67,6 +67,16 @@ struct BlockStoreOptions {
   DiskAdmission admission = DiskAdmission::kAll;
   std::string index_path;  // RocksDB directory
   index::SyncPolicy sync = index::SyncPolicy::kBatch;
+  // The index refuses writes while its drive has less than this free (durable puts then fail
+  // with ResourceExhausted and nothing new goes to disk; see index::StateDrive), and keeps a
+  // reserve of index_reserve_bytes preallocated beside it.
+  uint64_t index_min_free_bytes = 256ull << 20;
+  uint64_t index_reserve_bytes = 64ull << 20;
+  // Opening an index of format 1 (32-bit namespace ids) migrates it, asking this function for the
+  // new id of each namespace: its old id and the record given to PutNamespace. Null: ids kept.
+  std::function<NamespaceId(NamespaceId legacy_id, absl::string_view record)> migrate_namespace_id;
+  // Free bytes of the index's drive (tests); statvfs when empty.
+  std::function<uint64_t()> index_free_bytes;
   uint32_t group_commit_interval_ms = 2;  // kBatch: unsynced index writes wait at most this long
   uint32_t demotion_batch = 64;           // blocks written to disk per background round
   uint32_t put_wait_ms = 2000;            // how long Put waits for host room before failing
@@ -172,14 +182,16 @@ class BlockStore {
   static absl::StatusOr<std::unique_ptr<BlockStore>> Open(const BlockStoreOptions& options);
 
   // Stops the background thread after its current round (committing queued index changes) and
-  // syncs the index. REQUIRES: no other thread is inside a method of the store, and no
-  // PinnedBlock or HostReservation outlives it.
+  // syncs the index (unless the index cannot take writes: see BlockIndex). REQUIRES: no other
+  // thread is inside a method of the store, and no PinnedBlock or HostReservation outlives it.
   ~BlockStore();
 
   const RecoveryReport& recovery() const { return recovery_; }
 
   // Namespaces: an opaque record (the service's description) and a quota in bytes (0: none),
-  // persisted in the index. Blocks of an unregistered namespace have no quota.
+  // persisted in the index. Blocks of an unregistered namespace have no quota. While the index
+  // takes no writes (its drive is full) the namespace is registered in memory and its record
+  // written once the index takes writes again; other index errors are returned.
   absl::Status PutNamespace(NamespaceId id, absl::string_view record, uint64_t quota_bytes);
   // Removes every block of the namespace (not its record); silent blocks (parked pages) only when
   // `include_silent`. Returns how many were removed and the bytes of their copies (slot bytes in
@@ -211,7 +223,11 @@ class BlockStore {
   //   ResourceExhausted  the namespace's quota or the host tier cannot make room within
   //                      put_wait_ms (everything else pinned or in motion);
   //   Unavailable        the store is shutting down;
-  //   the disk or index error when wait_durable was asked and the write-through failed.
+  //   the disk or index error when wait_durable was asked and the write-through failed; while
+  //   the index takes no writes (a full drive, a lost directory: BlockIndex::Health) a put with
+  //   wait_durable returns its status at once and stores nothing (one that was waiting when the
+  //   index stopped taking writes returns it too, its block stored but not durable); a durable
+  //   put without wait_durable reaches disk once the index takes writes again.
   // Blocks on the memcpy, on room, and with wait_durable on the disk write and index sync.
   absl::Status Put(const BlockKey& key, absl::Span<const uint8_t> block,
                    const PutOptions& options = {});

@@ -56,9 +56,38 @@ struct Move {
   absl::Status result;
 };
 
+// Writes the namespace records and meta entries that waited for the index to take writes.
+// REQUIRES: s.mu held; releases it during the writes. Returns the first error.
+absl::Status WriteUnsaved(State& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (s.unsaved_namespaces.empty() && s.unsaved_meta.empty()) return absl::OkStatus();
+  auto namespaces = std::move(s.unsaved_namespaces);
+  auto meta = std::move(s.unsaved_meta);
+  s.unsaved_namespaces.clear();
+  s.unsaved_meta.clear();
+  s.mu.Unlock();
+  absl::Status st;
+  std::vector<NamespaceId> written;
+  size_t meta_written = 0;
+  // Meta first: the persistent host tier's incarnation must be recorded before its records.
+  for (const auto& [key, value] : meta) {
+    if (st.ok()) st = s.index->PutMeta(key, value);
+    if (st.ok()) ++meta_written;
+  }
+  for (const auto& [id, record] : namespaces) {
+    if (st.ok()) st = s.index->PutNamespace(id, record);
+    if (st.ok()) written.push_back(id);
+  }
+  s.mu.Lock();
+  for (NamespaceId id : written) namespaces.erase(id);
+  for (auto& [id, record] : namespaces) s.unsaved_namespaces.try_emplace(id, std::move(record));
+  s.unsaved_meta.insert(s.unsaved_meta.begin(), meta.begin() + meta_written, meta.end());
+  return st;
+}
+
 // Writes the queued index changes. REQUIRES: s.mu held; releases it during the write.
 void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (s.pending.empty()) return;
+  if (s.pending.empty() && s.unsaved_namespaces.empty() && s.unsaved_meta.empty()) return;
+  absl::Status unsaved = WriteUnsaved(s);
   // The last change of each key wins; a batch then holds each key once, so the order in which
   // the index applies puts and deletes does not matter.
   absl::flat_hash_map<BlockKey, size_t> last;
@@ -75,16 +104,23 @@ void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQU
   }
   s.pending.clear();
   const uint64_t seq = s.queued_seq;
-  s.mu.Unlock();
-  absl::Status st = s.index->Write(batch);
-  if (st.ok() && policy == index::SyncPolicy::kBatch) st = s.index->Sync();
-  s.mu.Lock();
+  absl::Status st = unsaved;
+  if (st.ok()) {
+    s.mu.Unlock();
+    st = s.index->Write(batch);
+    if (st.ok() && policy == index::SyncPolicy::kBatch) st = s.index->Sync();
+    s.mu.Lock();
+  }
   s.last_commit_error = st;
   if (!st.ok()) {
     // Nothing counts as committed: the changes go back in front of what was queued meanwhile,
-    // quarantined slots stay quarantined, and host copies stay until a retry succeeds.
-    KVTIER_LOG(kError, "store: index commit of ", batch.puts.size(), " puts and ",
-               batch.deletes.size(), " deletes failed (will retry): ", st.message());
+    // quarantined slots stay quarantined, and host copies stay until a retry succeeds. Logged
+    // once per run of failures (a full drive refuses every commit until space returns).
+    if (s.failed_commits_in_a_row++ == 0) {
+      KVTIER_LOG(kError, "store: index commit of ", batch.puts.size(), " puts and ",
+                 batch.deletes.size(),
+                 " deletes failed (retried until it succeeds): ", st.message());
+    }
     ++s.commit_failures;
     std::vector<std::pair<BlockKey, std::optional<index::BlockRecord>>> again;
     again.reserve(batch.puts.size() + batch.deletes.size() + s.pending.size());
@@ -94,6 +130,11 @@ void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQU
     s.pending = std::move(again);
     s.changed_cv.SignalAll();
     return;
+  }
+  if (s.failed_commits_in_a_row > 0) {
+    KVTIER_LOG(kInfo, "store: index commits succeed again after ", s.failed_commits_in_a_row,
+               " failed attempts");
+    s.failed_commits_in_a_row = 0;
   }
   s.committed_seq = seq;
   internal::ReleaseQuarantine(s);
@@ -216,10 +257,16 @@ void BlockStore::BackgroundLoop() {
   absl::Time oldest_pending = absl::InfiniteFuture();
   absl::MutexLock lock(&s.mu);
   while (true) {
+    // While the index takes no writes (a full drive), nothing is committed and nothing new goes
+    // to disk: durable puts are refused, host blocks leave by being dropped, and the queued index
+    // changes wait for the drive to have room again.
+    internal::RefreshIndexHealth(s);
+    const bool index_writable = s.index_writable;
     if (s.gpu_evict_target.has_value() && s.gpu_used <= *s.gpu_evict_target) {
       s.gpu_evict_target.reset();  // Evict's request is met
     }
     const bool has_disk = s.disk->file_count() > 0;
+    const bool disk_writes = has_disk && index_writable;  // new disk copies can be indexed
     const uint64_t disk_live = s.disk->used_bytes() - s.quarantined_bytes;
     const bool gpu_pressure =
         s.gpu != nullptr && !s.gpu_lru.empty() &&
@@ -232,10 +279,11 @@ void BlockStore::BackgroundLoop() {
         s.room_waiters > 0 || s.host_wanted_by_gpu > 0 || s.demote_all;
     const bool disk_pressure =
         has_disk && static_cast<double>(disk_live) > options_.disk_watermarks.high * disk_capacity;
-    const bool pending = !s.pending.empty();
+    const bool pending =
+        !s.pending.empty() || !s.unsaved_namespaces.empty() || !s.unsaved_meta.empty();
     if (pending && oldest_pending == absl::InfiniteFuture()) oldest_pending = absl::Now();
     const bool commit_due =
-        pending &&
+        pending && index_writable &&
         (policy != index::SyncPolicy::kBatch || s.commit_waiters > 0 || s.stop ||
          absl::Now() - oldest_pending >= absl::Milliseconds(options_.group_commit_interval_ms));
 
@@ -250,15 +298,15 @@ void BlockStore::BackgroundLoop() {
       continue;
     }
     const bool work = gpu_pressure || (host_pressure && !s.host_lru.empty()) || disk_pressure ||
-                      (!s.write_through.empty() && has_disk);
+                      (!s.write_through.empty() && disk_writes);
     if (!work || s.stop) {
-      if (s.stop && !pending) break;
+      if (s.stop && (!pending || !index_writable)) break;
       s.demote_all = false;
       if (!pending) {
         s.idle = true;
         s.changed_cv.SignalAll();
       }
-      s.work_cv.WaitWithTimeout(&s.mu, pending
+      s.work_cv.WaitWithTimeout(&s.mu, pending && index_writable
                                            ? absl::Milliseconds(options_.group_commit_interval_ms)
                                            : absl::Milliseconds(100));
       continue;
@@ -302,7 +350,7 @@ void BlockStore::BackgroundLoop() {
       }
       return slot;
     };
-    while (has_disk && !s.write_through.empty() && moves.size() < options_.demotion_batch) {
+    while (disk_writes && !s.write_through.empty() && moves.size() < options_.demotion_batch) {
       Entry* e = s.write_through.front();
       if (e->removed || e->migrating || e->disk.has_value() || !e->host.has_value()) {
         s.write_through.pop_front();
@@ -354,7 +402,7 @@ void BlockStore::BackgroundLoop() {
               ++s.counters.host_copy_freed;
               moved_any = true;
             }
-          } else if (has_disk && admitted) {
+          } else if (disk_writes && admitted) {
             std::optional<DiskSlot> slot = allocate(e);
             if (!slot.has_value()) break;
             e->migrating = true;
@@ -376,7 +424,7 @@ void BlockStore::BackgroundLoop() {
       s.demote_all = false;  // nothing can make room: DemoteAll moves what fits
     }
     if (moves.empty()) {
-      if (!s.pending.empty()) {
+      if (pending && index_writable) {
         CommitPending(s, policy);
         oldest_pending = absl::InfiniteFuture();
       } else {

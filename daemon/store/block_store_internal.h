@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/histogram.h"
 #include "daemon/index/block_index.h"
 #include "daemon/store/block_store.h"
@@ -117,6 +118,16 @@ struct BlockStore::State {
   uint64_t committed_seq ABSL_GUARDED_BY(mu) = 0;
   absl::Status last_commit_error ABSL_GUARDED_BY(mu);
   uint64_t commit_failures ABSL_GUARDED_BY(mu) = 0;
+  uint64_t failed_commits_in_a_row ABSL_GUARDED_BY(mu) = 0;  // logged on the first only
+  // Namespace records (id -> encoded record) to write once the index takes writes again.
+  absl::flat_hash_map<NamespaceId, std::string> unsaved_namespaces ABSL_GUARDED_BY(mu);
+  // Meta entries for the same (the persistent host tier's incarnation at recovery).
+  std::vector<std::pair<std::string, std::string>> unsaved_meta ABSL_GUARDED_BY(mu);
+  // The index's health as the background thread last read it (at most every 100 ms), so that
+  // the data path does not ask the index under the store's lock.
+  bool index_writable ABSL_GUARDED_BY(mu) = true;
+  absl::Status index_status ABSL_GUARDED_BY(mu);  // IndexHealth::ToStatus(): why not, when not
+  absl::Time index_checked ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   // Freed disk slots, reusable once the index deletion queued with `seq` is committed.
   struct Quarantined {
     DiskSlot slot;
@@ -158,6 +169,12 @@ namespace internal {
 using Entry = BlockStore::Entry;
 using State = BlockStore::State;
 
+// Why a durable write cannot be made now (the index's refusal). REQUIRES: s.mu held.
+absl::Status IndexRefusal(const State& s);
+// Reads the index's health into s.index_writable / s.index_status when the last reading is older
+// than 100 ms (or `force`), releasing s.mu meanwhile. True when writability changed.
+// REQUIRES: s.mu held.
+bool RefreshIndexHealth(State& s, bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 // Queues an index change; returns its sequence number. REQUIRES: s.mu held.
 uint64_t QueuePut(State& s, const Entry& e);
 uint64_t QueueDelete(State& s, const BlockKey& key);

@@ -42,6 +42,8 @@ absl::Status BlockStore::Recover() {
                 incarnation == s.arena->incarnation();
   }
 
+  // Collected first: the index calls back under its own lock, which is taken after s.mu.
+  std::vector<std::pair<NamespaceId, NamespaceState>> namespaces;
   KVTIER_RETURN_IF_ERROR(s.index->ForEachNamespace([&](NamespaceId id, absl::string_view bytes) {
     NamespaceState ns;
     if (!DecodeNamespaceRecord(bytes, &ns.record, &ns.quota)) {
@@ -49,9 +51,12 @@ absl::Status BlockStore::Recover() {
       return;
     }
     ns.registered = true;
-    absl::MutexLock lock(&s.mu);
-    s.namespaces[id] = std::move(ns);
+    namespaces.emplace_back(id, std::move(ns));
   }));
+  {
+    absl::MutexLock lock(&s.mu);
+    for (auto& [id, ns] : namespaces) s.namespaces[id] = std::move(ns);
+  }
 
   std::vector<Entry*> recovered;
   index::IndexBatch drop;
@@ -117,12 +122,23 @@ absl::Status BlockStore::Recover() {
     internal::EmitStored(s, *e, StoredBy::kRecovery, (e->rec.flags & index::kBlockFlagDurable) != 0,
                          "");
   }
-  if (!drop.empty()) KVTIER_RETURN_IF_ERROR(s.index->Write(drop));
-  if (s.arena->persistent()) {
-    KVTIER_RETURN_IF_ERROR(
-        s.index->PutMeta(kHostIncarnationKey, absl::StrCat(s.arena->incarnation())));
+  // Written now, or (the index open read-only on a full drive) by the background thread once it
+  // takes writes again.
+  if (s.index_writable) {
+    if (!drop.empty()) KVTIER_RETURN_IF_ERROR(s.index->Write(drop));
+    if (s.arena->persistent()) {
+      KVTIER_RETURN_IF_ERROR(
+          s.index->PutMeta(kHostIncarnationKey, absl::StrCat(s.arena->incarnation())));
+    }
+    KVTIER_RETURN_IF_ERROR(s.index->Sync());
+    return absl::OkStatus();
   }
-  KVTIER_RETURN_IF_ERROR(s.index->Sync());
+  KVTIER_LOG(kWarning, "store: recovered without writing to the index (", s.index_status.message(),
+             ")");
+  for (const BlockKey& key : drop.deletes) internal::QueueDelete(s, key);
+  if (s.arena->persistent()) {
+    s.unsaved_meta.emplace_back(kHostIncarnationKey, absl::StrCat(s.arena->incarnation()));
+  }
   return absl::OkStatus();
 }
 

@@ -169,12 +169,25 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
           absl::StrCat("host shm name '", options.shm_name, "' must be a plain file name"));
     }
     const std::string path = absl::StrCat(options.shm_dir, "/", options.shm_name);
-    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    // No symlink, and only a file of the daemon's own user: /dev/shm is writable by everyone.
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
-      return absl::InternalError(absl::StrCat("open ", path, ": ", ErrnoText(errno)));
+      const int err = errno;
+      return absl::FailedPreconditionError(absl::StrCat("open ", path, ": ", ErrnoText(err),
+                                                        err == ELOOP ? " (it is a symlink)" : ""));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+      close(fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the persistent host tier file ", path,
+          " is not a regular file owned by the daemon's user; remove it or choose another "
+          "host.shm_name"));
+    }
+    if ((st.st_mode & 077) != 0 && fchmod(fd, 0600) != 0) {
+      KVTIER_LOG(kWarning, "cannot make ", path, " mode 0600: ", ErrnoText(errno));
     }
     const uint64_t total = kPageBytes + options.capacity_bytes;
-    struct stat st;
     ArenaHeader header{};
     bool reuse = false;
     if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == total &&

@@ -47,6 +47,7 @@ struct StoreStats {
   uint64_t quarantined_slots = 0;      // gauge: freed disk (and persistent host) slots awaiting the
                                        // commit of their index record's deletion
   uint64_t index_commit_failures = 0;  // index writes that failed (they are retried)
+  index::IndexHealth index_health;     // whether the index takes writes now, and why not
   LatencyHistogram::Snapshot read_latency;  // Acquire, microseconds
   LatencyHistogram::Snapshot put_latency;   // Put/Commit, microseconds
   std::vector<io::BlockFileStats> disk_files;
