@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/service/mapping_guard.h"
 #include "kvtier/v1/pool.pb.h"
 
 namespace kvtier::service {
@@ -21,22 +22,32 @@ namespace kvtier::service {
 class HostPool {
  public:
   // Opens and maps the file. InvalidArgument (naming the pool and the value) for a path outside
-  // `allowed_dirs` or not absolute, a bad shm name, an offset that is not a multiple of 4096, a
-  // size below slots * slot_bytes or beyond the end of the file; NotFound when the file does not
-  // exist; PermissionDenied when the daemon may not open it; Internal for other errors.
-  // The file is opened beneath an allowed directory (and inside `required_subdir` of it when not
-  // empty: the tenant's directory with authentication on) with no symlink on the way; files in
-  // `forbidden` (device, inode: the daemon's own) are refused (PermissionDenied). A range that
-  // does not hold the slots is FailedPrecondition.
+  // `allowed_dirs` or not absolute, a bad shm name, a directory or other non-regular file, an
+  // offset that is not a multiple of 4096, a size beyond the end of the file; NotFound when the
+  // file does not exist; PermissionDenied when the daemon may not open it; ResourceExhausted when
+  // the range cannot be backed (fallocate: its file system is full); Internal for other errors.
+  // The file is opened beneath an allowed directory (and beneath `required_subdir` of it when not
+  // empty: the tenant's directory with authentication on) with no symlink on the way and no ".."
+  // out of either; files in `forbidden` (device, inode: the daemon's own) are refused
+  // (PermissionDenied). A range that does not hold the slots is FailedPrecondition. The mapping
+  // is guarded (mapping_guard.h): a page that loses its backing later fails requests with
+  // CheckFaults' status, never a signal.
   static absl::StatusOr<std::unique_ptr<HostPool>> Map(
       const std::string& pool_name, const v1::SharedMemoryFile& file, uint32_t slots,
       uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs,
       const std::string& required_subdir = "",
       const std::vector<std::pair<dev_t, ino_t>>& forbidden = {});
   // FailedPrecondition when the file shrank below the mapped range since Map (touching the
-  // mapping then would raise SIGBUS). Checked before every batch; an engine that shrinks its file
-  // during a batch can still crash the daemon, so engines must not truncate registered pools.
+  // mapping then would raise SIGBUS), or when a bus error hit the mapping (CheckFaults).
+  // Checked before every batch.
   absl::Status CheckIntact() const;
+  // FailedPrecondition once a page of the mapping could not be read or written (the engine
+  // truncated or punched its file during a batch, or its file system could not back a page): the
+  // MappingGuard replaced it by zeros, so bytes read or written since are not the file's and the
+  // pool must be registered again. Cheap (an atomic load): checked after every page.
+  absl::Status CheckFaults() const;
+  dev_t dev() const { return dev_; }
+  ino_t ino() const { return ino_; }
   ~HostPool();
   HostPool(const HostPool&) = delete;
   HostPool& operator=(const HostPool&) = delete;
@@ -56,7 +67,11 @@ class HostPool {
   uint32_t slots_ = 0;
   uint64_t slot_bytes_ = 0;
   int fd_ = -1;
+  uint64_t offset_ = 0;
   uint64_t end_ = 0;  // offset + size of the mapped range in the file
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
+  std::unique_ptr<MappingGuard> guard_;
 };
 
 }  // namespace kvtier::service

@@ -1,6 +1,8 @@
 // KvTierService: registration, leases, lookups, offload and onboard over host pools.
 #include "daemon/service/kvtier_service.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/sha.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -78,7 +80,8 @@ void WorkerPool::Submit(std::function<void()> work) {
 
 DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& model,
                                  const std::string& partition, uint64_t layout_fingerprint,
-                                 const codec::CodecSpec& codec, const std::string& secret) {
+                                 const codec::CodecSpec& codec, const std::string& id_key,
+                                 const std::string& root_secret) {
   std::string text = "kvtier-namespace-v1";
   for (const std::string* part : {&tenant, &model, &partition}) {
     const uint32_t n = static_cast<uint32_t>(part->size());
@@ -88,23 +91,38 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
   text.append(reinterpret_cast<const char*>(&layout_fingerprint), sizeof(layout_fingerprint));
   text.append(codec.ToString());
   text.append(reinterpret_cast<const char*>(&codec.alignment_bytes), sizeof(codec.alignment_bytes));
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
   DerivedNamespace out;
-  // 32 bits: the store's namespace ids (and its index keys) are 32-bit.
-  for (int i = 0; i < 4; ++i) out.id |= uint64_t{digest[i]} << (8 * i);
-  if (out.id == 0) out.id = 1;
-  out.hash_root = NamespaceHashRoot(out.id, secret);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  // The id: keyed, so that nobody without the daemon's key can compute another tenant's id (and
+  // register it first); 64 bits, and never below 2^32, where format-1 indexes kept their ids.
+  unsigned int digest_bytes = 0;
+  HMAC(EVP_sha256(), id_key.data(), static_cast<int>(id_key.size()),
+       reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest, &digest_bytes);
+  for (int i = 0; i < 8; ++i) out.id |= uint64_t{digest[i]} << (8 * i);
+  if (out.id < (uint64_t{1} << 32)) out.id |= uint64_t{1} << 32;
+  // The hash root keeps the derivation of the first version (the 32-bit id of a plain SHA-256),
+  // so that the chains engines computed before keep naming the same blocks.
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+  for (int i = 0; i < 4; ++i) out.legacy_id |= uint64_t{digest[i]} << (8 * i);
+  if (out.legacy_id == 0) out.legacy_id = 1;
+  out.hash_root = NamespaceHashRoot(out.legacy_id, root_secret);
   return out;
 }
 
-std::string NamespaceHashRoot(uint64_t id, const std::string& secret) {
+std::string NamespaceHashRoot(uint64_t legacy_id, const std::string& secret) {
   std::string root = "kvtier-hash-root-v1";
-  root.append(reinterpret_cast<const char*>(&id), sizeof(id));
+  root.append(reinterpret_cast<const char*>(&legacy_id), sizeof(legacy_id));
   root.append(secret);  // authentication on: roots cannot be computed without the tenant's tokens
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(root.data()), root.size(), digest);
   return std::string(reinterpret_cast<const char*>(digest), sizeof(digest));
+}
+
+absl::StatusOr<DerivedNamespace> DeriveNamespace(const v1::Namespace& ns, const std::string& key,
+                                                 bool authentication) {
+  KVTIER_ASSIGN_OR_RETURN(codec::CodecSpec spec, CodecFromProto(ns.codec(), codec::CodecSpec()));
+  return DeriveNamespace(ns.tenant(), ns.model(), ns.partition(), ns.layout_fingerprint(), spec,
+                         key, authentication ? key + ns.tenant() : "");
 }
 
 // ---- Engine ----
@@ -444,9 +462,9 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   const std::string tenant =
       options_.auth != nullptr ? *caller : (req->tenant().empty() ? "default" : req->tenant());
   const uint64_t fingerprint = codec::LayoutFingerprint(engine->layout);
-  const DerivedNamespace ns =
-      DeriveNamespace(tenant, req->model(), req->partition(), fingerprint, *spec,
-                      options_.auth != nullptr ? options_.hash_root_key + tenant : "");
+  const DerivedNamespace ns = DeriveNamespace(
+      tenant, req->model(), req->partition(), fingerprint, *spec, options_.hash_root_key,
+      options_.auth != nullptr ? options_.hash_root_key + tenant : "");
   engine->tenant = tenant;
   engine->ns = ns.id;
   v1::Namespace* ns_proto = resp->mutable_ns();
@@ -457,10 +475,10 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   CodecToProto(*spec, ns_proto->mutable_codec());
   const std::string ns_record = ns_proto->SerializeAsString();
   for (const auto& [id, record] : store_->Namespaces()) {
-    // 32-bit ids: two different namespaces could meet; they must never share blocks.
+    // Two different namespaces must never share blocks (64-bit keyed ids: never seen so far).
     if (id == ns.id && record.first != ns_record) {
       return FinishWith(ctx, absl::FailedPreconditionError(absl::StrFormat(
-                                 "namespace id %08x of (tenant '%s', model '%s', partition '%s') "
+                                 "namespace id %016x of (tenant '%s', model '%s', partition '%s') "
                                  "is already taken by another namespace; use another partition",
                                  ns.id, tenant, req->model(), req->partition())));
     }
@@ -481,8 +499,34 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   {
     absl::MutexLock lock(&mu_);
     if (engines_.size() >= options_.max_engines) {
-      return FinishWith(ctx, absl::ResourceExhaustedError(absl::StrFormat(
-                                 "%d engines are registered (max_engines)", engines_.size())));
+      return FinishWith(ctx,
+                        absl::ResourceExhaustedError(absl::StrFormat(
+                            "%d engines are registered (server.max_engines)", engines_.size())));
+    }
+    uint32_t of_tenant = 0;
+    for (const auto& [id, other] : engines_) {
+      if (other->tenant == tenant) {
+        ++of_tenant;
+        continue;
+      }
+      // One tenant's pool file is never another's: a hard link (or a second path) to a file that
+      // an engine of another tenant registered is refused.
+      for (const std::unique_ptr<HostPool>& mine : engine->pools) {
+        if (mine == nullptr) continue;
+        for (const std::unique_ptr<HostPool>& theirs : other->pools) {
+          if (theirs != nullptr && theirs->dev() == mine->dev() && theirs->ino() == mine->ino()) {
+            return FinishWith(ctx, absl::PermissionDeniedError(absl::StrFormat(
+                                       "pool file %s is registered by an engine of another tenant",
+                                       mine->path())));
+          }
+        }
+      }
+    }
+    if (of_tenant >= options_.max_engines_per_tenant) {
+      return FinishWith(
+          ctx, absl::ResourceExhaustedError(absl::StrFormat("this tenant has %d engines registered "
+                                                            "(server.max_engines_per_tenant)",
+                                                            of_tenant)));
     }
     engine->expires = absl::Now() + lease;
     engines_[engine->id] = engine;
@@ -652,6 +696,13 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   return reactor;
 }
 
+absl::Status KvTierService::CheckPoolFaults(const Engine& engine) {
+  for (const std::unique_ptr<HostPool>& pool : engine.pools) {
+    if (pool != nullptr) KVTIER_RETURN_IF_ERROR(pool->CheckFaults());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KvTierService::CheckPools(const Engine& engine) {
   for (const std::unique_ptr<HostPool>& pool : engine.pools) {
     if (pool != nullptr) KVTIER_RETURN_IF_ERROR(pool->CheckIntact());
@@ -697,6 +748,7 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
         std::vector<uint8_t> block(engine.codec->block_bytes());
         absl::Status st =
             engine.codec->Encode(engine.View(item.page_index()), absl::MakeSpan(block));
+        if (st.ok()) st = CheckPoolFaults(engine);
         if (st.ok()) st = store_->Put(key, block, put);
         if (!st.ok()) SetItemResult(st, result);
       }
@@ -707,6 +759,8 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
       continue;
     }
     absl::Status st = engine.codec->Encode(engine.View(item.page_index()), reservation->bytes());
+    // A page that lost its backing read as zeros: never stored (the reservation is dropped).
+    if (st.ok()) st = CheckPoolFaults(engine);
     if (st.ok()) st = store_->Commit(std::move(*reservation), put);
     SetItemResult(st, result);
     if (!st.ok()) continue;
@@ -784,6 +838,7 @@ void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& re
     if (st.ok() && !pinned->has_value()) st = absl::NotFoundError("block not in the cache");
     if (st.ok()) {
       st = engine.codec->Decode((*pinned)->bytes(), engine.MutableView(item.page_index()));
+      if (st.ok()) st = CheckPoolFaults(engine);  // the page did not reach the engine's file
       if (st.ok()) result->set_tier(TierToProto((*pinned)->served_from()));
     }
     SetItemResult(st, result);

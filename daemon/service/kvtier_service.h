@@ -31,6 +31,7 @@
 #include "daemon/service/peer_credentials.h"
 #include "daemon/service/rpc_metrics.h"
 #include "daemon/store/block_store.h"
+#include "kvtier/v1/namespace.pb.h"
 #include "kvtier/v1/service.grpc.pb.h"
 
 namespace kvtier::service {
@@ -41,6 +42,11 @@ struct ServiceOptions {
   uint32_t max_items_per_request = 4096;
   uint32_t max_request_bytes = 4u << 20;
   uint32_t max_engines = 1024;
+  // One tenant's share of the engine slots and of the parked-request slots, so that no tenant
+  // can take them all (RESOURCE_EXHAUSTED naming the limit).
+  uint32_t max_engines_per_tenant = 256;
+  uint32_t max_parked_requests = 65536;
+  uint32_t max_parked_requests_per_tenant = 16384;
   absl::Duration min_lease = absl::Seconds(1);
   absl::Duration max_lease = absl::Minutes(10);
   absl::Duration default_lease = absl::Seconds(30);
@@ -61,8 +67,9 @@ struct ServiceOptions {
   std::shared_ptr<const TokenAuth> auth;
   // Pids of the Unix-socket peers (kvtierd's accept loop fills it); null: EngineInfo.pid is 0.
   std::shared_ptr<const PeerCredentials> peers;
-  // With authentication on, mixed into every tenant's hash root so that roots cannot be computed
-  // outside the daemon (kvtierd keeps it in <state_dir>/hash-root.key).
+  // The daemon's key (kvtierd keeps it in <state_dir>/hash-root.key): namespace ids are keyed
+  // with it, and with authentication on it is mixed into every tenant's hash root, so that
+  // neither can be computed outside the daemon.
   std::string hash_root_key;
   // Files engines may not register as pools (the daemon's persistent host arena).
   std::vector<std::string> forbidden_pool_files;
@@ -210,6 +217,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // position) so prefix lookups never meet them. Owned by the engine that parked it.
   struct Parked {
     std::string engine_id;
+    std::string tenant;
     store::NamespaceId ns = 0;
     std::vector<index::BlockHash> hashes;  // in KV order
     uint64_t num_tokens = 0;
@@ -242,8 +250,12 @@ class KvTierService final : public v1::KvTier::CallbackService {
   absl::Status DoResume(const Engine& engine, const v1::ResumeRequest& req,
                         v1::ResumeResponse* resp);
 
-  // FailedPrecondition when a host pool's file shrank since registration.
+  // FailedPrecondition when a host pool's file shrank since registration or lost a page.
   static absl::Status CheckPools(const Engine& engine);
+  // FailedPrecondition when a page of a host pool could not be read or written (HostPool::
+  // CheckFaults): checked after every page, so no zeros from a lost page are stored or reported
+  // as onboarded.
+  static absl::Status CheckPoolFaults(const Engine& engine);
   // `parked`: pages of Park, stored silently (no events; they are not prefix-indexed).
   void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
                  bool parked = false);
@@ -271,8 +283,13 @@ class KvTierService final : public v1::KvTier::CallbackService {
   mutable absl::Mutex mu_;
   absl::CondVar idle_cv_;
   absl::flat_hash_map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
-  // Parked requests by (engine id, request id).
+  // Parked requests by (engine id, request id), and how many each tenant has.
   absl::flat_hash_map<std::pair<std::string, std::string>, Parked> parked_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> parked_per_tenant_ ABSL_GUARDED_BY(mu_);
+  // Takes a parked request out of parked_ (and its tenant's count). REQUIRES: mu_ held.
+  Parked EraseParked(decltype(parked_)::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ResourceExhausted when `tenant` may not park one more request. REQUIRES: mu_ held.
+  absl::Status CheckParkRoom(const std::string& tenant) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Mutex park_mu_;
   // Pins by (engine id, block hash): a store hold and its expiry.
   absl::flat_hash_map<std::pair<std::string, index::BlockHash>, HeldPin> pins_ ABSL_GUARDED_BY(
@@ -288,19 +305,26 @@ class KvTierService final : public v1::KvTier::CallbackService {
   std::thread lease_thread_;
 };
 
-// The namespace id and hash root the server derives for a namespace tuple: SHA-256 of a tagged
-// encoding of (tenant, model, partition, layout fingerprint, codec); the id is its first 4 bytes
-// (little-endian, never 0), the root SHA-256 of a second tag, the id and `secret` (the daemon's
-// hash-root key and the tenant, when authentication is on).
+// The namespace id and hash root the server derives for a namespace tuple (tenant, model,
+// partition, layout fingerprint, codec), from a tagged encoding of it: the id is the first 8 bytes
+// of HMAC-SHA256 keyed with `id_key` (the daemon's key; little-endian, at least 2^32), the hash
+// root SHA-256 of a second tag, `legacy_id` (the first 4 bytes of a plain SHA-256 of the tuple:
+// the id of the first version, kept for the root so that engines' chains stay valid) and
+// `root_secret` (the daemon's key and the tenant with authentication on, else empty).
 struct DerivedNamespace {
   uint64_t id = 0;
+  uint64_t legacy_id = 0;
   std::string hash_root;  // 32 bytes
 };
 DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& model,
                                  const std::string& partition, uint64_t layout_fingerprint,
-                                 const codec::CodecSpec& codec, const std::string& secret = "");
-// The hash root of namespace `id` (DeriveNamespace's second step).
-std::string NamespaceHashRoot(uint64_t id, const std::string& secret);
+                                 const codec::CodecSpec& codec, const std::string& id_key,
+                                 const std::string& root_secret);
+// The same from a stored namespace record; InvalidArgument when its codec does not convert.
+absl::StatusOr<DerivedNamespace> DeriveNamespace(const v1::Namespace& ns, const std::string& key,
+                                                 bool authentication);
+// The hash root of the namespace whose legacy id is `legacy_id` (DeriveNamespace's second step).
+std::string NamespaceHashRoot(uint64_t legacy_id, const std::string& secret);
 
 }  // namespace kvtier::service
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/service/proto_convert.h"
 
@@ -39,14 +40,36 @@ uint64_t KvTierService::DropParked(const Parked& parked) {
   return freed;
 }
 
+KvTierService::Parked KvTierService::EraseParked(decltype(parked_)::iterator it) {
+  Parked parked = std::move(it->second);
+  parked_.erase(it);
+  auto count = parked_per_tenant_.find(parked.tenant);
+  if (count != parked_per_tenant_.end() && --count->second == 0) parked_per_tenant_.erase(count);
+  return parked;
+}
+
+absl::Status KvTierService::CheckParkRoom(const std::string& tenant) const {
+  if (parked_.size() >= options_.max_parked_requests) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%d requests are parked (engines.max_parked_requests)", parked_.size()));
+  }
+  auto count = parked_per_tenant_.find(tenant);
+  if (count != parked_per_tenant_.end() &&
+      count->second >= options_.max_parked_requests_per_tenant) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "this tenant has %d parked requests (engines.max_parked_requests_per_tenant)",
+        count->second));
+  }
+  return absl::OkStatus();
+}
+
 uint32_t KvTierService::ReleaseParkedWhere(absl::FunctionRef<bool(const Parked&)> match) {
   std::vector<Parked> dropped;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = parked_.begin(); it != parked_.end();) {
       if (match(it->second)) {
-        dropped.push_back(std::move(it->second));
-        parked_.erase(it++);
+        dropped.push_back(EraseParked(it++));
       } else {
         ++it;
       }
@@ -120,6 +143,7 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
       return absl::NotFoundError(
           absl::StrFormat("append: nothing is parked under request '%s'", req.request_id()));
     }
+    if (it == parked_.end()) KVTIER_RETURN_IF_ERROR(CheckParkRoom(engine.tenant));
     if (it != parked_.end()) first = it->second.hashes.size();
   }
   // The pages go through the ordinary offload path under derived hashes, all or nothing.
@@ -182,8 +206,23 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
     return absl::NotFoundError(absl::StrFormat(
         "request '%s' expired or was released while pages were appended", req.request_id()));
   }
+  if (existing == parked_.end()) {
+    // Checked again: other parks may have taken the last slots while the pages were written.
+    if (absl::Status room = CheckParkRoom(engine.tenant); !room.ok()) {
+      Parked unwanted;
+      unwanted.ns = engine.ns;
+      unwanted.hashes = hashes;
+      unwanted.block_bytes = engine.codec->block_bytes();
+      mu_.Unlock();
+      DropParked(unwanted);
+      mu_.Lock();
+      return room;
+    }
+    ++parked_per_tenant_[engine.tenant];
+  }
   Parked& parked = parked_[key];
   parked.engine_id = engine.id;
+  parked.tenant = engine.tenant;
   parked.ns = engine.ns;
   parked.block_bytes = engine.codec->block_bytes();
   parked.hashes.insert(parked.hashes.end(), hashes.begin(), hashes.end());
@@ -275,7 +314,8 @@ absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeReque
   if (!req.keep_parked() && end == parked.hashes.size()) {
     {
       absl::MutexLock lock(&mu_);
-      parked_.erase(key);
+      auto it = parked_.find(key);
+      if (it != parked_.end()) EraseParked(it);
     }
     DropParked(parked);
     resp->set_released(true);
@@ -308,10 +348,7 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
           {
             absl::MutexLock lock(&mu_);
             auto it = parked_.find(std::make_pair(engine->id, id));
-            if (it != parked_.end()) {
-              parked = std::move(it->second);
-              parked_.erase(it);
-            }
+            if (it != parked_.end()) parked = EraseParked(it);
           }
           v1::ItemResult* result = resp->add_results();
           if (!parked.has_value()) {

@@ -27,7 +27,8 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                                                v1::StatsResponse* resp) {
   absl::StatusOr<std::string> caller = Caller(ctx);
   if (!caller.ok()) return FinishWith(ctx, caller.status());
-  // With authentication on, a tenant sees its own engines and namespaces (tiers are shared).
+  // With authentication on, a tenant sees its own engines and namespaces, and of the tiers their
+  // sizes and its own blocks in them.
   const bool filtered = options_.auth != nullptr && !options_.auth->IsAdmin(*caller);
   const store::StoreStats stats = store_->Stats();
   resp->set_incarnation_id(incarnation_);
@@ -35,12 +36,34 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
   SetTime(now, resp->mutable_collected_at());
   SetDuration(now - started_, resp->mutable_uptime());
   constexpr index::Tier kTiers[] = {index::Tier::kGpu, index::Tier::kHost, index::Tier::kDisk};
+  // A tenant that is not an admin sees the tiers' sizes and its own use of them, never the
+  // node's totals: those would show other tenants' blocks and traffic.
+  store::BlockStore::NamespaceUsage own;
+  if (filtered) {
+    for (const auto& [id, record] : store_->Namespaces()) {
+      v1::Namespace described;
+      if (!described.ParseFromString(record.first) || described.tenant() != *caller) continue;
+      const store::BlockStore::NamespaceUsage usage = store_->UsageOf(id);
+      for (int t = 0; t < index::kTierCount; ++t) {
+        own.blocks[t] += usage.blocks[t];
+        own.bytes[t] += usage.bytes[t];
+      }
+      own.hits += usage.hits;
+      own.misses += usage.misses;
+    }
+  }
   for (index::Tier t : kTiers) {
     const store::TierStats& ts = stats.tiers[static_cast<int>(t)];
     if (ts.capacity_bytes == 0) continue;
     v1::TierStats* out = resp->add_tiers();
     out->set_tier(TierToProto(t));
     out->set_capacity_bytes(ts.capacity_bytes);
+    if (filtered) {
+      out->set_used_bytes(own.bytes[static_cast<int>(t)]);
+      out->set_blocks(own.blocks[static_cast<int>(t)]);
+      if (t == index::Tier::kDisk) out->set_misses(own.misses);
+      continue;
+    }
     out->set_used_bytes(ts.used_bytes);
     out->set_blocks(ts.blocks);
     out->set_hits(ts.hits);
@@ -66,15 +89,22 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     }
     if (t == index::Tier::kHost) out->set_pinned_blocks(stats.pinned_blocks);
   }
-  resp->set_hot_bytes_offloaded(hot_bytes_offloaded_);
-  resp->set_cold_bytes_offloaded(cold_bytes_offloaded_);
-  resp->set_hot_bytes_onboarded(hot_bytes_onboarded_);
-  resp->set_cold_bytes_onboarded(cold_bytes_onboarded_);
-  resp->set_dropped_offloads(dropped_offloads_);
+  if (!filtered) {
+    resp->set_hot_bytes_offloaded(hot_bytes_offloaded_);
+    resp->set_cold_bytes_offloaded(cold_bytes_offloaded_);
+    resp->set_hot_bytes_onboarded(hot_bytes_onboarded_);
+    resp->set_cold_bytes_onboarded(cold_bytes_onboarded_);
+    resp->set_dropped_offloads(dropped_offloads_);
+  }
   resp->set_draining(draining_);
   {
     absl::MutexLock lock(&mu_);
-    resp->set_parked_requests(parked_.size());
+    if (filtered) {
+      auto count = parked_per_tenant_.find(*caller);
+      resp->set_parked_requests(count == parked_per_tenant_.end() ? 0 : count->second);
+    } else {
+      resp->set_parked_requests(parked_.size());
+    }
   }
   absl::flat_hash_map<uint64_t, uint32_t> engines_per_ns;
   absl::flat_hash_map<uint64_t, uint64_t> parked_per_ns;
@@ -88,9 +118,10 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     if (req->include_engines()) {
       for (const auto& [key, pin] : pins_) ++pins_per_engine[key.first];
     }
-    resp->set_registered_engines(static_cast<uint32_t>(engines_.size()));
+    uint32_t visible_engines = 0;
     for (const auto& [id, engine] : engines_) {
       ++engines_per_ns[engine->ns];
+      if (!filtered || engine->tenant == *caller) ++visible_engines;
       if (!req->include_engines() || (filtered && engine->tenant != *caller)) continue;
       v1::EngineInfo* info = resp->add_engines();
       info->set_engine_id(engine->id);
@@ -107,6 +138,7 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
       auto pins = pins_per_engine.find(engine->id);
       info->set_pinned_blocks(pins == pins_per_engine.end() ? 0 : pins->second);
     }
+    resp->set_registered_engines(visible_engines);
   }
   if (req->include_namespaces()) {
     const v1::NamespaceSelector& selector = req->namespaces();
@@ -132,8 +164,9 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
       ns->set_namespace_id(id);
       *ns->mutable_ns() = described;
       ns->set_quota_bytes(record.second);
-      ns->set_hash_root(NamespaceHashRoot(
-          id, options_.auth != nullptr ? options_.hash_root_key + described.tenant() : ""));
+      absl::StatusOr<DerivedNamespace> derived =
+          DeriveNamespace(described, options_.hash_root_key, options_.auth != nullptr);
+      if (derived.ok()) ns->set_hash_root(derived->hash_root);
       auto it = engines_per_ns.find(id);
       ns->set_engines(it == engines_per_ns.end() ? 0 : it->second);
       auto parked = parked_per_ns.find(id);
