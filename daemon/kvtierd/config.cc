@@ -37,8 +37,9 @@ server:
   max_request_bytes: 4MiB
   # Most items (pages, hashes) in one request (1 to 65536).
   max_items_per_request: 4096
-  # Most engines registered at once (1 to 65536).
+  # Most engines registered at once (1 to 65536), and by one tenant (1 to max_engines).
   max_engines: 1024
+  max_engines_per_tenant: 256
   # On SIGTERM: how long in-flight requests may take before they are cancelled (0 to 3600).
   shutdown_grace_seconds: 10
   # Deadline of a unary RPC whose client sets none (0 to 86400 seconds; 0: none): a request still
@@ -74,6 +75,9 @@ engines:
   lease_seconds: 30
   min_lease_seconds: 1
   max_lease_seconds: 600
+  # Most requests parked at once (Park, around a tool call), and by one tenant (1 to 1048576).
+  max_parked_requests: 65536
+  max_parked_requests_per_tenant: 16384
 
 host:
   # Host tier size. auto: a quarter of the memory limit (cgroup memory.max or MemTotal), at most
@@ -108,6 +112,13 @@ disk:
 index:
   # When index writes are synced: none, batch (group commit every few ms), always.
   sync: batch
+  # Below this much free space on the drive holding the index, the daemon stops writing to the
+  # index: durable offloads fail with RESOURCE_EXHAUSTED and nothing new goes to the disk tier
+  # (blocks stay in host memory) until space returns; /readyz and kvtier_index_writable say so.
+  min_free: 256MiB
+  # Space kept preallocated beside the index and given up when the drive fills anyway, so that
+  # index writes already under way can finish. 0: none.
+  reserve: 64MiB
 
 events:
   # Cache events kept for WatchEvents clients that resume after a sequence (1 to 16777216); a
@@ -437,6 +448,11 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   c.max_request_bytes = static_cast<uint32_t>(request_bytes);
   c.max_items_per_request = static_cast<uint32_t>(r.Uint("server.max_items_per_request", 1, 65536));
   c.max_engines = static_cast<uint32_t>(r.Uint("server.max_engines", 1, 65536));
+  c.max_engines_per_tenant =
+      static_cast<uint32_t>(r.Uint("server.max_engines_per_tenant", 1, 65536));
+  if (c.max_engines_per_tenant > c.max_engines) {
+    r.Fail("server.max_engines_per_tenant", "exceeds server.max_engines");
+  }
   c.shutdown_grace_seconds = r.Double("server.shutdown_grace_seconds", 0, 3600);
   c.default_deadline = absl::Seconds(r.Double("server.default_deadline_seconds", 0, 86400));
   c.state_dir = r.String("state_dir");
@@ -456,6 +472,12 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   c.max_lease_seconds = r.Double("engines.max_lease_seconds", 0.1, 86400);
   if (c.min_lease_seconds > c.max_lease_seconds) {
     r.Fail("engines.min_lease_seconds", "exceeds engines.max_lease_seconds");
+  }
+  c.max_parked_requests = static_cast<uint32_t>(r.Uint("engines.max_parked_requests", 1, 1u << 20));
+  c.max_parked_requests_per_tenant =
+      static_cast<uint32_t>(r.Uint("engines.max_parked_requests_per_tenant", 1, 1u << 20));
+  if (c.max_parked_requests_per_tenant > c.max_parked_requests) {
+    r.Fail("engines.max_parked_requests_per_tenant", "exceeds engines.max_parked_requests");
   }
   c.host_capacity = r.Bytes("host.capacity", true);
   if (c.host_capacity == UINT64_MAX) r.Fail("host.capacity", "must be positive or auto");
@@ -504,6 +526,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   } else {
     r.Fail("index.sync", absl::StrFormat("'%s' is not none, batch or always", sync));
   }
+  c.index_min_free = r.Bytes("index.min_free", false);
+  c.index_reserve = r.Bytes("index.reserve", false);
   c.metrics_listen = r.String("metrics.listen");
   if (!c.metrics_listen.empty() && c.metrics_listen.rfind(':') == std::string::npos) {
     r.Fail("metrics.listen", absl::StrFormat("'%s' is not host:port", c.metrics_listen));

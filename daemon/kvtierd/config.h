@@ -24,6 +24,7 @@ struct Config {
   uint32_t max_request_bytes = 0;
   uint32_t max_items_per_request = 0;
   uint32_t max_engines = 0;
+  uint32_t max_engines_per_tenant = 0;
   double shutdown_grace_seconds = 0;
   // server.default_deadline_seconds: the deadline of an RPC whose client set none; zero: none.
   // The service's to apply (gRPC has no server-side default deadline).
@@ -35,6 +36,7 @@ struct Config {
   // engines
   codec::CodecSpec default_codec;
   double lease_seconds = 0, min_lease_seconds = 0, max_lease_seconds = 0;
+  uint32_t max_parked_requests = 0, max_parked_requests_per_tenant = 0;
   // host tier
   uint64_t host_capacity = 0;  // 0: auto
   uint64_t host_chunk = 0;
@@ -52,6 +54,8 @@ struct Config {
   std::string disk_admission;  // "all" | "reused-or-durable"
   // index
   index::SyncPolicy sync = index::SyncPolicy::kBatch;
+  uint64_t index_min_free = 0;  // index.min_free: below it the index takes no writes
+  uint64_t index_reserve = 0;   // index.reserve: preallocated, given up when the drive fills
   // metrics
   uint32_t events_retain = 0;  // events.retain: events kept for WatchEvents replay
   std::string metrics_listen;  // host:port; empty: off

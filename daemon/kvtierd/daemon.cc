@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -18,9 +19,11 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/kvtierd/metrics_http.h"
 #include "daemon/kvtierd/systemd_notify.h"
@@ -49,6 +52,58 @@ absl::Status MakeDirs(const std::string& path, const char* what) {
         absl::StrFormat("cannot create the %s directory %s: %s", what, path, ec.message()));
   }
   return absl::OkStatus();
+}
+
+// The state directory: created 0700; one that exists loses write permission for group and
+// others, so that nobody but the daemon's user can replace what it holds.
+absl::Status PrepareStateDir(const std::string& path) {
+  KVTIER_RETURN_IF_ERROR(MakeDirs(path, "state"));
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot stat the state directory %s: %s", path, io::ErrnoText(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrFormat("state_dir %s is not a directory", path));
+  }
+  if ((st.st_mode & 022) != 0 && chmod(path.c_str(), st.st_mode & 07755 & ~022) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the state directory %s is writable by group or others and its mode cannot be changed: "
+        "%s",
+        path, io::ErrnoText(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// Takes <state_dir>/kvtierd.lock (flock) for the life of the process, before anything in the
+// state directory, the socket or the host arena is touched: two daemons on one state directory
+// would destroy each other's files. FailedPrecondition naming the other daemon's pid otherwise.
+absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
+  const std::string path = state_dir + "/kvtierd.lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot open %s: %s", path, io::ErrnoText(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    (void)!pread(fd, pid, sizeof(pid) - 1, 0);
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "another kvtierd (pid %s) uses the state directory %s; stop it first, or give this one "
+          "its own state_dir",
+          absl::StripAsciiWhitespace(pid), state_dir));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot lock %s: %s", path, io::ErrnoText(err)));
+  }
+  const std::string text = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) < 0) {
+    KVTIER_LOG(kWarning, "cannot write the pid into ", path, ": ", io::ErrnoText(errno));
+  }
+  return fd;
 }
 
 // Removes a socket file that no process listens on (left by a killed daemon). FailedPrecondition
@@ -138,6 +193,8 @@ absl::StatusOr<store::BlockStoreOptions> StoreOptions(const Config& c) {
   store::BlockStoreOptions o;
   o.index_path = c.state_dir + "/index";
   o.sync = c.sync;
+  o.index_min_free_bytes = c.index_min_free;
+  o.index_reserve_bytes = c.index_reserve;
   o.host_chunk_bytes = c.host_chunk;
   o.host.pin = c.host_pin;
   uint64_t host = c.host_capacity;
@@ -201,6 +258,25 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+absl::StatusOr<std::string> RepairIndex(const Config& config) {
+  umask(077);
+  KVTIER_ASSIGN_OR_RETURN(const int lock, LockStateDir(config.state_dir));
+  absl::Cleanup unlock = [lock] { close(lock); };
+  index::RocksDbIndexOptions options;
+  options.path = config.state_dir + "/index";
+  options.sync_policy = config.sync;
+  options.min_free_bytes = config.index_min_free;
+  options.reserve_bytes = config.index_reserve;
+  KVTIER_ASSIGN_OR_RETURN(index::IndexRepair repair, index::RepairRocksDbBlockIndex(options));
+  if (repair.repaired) {
+    return absl::StrCat("the index at ", options.path, " was repaired (", repair.detail,
+                        "); start kvtierd as usual");
+  }
+  return absl::StrCat("the index at ", options.path, " could not be repaired (", repair.detail,
+                      ") and was moved to ", repair.moved_to,
+                      "; the next start creates an empty index (the disk tier starts empty)");
+}
+
 absl::Status Run(const Config& config, const ConfigSource& source) {
   SetMinLogSeverity(ParseLevel(config.log_level));
   // systemd: readiness and watchdog notifications, and a socket-activated Unix socket.
@@ -220,7 +296,13 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
         listen_fds->size()));
   }
   const int activated_fd = listen_fds->empty() ? -1 : listen_fds->front();
-  if (absl::Status st = MakeDirs(config.state_dir, "state"); !st.ok()) return st;
+  // Files the daemon creates are its own (0600, directories 0700) whatever the caller's umask;
+  // the socket is made 0660 explicitly (unix_listener.cc).
+  umask(077);
+  if (absl::Status st = PrepareStateDir(config.state_dir); !st.ok()) return st;
+  absl::StatusOr<int> state_lock = LockStateDir(config.state_dir);
+  if (!state_lock.ok()) return state_lock.status();
+  absl::Cleanup unlock_state = [fd = *state_lock] { close(fd); };
   if (activated_fd < 0) {
     const std::string socket_dir = std::filesystem::path(config.socket).parent_path().string();
     if (!socket_dir.empty()) {
@@ -237,13 +319,38 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   while (incarnation == 0) incarnation = (uint64_t{rd()} << 32) | rd();
   service::EventLog events(incarnation, config.events_retain);
 
+  // The daemon's key: namespace ids are keyed with it (and, with authentication, hash roots).
+  absl::StatusOr<std::string> key = LoadOrCreateKey(config.state_dir + "/hash-root.key");
+  if (!key.ok()) return key.status();
+  const bool authentication = !config.auth_tokens_file.empty();
+
   absl::StatusOr<store::BlockStoreOptions> store_options = StoreOptions(config);
   if (!store_options.ok()) return store_options.status();
   store_options->events = &events;
+  store_options->migrate_namespace_id = [&key, authentication](store::NamespaceId legacy,
+                                                               absl::string_view record) {
+    v1::Namespace ns;
+    if (!ns.ParseFromArray(record.data(), static_cast<int>(record.size()))) return legacy;
+    absl::StatusOr<service::DerivedNamespace> derived =
+        service::DeriveNamespace(ns, *key, authentication);
+    // Only a namespace this daemon derived keeps its blocks under the new id.
+    if (!derived.ok() || derived->legacy_id != legacy) return legacy;
+    return derived->id;
+  };
   notify("STATUS=opening the store (index recovery)");
   absl::StatusOr<std::unique_ptr<store::BlockStore>> store =
       store::BlockStore::Open(*store_options);
-  if (!store.ok()) return store.status();
+  if (!store.ok()) {
+    if (absl::IsDataLoss(store.status()) || absl::IsInternal(store.status())) {
+      return absl::Status(
+          store.status().code(),
+          absl::StrCat(store.status().message(),
+                       "; if the index is damaged, `kvtierd --repair-index` (with the same "
+                       "configuration) salvages it or sets it aside (docs/OPERATIONS.md, Failure "
+                       "modes)"));
+    }
+    return store.status();
+  }
 
   service::ServiceOptions so;
   so.pool_dirs = config.pool_dirs;
@@ -251,6 +358,9 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   so.max_items_per_request = config.max_items_per_request;
   so.max_request_bytes = config.max_request_bytes;
   so.max_engines = config.max_engines;
+  so.max_engines_per_tenant = config.max_engines_per_tenant;
+  so.max_parked_requests = config.max_parked_requests;
+  so.max_parked_requests_per_tenant = config.max_parked_requests_per_tenant;
   so.default_lease = absl::Seconds(config.lease_seconds);
   so.min_lease = absl::Seconds(config.min_lease_seconds);
   so.max_lease = absl::Seconds(config.max_lease_seconds);
@@ -267,10 +377,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     KVTIER_LOG(kInfo, "authentication on: ", (*auth)->size(), " tokens from ",
                config.auth_tokens_file);
     so.auth = std::move(*auth);
-    absl::StatusOr<std::string> key = LoadOrCreateKey(config.state_dir + "/hash-root.key");
-    if (!key.ok()) return key.status();
-    so.hash_root_key = std::move(*key);
   }
+  so.hash_root_key = *key;
   auto service = std::make_unique<service::KvTierService>(store->get(), so);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -33,6 +33,12 @@ void BlockShutdownSignals();
 // REQUIRES: called before any other thread starts.
 absl::Status Run(const Config& config, const ConfigSource& source);
 
+// kvtierd --repair-index: takes the state directory's lock (so no daemon may run on it), repairs
+// the index at <state_dir>/index (index::RepairRocksDbBlockIndex) and returns one line saying what
+// was done: repaired, or moved aside so that the next start begins with an empty index.
+// FailedPrecondition while a daemon runs on the state directory; the repair's errors otherwise.
+absl::StatusOr<std::string> RepairIndex(const Config& config);
+
 }  // namespace kvtier::kvtierd
 
 #endif  // KVTIER_DAEMON_KVTIERD_DAEMON_H_

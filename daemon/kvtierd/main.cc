@@ -22,6 +22,8 @@ constexpr const char* kUsage = R"(usage: kvtierd [options]
   --state-dir=DIR          same as --set=state_dir=DIR
   --print-default-config   print the default configuration, with every field explained, and exit
   --check-config           load and validate the configuration, then exit
+  --repair-index           repair a damaged index (or set it aside when it cannot be), then exit;
+                           needs the configuration the daemon runs with, and no daemon running
   --version                print the version and exit
 
 Signals: SIGTERM/SIGINT drain and stop; SIGHUP reloads log.level.
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
   std::string file;
   std::vector<std::string> overrides;
   bool check_only = false;
+  bool repair_index = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag) -> std::string { return arg.substr(std::strlen(flag)); };
@@ -53,6 +56,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--check-config") {
       check_only = true;
+    } else if (arg == "--repair-index") {
+      repair_index = true;
     } else if (arg == "--version") {
       std::cout << "kvtierd 0.1.0\n";
       return 0;
@@ -71,6 +76,15 @@ int main(int argc, char** argv) {
   }
   if (check_only) {
     std::cout << "kvtierd: configuration is valid\n";
+    return 0;
+  }
+  if (repair_index) {
+    absl::StatusOr<std::string> repaired = kvtier::kvtierd::RepairIndex(*config);
+    if (!repaired.ok()) {
+      std::cerr << "kvtierd: " << repaired.status().message() << "\n";
+      return 1;
+    }
+    std::cout << "kvtierd: " << *repaired << "\n";
     return 0;
   }
   signal(SIGPIPE, SIG_IGN);                 // a peer that goes away is an error return, not a crash

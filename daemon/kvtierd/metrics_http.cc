@@ -160,6 +160,21 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
           static_cast<double>(s.quarantined_slots));
   w.Counter("kvtier_index_commit_failures_total", "Index writes that failed (and were retried).",
             s.index_commit_failures);
+  w.Gauge("kvtier_index_writable",
+          "1 while the index takes writes; 0 while its drive is short of space, its directory is "
+          "lost or it is open read-only (durable offloads fail, nothing new goes to disk).",
+          s.index_health.writable() ? 1 : 0);
+  w.Gauge("kvtier_index_read_only", "1 while the index is open read-only (its drive was full).",
+          s.index_health.read_only ? 1 : 0);
+  w.Gauge("kvtier_index_stalled", "1 while an index write waits for space on a full drive.",
+          s.index_health.stalled ? 1 : 0);
+  w.Gauge("kvtier_state_drive_free_bytes", "Free bytes of the drive holding the index.",
+          static_cast<double>(s.index_health.free_bytes));
+  w.Gauge("kvtier_state_drive_min_free_bytes",
+          "index.min_free: below it the index takes no writes.",
+          static_cast<double>(s.index_health.min_free_bytes));
+  w.Counter("kvtier_index_refused_writes_total",
+            "Index writes refused while the index was not writable.", s.index.refused_writes);
   w.Gauge("kvtier_index_blocks", "Blocks in the in-memory index.",
           static_cast<double>(s.indexed_blocks));
   w.Gauge("kvtier_index_memory_bytes", "Estimated memory of the in-memory index.",
