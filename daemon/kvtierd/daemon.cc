@@ -26,6 +26,7 @@
 #include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/kvtierd/metrics_http.h"
+#include "daemon/kvtierd/probes.h"
 #include "daemon/kvtierd/systemd_notify.h"
 #include "daemon/kvtierd/systemd_watchdog.h"
 #include "daemon/kvtierd/unix_listener.h"
@@ -459,10 +460,11 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     }
   }
 
+  DaemonProbes probes(store->get(), service.get(), server.get());  // /healthz, /readyz
   std::unique_ptr<MetricsHttpServer> metrics;
   if (!config.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> m =
-        MetricsHttpServer::Start(config.metrics_listen, store->get(), service.get());
+        MetricsHttpServer::Start(config.metrics_listen, store->get(), service.get(), &probes);
     if (!m.ok()) {
       server->Shutdown();
       return m.status();
@@ -520,7 +522,6 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   // one, which must not be removed when this one exits.
   if (socket_file_ours) unlink(config.socket.c_str());
   socket_file_ours = false;
-  if (metrics) metrics->SetReady(false);
   // Drain: refuse new work, let requests on the workers finish within the grace period, then shut
   // the server down at once (gRPC would otherwise wait out the deadline for idle connections).
   service->BeginDrain();
@@ -529,6 +530,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
                " s; cancelling them");
   }
   events.Close();  // WatchEvents streams end with UNAVAILABLE
+  probes.StopCheckingServer();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server->Wait();
   metrics.reset();

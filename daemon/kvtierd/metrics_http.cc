@@ -1,26 +1,98 @@
-// The metrics endpoint: Prometheus text rendering and a poll-based HTTP listener.
+// The metrics endpoint: Prometheus text rendering and the HTTP server around it.
+//
+// The server is libmicrohttpd's event loop (epoll, two threads), not a thread per connection or
+// a pool of threads that each keep one connection: a client that connects and sends nothing, or
+// half a request, holds a socket and 32 KiB of the library's memory, never a thread, so probes
+// are answered while any number of such clients wait (up to the connection limits below). Each
+// response closes its connection (probes and scrapes send one request), and a connection
+// without traffic for kIdleTimeoutSeconds is closed. Two threads, because /healthz may wait up
+// to a second for the gRPC server, and the other thread answers meanwhile.
 #include "daemon/kvtierd/metrics_http.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
+#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
+#include "absl/base/const_init.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "daemon/io/posix_file.h"
 
 namespace kvtier::kvtierd {
 namespace {
+
+// The event loop's threads.
+constexpr unsigned int kThreads = 2;
+// Connections open at once, in all and from one address: past them a new one is closed at once.
+// The per-address bound keeps one client from taking every slot of the kubelet's probes.
+constexpr unsigned int kMaxConnections = 256;
+constexpr unsigned int kMaxConnectionsPerAddress = 32;
+// A connection that sends and receives nothing for this long is closed.
+constexpr unsigned int kIdleTimeoutSeconds = 5;
+constexpr int kListenBacklog = 64;
+
+// `text` as one line of a response body.
+std::string OneLine(absl::string_view text) {
+  return absl::StrCat(absl::StrReplaceAll(text, {{"\r", " "}, {"\n", " "}}), "\n");
+}
+
+// The library's messages, at most one a minute: clients that connect and leave without a
+// complete request (port scans, TCP checks, timed-out probes) make it log every time.
+void OnLibraryMessage(void* /*cls*/, const char* format, va_list args) {
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  static absl::Time last = absl::InfinitePast();
+  static uint64_t suppressed = 0;
+  char text[512];
+  vsnprintf(text, sizeof(text), format, args);
+  std::string line(text);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  uint64_t dropped = 0;
+  {
+    absl::MutexLock lock(&mu);
+    const absl::Time now = absl::Now();
+    if (now - last < absl::Minutes(1)) {
+      ++suppressed;
+      return;
+    }
+    last = now;
+    dropped = suppressed;
+    suppressed = 0;
+  }
+  KVTIER_LOG(kWarning, "metrics http: ", line,
+             dropped > 0 ? absl::StrCat(" (", dropped, " earlier messages not logged)") : "");
+}
+
+// Answers one request as soon as its headers are in (a body, which no endpoint takes, is
+// discarded and the connection closed).
+MHD_Result OnRequest(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                     const char* /*version*/, const char* /*upload_data*/,
+                     size_t* /*upload_data_size*/, void** /*request_state*/) {
+  const MetricsHttpServer::Response r = static_cast<MetricsHttpServer*>(cls)->Answer(method, url);
+  MHD_Response* response = MHD_create_response_from_buffer(
+      r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return MHD_NO;
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, r.type);
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
+  if (r.code == MHD_HTTP_METHOD_NOT_ALLOWED) {
+    MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  }
+  const MHD_Result queued = MHD_queue_response(connection, r.code, response);
+  MHD_destroy_response(response);
+  return queued;
+}
 
 constexpr const char* kTierNames[] = {"gpu", "host", "disk"};
 // grpc::StatusCode names, by value.
@@ -205,7 +277,8 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& listen, store::BlockStore* store, service::KvTierService* service) {
+    const std::string& listen, store::BlockStore* store, service::KvTierService* service,
+    DaemonProbes* probes) {
   const size_t colon = listen.rfind(':');
   uint32_t port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
@@ -229,111 +302,73 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     return absl::InvalidArgumentError(
         absl::StrFormat("metrics.listen '%s': %s", listen, gai_strerror(err)));
   }
-  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
+  int listen_fd = -1;
   int last_errno = 0;
-  for (addrinfo* ai = result; ai != nullptr && server->listen_fd_ < 0; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+  for (addrinfo* ai = result; ai != nullptr && listen_fd < 0; ai = ai->ai_next) {
+    // Non-blocking: the event loop's threads all accept on it.
+    const int fd =
+        socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 16) == 0) {
-      server->listen_fd_ = fd;
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, kListenBacklog) == 0) {
+      listen_fd = fd;
     } else {
       last_errno = errno;
       close(fd);
     }
   }
   freeaddrinfo(result);
-  if (server->listen_fd_ < 0) {
+  if (listen_fd < 0) {
     return absl::UnavailableError(absl::StrFormat("metrics.listen '%s': cannot listen: %s", listen,
                                                   io::ErrnoText(last_errno)));
   }
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
-  getsockname(server->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  getsockname(listen_fd, reinterpret_cast<sockaddr*>(&bound), &len);
   char text[INET6_ADDRSTRLEN] = {};
-  uint16_t bound_port = 0;
   if (bound.ss_family == AF_INET6) {
     auto* a = reinterpret_cast<sockaddr_in6*>(&bound);
     inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
-    bound_port = ntohs(a->sin6_port);
-    server->address_ = absl::StrFormat("[%s]:%d", text, bound_port);
+    server->address_ = absl::StrFormat("[%s]:%d", text, ntohs(a->sin6_port));
   } else {
     auto* a = reinterpret_cast<sockaddr_in*>(&bound);
     inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
-    bound_port = ntohs(a->sin_port);
-    server->address_ = absl::StrFormat("%s:%d", text, bound_port);
-  }
-  if (pipe2(server->wake_fd_, O_CLOEXEC) != 0) {
-    close(server->listen_fd_);
-    return absl::InternalError(absl::StrCat("metrics: pipe: ", io::ErrnoText(errno)));
+    server->address_ = absl::StrFormat("%s:%d", text, ntohs(a->sin_port));
   }
   server->store_ = store;
   server->service_ = service;
-  server->thread_ = std::thread([raw = server.get()] { raw->Loop(); });
+  server->probes_ = probes;
+  // From here on the library owns the socket (MHD_stop_daemon closes it); a failed start leaves
+  // it to us.
+  server->daemon_ = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
+      &OnRequest, server.get(), MHD_OPTION_EXTERNAL_LOGGER, &OnLibraryMessage, nullptr,
+      MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, kThreads,
+      MHD_OPTION_CONNECTION_LIMIT, kMaxConnections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      kMaxConnectionsPerAddress, MHD_OPTION_CONNECTION_TIMEOUT, kIdleTimeoutSeconds,
+      MHD_OPTION_END);
+  if (server->daemon_ == nullptr) {
+    close(listen_fd);
+    return absl::InternalError(absl::StrFormat(
+        "metrics.listen '%s': the HTTP server did not start (see the log above)", listen));
+  }
   return server;
 }
 
 MetricsHttpServer::~MetricsHttpServer() {
-  if (thread_.joinable()) {
-    const char byte = 0;
-    (void)!write(wake_fd_[1], &byte, 1);
-    thread_.join();
-  }
-  for (int fd : {listen_fd_, wake_fd_[0], wake_fd_[1]}) {
-    if (fd >= 0) close(fd);
-  }
+  if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
 }
 
-void MetricsHttpServer::Loop() {
-  while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      KVTIER_LOG(kError, "metrics: poll: ", io::ErrnoText(errno));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Serve(fd);
-    close(fd);
-  }
-}
-
-void MetricsHttpServer::Serve(int fd) {
-  timeval timeout{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  // One deadline for the whole request: a slow client must not hold the only thread.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  std::string request;
-  char buf[2048];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 8192) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) break;
-    request.append(buf, static_cast<size_t>(n));
-  }
-  const size_t sp1 = request.find(' ');
-  const size_t sp2 = sp1 == std::string::npos ? sp1 : request.find(' ', sp1 + 1);
-  std::string method = sp1 == std::string::npos ? "" : request.substr(0, sp1);
-  std::string path = sp2 == std::string::npos ? "" : request.substr(sp1 + 1, sp2 - sp1 - 1);
-  const size_t query = path.find('?');
-  if (query != std::string::npos) path.resize(query);
-  int code = 200;
-  std::string type = "text/plain; charset=utf-8";
-  std::string body;
+MetricsHttpServer::Response MetricsHttpServer::Answer(const std::string& method,
+                                                      const std::string& path) {
+  Response r;
   if (method != "GET" && method != "HEAD") {
-    code = 405;
-    body = "only GET\n";
+    r.code = 405;
+    r.body = "only GET\n";
   } else if (path == "/metrics") {
-    type = "text/plain; version=0.0.4; charset=utf-8";
+    r.type = "text/plain; version=0.0.4; charset=utf-8";
     ServiceGauges gauges;
     gauges.engines = service_->engine_count();
     gauges.traffic = service_->traffic();
@@ -342,30 +377,21 @@ void MetricsHttpServer::Serve(int fd) {
       gauges.event_streams = events->listener_count();
       gauges.store_events = events->logged_store_events();
     }
-    body = RenderMetrics(store_->Stats(), gauges, ready_);
+    r.body = RenderMetrics(store_->Stats(), gauges, probes_->NotReady().empty());
   } else if (path == "/healthz") {
-    body = "ok\n";
+    const absl::Status alive = probes_->CheckAlive();
+    r.code = alive.ok() ? 200 : 503;
+    r.body = alive.ok() ? "ok\n" : OneLine(alive.message());
   } else if (path == "/readyz") {
-    code = ready_ ? 200 : 503;
-    body = ready_ ? "ready\n" : "draining\n";
+    const std::vector<std::string> reasons = probes_->NotReady();
+    r.code = reasons.empty() ? 200 : 503;
+    if (reasons.empty()) r.body = "ready\n";
+    for (const std::string& reason : reasons) r.body += OneLine(reason);
   } else {
-    code = 404;
-    body = "not found: /metrics, /healthz, /readyz\n";
+    r.code = 404;
+    r.body = "not found: /metrics, /healthz, /readyz\n";
   }
-  const char* reason = code == 200   ? "OK"
-                       : code == 404 ? "Not Found"
-                       : code == 405 ? "Method Not Allowed"
-                                     : "Service Unavailable";
-  std::string response = absl::StrFormat(
-      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", code,
-      reason, type, body.size());
-  if (method != "HEAD") response += body;
-  size_t sent = 0;
-  while (sent < response.size()) {
-    const ssize_t n = send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
+  return r;
 }
 
 }  // namespace kvtier::kvtierd

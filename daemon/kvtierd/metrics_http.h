@@ -1,19 +1,22 @@
-// MetricsHttpServer: a small HTTP/1.1 listener for Prometheus and probes. GET /metrics returns the
+// MetricsHttpServer: the HTTP/1.1 endpoint for Prometheus and probes. GET /metrics returns the
 // store's and the service's counters in the Prometheus text format (names in docs/METRICS.md),
-// /healthz "ok" while the process serves, /readyz "ready" (503 once draining). One thread;
-// one short request per connection.
+// /healthz and /readyz what DaemonProbes says (daemon/kvtierd/probes.h). An event loop
+// (libmicrohttpd, two threads) serves every connection, so idle or slow clients hold no thread
+// and a probe is answered while they stay open; one request per connection. Answer runs on
+// both threads at once.
 #ifndef KVTIER_DAEMON_KVTIERD_METRICS_HTTP_H_
 #define KVTIER_DAEMON_KVTIERD_METRICS_HTTP_H_
 
-#include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/kvtierd/probes.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/store/block_store.h"
+
+struct MHD_Daemon;
 
 namespace kvtier::kvtierd {
 
@@ -29,28 +32,37 @@ std::string RenderMetrics(const store::StoreStats& stats, const ServiceGauges& s
 
 class MetricsHttpServer {
  public:
-  // Listens on "host:port" (port 0: any free port; address() says which). InvalidArgument for a
-  // malformed address, Unavailable when it cannot bind (the message names the address).
+  // Listens on "host:port" (port 0: any free port; address() says which) and serves until
+  // destroyed. InvalidArgument for a malformed address, Unavailable when it cannot bind (the
+  // message names the address), Internal when the HTTP library does not start. Borrows `store`,
+  // `service` and `probes`, which must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& listen,
                                                                   store::BlockStore* store,
-                                                                  service::KvTierService* service);
-  ~MetricsHttpServer();  // stops the thread and closes the socket
+                                                                  service::KvTierService* service,
+                                                                  DaemonProbes* probes);
+  // Closes the listener and every connection; waits for the requests being answered.
+  ~MetricsHttpServer();
 
   const std::string& address() const { return address_; }
-  void SetReady(bool ready) { ready_ = ready; }
+
+  // What the server answers to `method` on `path` (without its query string): GET or HEAD of
+  // /metrics, /healthz, /readyz; 404 for another path, 405 for another method. Blocks as
+  // DaemonProbes does (the store's lock, up to its hello_deadline).
+  struct Response {
+    unsigned int code = 200;
+    const char* type = "text/plain; charset=utf-8";
+    std::string body;
+  };
+  Response Answer(const std::string& method, const std::string& path);
 
  private:
   MetricsHttpServer() = default;
-  void Loop();
-  void Serve(int fd);
 
-  int listen_fd_ = -1;
-  int wake_fd_[2] = {-1, -1};
+  MHD_Daemon* daemon_ = nullptr;
   std::string address_;
   store::BlockStore* store_ = nullptr;
   service::KvTierService* service_ = nullptr;
-  std::atomic<bool> ready_{true};
-  std::thread thread_;
+  DaemonProbes* probes_ = nullptr;
 };
 
 }  // namespace kvtier::kvtierd
