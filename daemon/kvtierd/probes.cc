@@ -20,7 +20,11 @@ namespace kvtier::kvtierd {
 std::vector<std::string> NotReadyReasons(const ReadinessInputs& in) {
   std::vector<std::string> reasons;
   if (in.draining) reasons.push_back("draining");
-  if (!in.index.ok()) reasons.push_back(absl::StrCat("index not writable: ", in.index.message()));
+  if (!in.index_writable.ok()) {
+    reasons.push_back(absl::StrCat("index not writable: ", in.index_writable.message()));
+  } else if (!in.index.ok()) {
+    reasons.push_back(absl::StrCat("index not writable: ", in.index.message()));
+  }
   if (in.host_capacity_bytes == 0) reasons.push_back("no host tier (capacity 0 bytes)");
   return reasons;
 }
@@ -69,8 +73,9 @@ ReadinessInputs DaemonProbes::Gather() {
     }
     in.index = index_status_;
   }
-  in.host_capacity_bytes =
-      store_->Stats().tiers[static_cast<int>(store::Tier::kHost)].capacity_bytes;
+  const store::StoreStats stats = store_->Stats();
+  in.host_capacity_bytes = stats.tiers[static_cast<int>(store::Tier::kHost)].capacity_bytes;
+  in.index_writable = stats.index_health.ToStatus();
   return in;
 }
 

@@ -27,11 +27,15 @@ namespace kvtier::kvtierd {
 struct ReadinessInputs {
   bool draining = false;                  // SIGTERM or an admin Drain: new work is refused
   absl::Status index = absl::OkStatus();  // StoreHealthCheck: whether index commits succeed
+  // Whether the index takes writes (IndexHealth::ToStatus: a full state drive, a lost index
+  // directory, an index open read-only).
+  absl::Status index_writable = absl::OkStatus();
   uint64_t host_capacity_bytes = 0;       // every block passes through the host tier
 };
 
 // One line per reason the daemon does not accept work, in the order of ReadinessInputs:
-// "draining", "index not writable: <why>", "no host tier (capacity 0 bytes)". Empty when it does.
+// "draining", "index not writable: <why>" (the index's health first, else failing commits), "no
+// host tier (capacity 0 bytes)". Empty when it does.
 std::vector<std::string> NotReadyReasons(const ReadinessInputs& in);
 
 class DaemonProbes {
