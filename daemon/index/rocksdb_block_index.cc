@@ -2,7 +2,7 @@
 // OpenRocksDbBlockIndex is the only entry point; the class lives in this file. Thread-safe: RocksDB
 // is, and the only other state is atomic counters.
 //
-// Design and tuning, for ~1-100M records of 36-byte keys and 62-byte values (~10 GB at most):
+// Design and tuning, for ~1-100M records of 40-byte keys and 62-byte values (~10 GB at most):
 //  - Reads are point lookups, batched (MultiGet of a prompt's block chain), many of them misses:
 //    full (not partitioned) Bloom filters of 10 bits/key on whole keys (~1% false positives, and
 //    the batched MultiGet path needs full filters), a hash index inside data blocks, and a bloom on
@@ -586,11 +586,7 @@ class RocksDbBlockIndex final : public BlockIndex {
   }
 
   // After a synced write: FailedPrecondition when the directory holding the log is gone.
-  absl::Status CheckStillThere() {
-    const DriveCondition drive = drive_->Check(/*force=*/true);
-    if (drive.state == DriveState::kLost) return drive.ToStatus();
-    return absl::OkStatus();
-  }
+  absl::Status CheckStillThere() { return drive_->CheckDirectory(); }
 
   absl::StatusOr<std::optional<std::string>> GetMetaLocked(absl::string_view key)
       ABSL_SHARED_LOCKS_REQUIRED(mu_) {

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <optional>
 #include <string>
@@ -69,14 +70,14 @@ class WaitingWritableFile final : public rocksdb::FSWritableFile {
   }
 
   IOStatus Append(const Slice& data, const IOOptions&, IODebugContext*) override {
-    IOStatus st = WriteAt(data, size_);
+    IOStatus st = WriteAt(data, size_.load());
     if (st.ok()) size_ += data.size();
     return st;
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t offset, const IOOptions&,
                             IODebugContext*) override {
     IOStatus st = WriteAt(data, offset);
-    if (st.ok()) size_ = std::max<uint64_t>(size_, offset + data.size());
+    if (st.ok()) size_ = std::max<uint64_t>(size_.load(), offset + data.size());
     return st;
   }
   IOStatus Truncate(uint64_t size, const IOOptions&, IODebugContext*) override {
@@ -107,7 +108,7 @@ class WaitingWritableFile final : public rocksdb::FSWritableFile {
     return IOStatus::OK();
   }
   bool IsSyncThreadSafe() const override { return true; }
-  uint64_t GetFileSize(const IOOptions&, IODebugContext*) override { return size_; }
+  uint64_t GetFileSize(const IOOptions&, IODebugContext*) override { return size_.load(); }
   IOStatus RangeSync(uint64_t offset, uint64_t nbytes, const IOOptions&, IODebugContext*) override {
     // Starts writeback early (bytes_per_sync); durability still comes from Sync.
     (void)sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(nbytes),
@@ -148,7 +149,7 @@ class WaitingWritableFile final : public rocksdb::FSWritableFile {
   StateDrive* const drive_;
   const std::string path_;
   int fd_;
-  uint64_t size_;
+  std::atomic<uint64_t> size_;  // read by GetFileSize while Sync may run on another thread
 };
 
 class SpaceWaitingFileSystem final : public rocksdb::FileSystemWrapper {

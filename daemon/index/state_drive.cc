@@ -145,32 +145,41 @@ bool StateDrive::CreateReserve() {
   return true;
 }
 
+void StateDrive::CheckLinked() {
+  if (removed_) return;
+  std::string lost;
+  struct stat st;
+  if (fstat(dir_fd_, &st) == 0 && st.st_nlink == 0) {
+    lost = "was removed";
+  } else if (stat(dir_.c_str(), &st) != 0) {
+    lost = absl::StrCat("is gone from its path (", ErrnoText(errno), ")");
+  } else if (st.st_dev != dev_ || st.st_ino != ino_) {
+    lost = "was replaced by another directory";
+  }
+  if (lost.empty()) return;
+  removed_ = true;
+  wait_reason_ = absl::StrCat("the index directory ", dir_, " ", lost,
+                              " while kvtierd ran; nothing more is written to it and durable "
+                              "writes fail until kvtierd restarts");
+  KVTIER_LOG(kError, "index: ", wait_reason_);
+  condition_.state = DriveState::kLost;
+  condition_.reason = wait_reason_;
+}
+
+absl::Status StateDrive::CheckDirectory() {
+  absl::MutexLock lock(&mu_);
+  CheckLinked();
+  if (removed_) return absl::FailedPreconditionError(wait_reason_);
+  return absl::OkStatus();
+}
+
 void StateDrive::Refresh() {
   checked_ = absl::Now();
   DriveCondition c;
   c.min_free_bytes = options_.min_free_bytes;
   c.stalled = stalled();
   std::string lost;
-  struct stat st;
-  if (!removed_) {
-    if (fstat(dir_fd_, &st) == 0 && st.st_nlink == 0) {
-      removed_ = true;
-      lost = "was removed";
-    } else if (stat(dir_.c_str(), &st) != 0) {
-      removed_ = true;
-      lost = absl::StrCat("is gone from its path (", ErrnoText(errno), ")");
-    } else if (st.st_dev != dev_ || st.st_ino != ino_) {
-      removed_ = true;
-      lost = "was replaced by another directory";
-    }
-    if (removed_) {
-      lost = absl::StrCat("the index directory ", dir_, " ", lost,
-                          " while kvtierd ran; nothing more is written to it and durable writes "
-                          "fail until kvtierd restarts");
-      KVTIER_LOG(kError, "index: ", lost);
-      wait_reason_ = lost;
-    }
-  }
+  CheckLinked();
   if (removed_) {
     c.state = DriveState::kLost;
     c.reason = wait_reason_;

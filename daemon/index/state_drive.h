@@ -65,6 +65,10 @@ class StateDrive {
   // probe file can be created in it). Takes the reserve back once space has returned. A removed
   // or replaced directory stays lost. Cheap between readings; a few syscalls otherwise.
   DriveCondition Check(bool force = false);
+  // Whether the directory is still linked and still the one at its path (two stat calls; no
+  // probe, no statvfs): what a durable acknowledgement needs after a log sync. FailedPrecondition
+  // with the reason when it is not (and the drive is lost from then on).
+  absl::Status CheckDirectory();
 
   // A write that met ENOSPC or EDQUOT waits for space through one of these instead of failing:
   // the first one gives up the reserve and marks the drive short; Pause() sleeps `pause` and
@@ -92,6 +96,8 @@ class StateDrive {
   uint64_t FreeBytes() const;
   // REQUIRES: mu_ held.
   void Refresh();
+  // Sets removed_ (and logs) when the directory is gone or replaced. REQUIRES: mu_ held.
+  void CheckLinked();
   void ReleaseReserve();  // REQUIRES: mu_ held
   bool CreateReserve();   // REQUIRES: mu_ held
 

@@ -839,10 +839,15 @@ absl::Status BlockStore::Flush() {
   auto done = [&] { return s.stop || (s.idle && s.committed_seq >= target && s.pending.empty()); };
   const uint64_t failures = s.commit_failures;
   ++s.commit_waiters;
-  while (!done() && s.commit_failures == failures) s.changed_cv.Wait(&s.mu);
+  // While the index takes no writes nothing commits: the refusal is the answer.
+  while (!done() && s.commit_failures == failures && s.index_writable) {
+    s.changed_cv.WaitWithTimeout(&s.mu, absl::Milliseconds(100));
+    internal::RefreshIndexHealth(s);
+  }
   --s.commit_waiters;
   if (s.stop) return absl::UnavailableError("the store is shutting down");
   if (s.commit_failures != failures) return s.last_commit_error;
+  if (!done()) return internal::IndexRefusal(s);
   return absl::OkStatus();
 }
 

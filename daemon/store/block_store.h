@@ -339,7 +339,8 @@ class BlockStore {
                                      uint64_t* event_position) const;
 
   // Waits until the background thread has nothing to do and every index write is durable
-  // (per the sync policy). Blocks.
+  // (per the sync policy). The index's refusal (ResourceExhausted, FailedPrecondition) when it
+  // takes no writes and changes are queued; the commit's error when one failed. Blocks.
   absl::Status Flush();
 
   // Moves every GPU-tier page to the host tier and every host block that the disk admits down to

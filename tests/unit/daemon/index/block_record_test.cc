@@ -1,4 +1,5 @@
-// Tests of the index encodings (block_record.h): golden bytes of the version-1 formats, round
+// Tests of the index encodings (block_record.h): golden bytes of the current formats (and of
+// format 1's keys, which the index migrates), round
 // trips, key order (one namespace is one contiguous, hash-sorted key range) and rejection of every
 // malformed input with DataLoss, never a crash.
 #include "daemon/index/block_record.h"
@@ -54,18 +55,31 @@ TEST(TierNameTest, NamesEveryTier) {
 
 TEST(BlockKeyTest, GoldenEncoding) {
   BlockKey key;
-  key.ns = 0x01020304;
+  key.ns = 0x0102030405060708;
   for (size_t i = 0; i < key.hash.size(); ++i) key.hash[i] = static_cast<uint8_t>(0xa0 + i);
-  std::string expected = Bytes({1, 2, 3, 4});
+  std::string expected = Bytes({1, 2, 3, 4, 5, 6, 7, 8});
   for (size_t i = 0; i < key.hash.size(); ++i) expected.push_back(static_cast<char>(0xa0 + i));
   EXPECT_EQ(absl::BytesToHexString(EncodeBlockKey(key)), absl::BytesToHexString(expected));
   EXPECT_EQ(EncodeBlockKey(key).size(), kBlockKeyBytes);
 }
 
+TEST(BlockKeyTest, LegacyFormat1KeysDecodeWithTheirFourByteId) {
+  std::string legacy = Bytes({1, 2, 3, 4});
+  for (int i = 0; i < 32; ++i) legacy.push_back(static_cast<char>(0xa0 + i));
+  absl::StatusOr<BlockKey> key = DecodeLegacyBlockKey(legacy);
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_EQ(key->ns, 0x01020304u);
+  EXPECT_EQ(key->hash[31], 0xbf);
+  EXPECT_EQ(DecodeBlockKey(legacy).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeLegacyNamespaceId(Bytes({0, 0, 0, 7})).value(), 7u);
+}
+
 TEST(BlockKeyTest, RoundTripsRandomAndExtremeKeys) {
   std::mt19937_64 rng(1);
   std::vector<BlockKey> keys;
-  for (NamespaceId ns : {0u, 1u, 255u, 256u, 0x01000000u, std::numeric_limits<uint32_t>::max()}) {
+  for (NamespaceId ns :
+       {NamespaceId{0}, NamespaceId{1}, NamespaceId{255}, NamespaceId{256}, NamespaceId{0x01000000},
+        NamespaceId{1} << 32, std::numeric_limits<NamespaceId>::max()}) {
     BlockKey zeros{ns, {}};
     BlockKey ones{ns, {}};
     ones.hash.fill(0xff);
@@ -83,8 +97,8 @@ TEST(BlockKeyTest, RoundTripsRandomAndExtremeKeys) {
 TEST(BlockKeyTest, EncodedOrderIsNamespaceThenHash) {
   std::mt19937_64 rng(2);
   // Namespaces whose little-endian order differs from their numeric order.
-  const std::vector<NamespaceId> namespaces = {0,   1,          2,          255,        256,
-                                               257, 0x00010000, 0x01000000, 0xfffffffe, 0xffffffff};
+  const std::vector<NamespaceId> namespaces = {
+      0, 1, 2, 255, 256, 257, 0x00010000, 0x01000000, 0xfffffffe, 0xffffffff, 1ull << 32, ~0ull};
   std::vector<BlockKey> keys;
   for (int i = 0; i < 2000; ++i) {
     keys.push_back({namespaces[rng() % namespaces.size()], RandomHash(rng)});
@@ -115,10 +129,11 @@ TEST(BlockKeyTest, RejectsEveryOtherLength) {
   const std::string valid = EncodeBlockKey({42, {}});
   for (size_t n = 0; n < 2 * kBlockKeyBytes; ++n) {
     if (n == kBlockKeyBytes) continue;
-    std::string bytes = n < valid.size() ? valid.substr(0, n) : valid + std::string(n - 36, 'x');
+    std::string bytes =
+        n < valid.size() ? valid.substr(0, n) : valid + std::string(n - kBlockKeyBytes, 'x');
     absl::StatusOr<BlockKey> key = DecodeBlockKey(bytes);
     ASSERT_EQ(key.status().code(), absl::StatusCode::kDataLoss) << n;
-    EXPECT_EQ(key.status().message(), absl::StrCat("block key is ", n, " bytes, expected 36"));
+    EXPECT_EQ(key.status().message(), absl::StrCat("block key is ", n, " bytes, expected 40"));
   }
 }
 
@@ -227,7 +242,7 @@ TEST(BlockRecordTest, RejectsEveryTierOutOfRange) {
 }
 
 TEST(NamespaceIdTest, GoldenRoundTripAndOrder) {
-  EXPECT_EQ(EncodeNamespaceId(0x0a0b0c0d), Bytes({0x0a, 0x0b, 0x0c, 0x0d}));
+  EXPECT_EQ(EncodeNamespaceId(0x0a0b0c0d), Bytes({0, 0, 0, 0, 0x0a, 0x0b, 0x0c, 0x0d}));
   std::mt19937_64 rng(8);
   for (int i = 0; i < 1000; ++i) {
     const NamespaceId a = static_cast<NamespaceId>(rng());
@@ -241,10 +256,10 @@ TEST(NamespaceIdTest, GoldenRoundTripAndOrder) {
 
 TEST(NamespaceIdTest, RejectsEveryOtherLength) {
   for (size_t n = 0; n < 16; ++n) {
-    if (n == 4) continue;
+    if (n == 8) continue;
     absl::StatusOr<NamespaceId> id = DecodeNamespaceId(std::string(n, '\x01'));
     ASSERT_EQ(id.status().code(), absl::StatusCode::kDataLoss) << n;
-    EXPECT_EQ(id.status().message(), absl::StrCat("namespace id is ", n, " bytes, expected 4"));
+    EXPECT_EQ(id.status().message(), absl::StrCat("namespace id is ", n, " bytes, expected 8"));
   }
 }
 
