@@ -13,6 +13,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -536,10 +538,27 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   metrics.reset();
   admin.reset();    // joins its Drain threads
   service.reset();  // joins the workers: no request touches the store any more
+  const index::IndexHealth index_health = (*store)->Stats().index_health;
+  if (index_health.stalled) {
+    // An index write waits for space inside RocksDB: the store's thread cannot be joined, and
+    // closing the index would wait for it. Nothing unsynced was acknowledged as durable; the next
+    // start recovers the index from its log.
+    KVTIER_LOG(kError, "kvtierd: stopping with an index write waiting for space (",
+               index_health.reason, "); exiting without closing the index");
+    if (!tcp_address.empty()) unlink(port_file.c_str());
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
   absl::Status flushed = (*store)->Flush();
   store->reset();
   if (!tcp_address.empty()) unlink(port_file.c_str());
-  if (!flushed.ok()) return flushed;
+  if (!flushed.ok() && !index_health.writable()) {
+    KVTIER_LOG(kWarning, "kvtierd: the index takes no writes (", index_health.reason,
+               "); index changes queued since then are dropped (none was acknowledged as "
+               "durable)");
+  } else if (!flushed.ok()) {
+    return flushed;
+  }
   KVTIER_LOG(kInfo, "kvtierd stopped cleanly");
   return absl::OkStatus();
 }
