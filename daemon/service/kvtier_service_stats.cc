@@ -60,10 +60,8 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
         break;
     }
     out->set_evicted_blocks(evicted);
-    if (t == index::Tier::kDisk) {
-      out->set_checksum_failures(stats.checksum_failures);
-      out->set_misses(stats.misses);  // a miss is a miss of the last tier
-    }
+    out->set_checksum_failures(ts.checksum_failures);
+    if (t == index::Tier::kDisk) out->set_misses(stats.misses);  // a miss of the last tier
     if (t == index::Tier::kHost) out->set_pinned_blocks(stats.pinned_blocks);
   }
   resp->set_hot_bytes_offloaded(hot_bytes_offloaded_);
