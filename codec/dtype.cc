@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/quote.h"
 
 namespace kvtier::codec {
 
@@ -44,8 +45,8 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   for (DType d : {DType::kBf16, DType::kFp16, DType::kFp8E4M3, DType::kFp32, DType::kBytes}) {
     if (name == DTypeName(d)) return d;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "' (expected bf16, fp16, fp8_e4m3, fp32 or bytes)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown dtype ", Quoted(name), " (expected bf16, fp16, fp8_e4m3, fp32 or bytes)"));
 }
 
 bool IsQuantizable(DType dtype) {

@@ -2,9 +2,17 @@
 // The fingerprint hashes a canonical little-endian encoding (FORMAT.md, "Layout fingerprint") so
 // that it is stable across builds, compilers and machines; JSON parsing is strict (unknown keys are
 // errors) because a typo in a layout silently changes what bytes mean.
+// Overlap: the buffers of a pool are swept in order of their first byte, and each pair whose spans
+// meet is checked exactly. A buffer without gaps between its rows is one range; rows of two
+// strided buffers with equal strides collide iff some row distance k = i - j puts them within each
+// other's width, which leaves at most two k to try. Strided buffers with different strides whose
+// spans meet are refused without a search (it could take rows x rows steps per pair): no engine
+// lays out memory that way.
 #include "codec/page_layout.h"
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -13,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace kvtier::codec {
@@ -21,7 +30,125 @@ namespace {
 using Json = nlohmann::json;
 
 absl::Status BufferError(const BufferSpec& b, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name, "': ", what));
+  return absl::InvalidArgumentError(absl::StrCat("buffer ", Quoted(b.name), ": ", what));
+}
+
+bool IsPoolNameChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '-';
+}
+
+// Where a buffer's rows lie in a slot, in bytes: `rows` rows of `width` bytes, `stride` apart, the
+// first at `start`. A buffer without gaps between its rows is one row (its span).
+struct Footprint {
+  uint64_t start = 0, width = 0, stride = 0, rows = 0;
+  uint64_t end() const { return start + (rows - 1) * stride + width; }
+};
+
+// REQUIRES: the buffer passed ValidateLayout's per-buffer rules (its span fits its slot).
+Footprint FootprintOf(const PageLayout& layout, const BufferSpec& b) {
+  const uint64_t element = DTypeBytes(b.dtype);
+  Footprint f{b.offset_bytes, uint64_t{b.head_dim} * element, uint64_t{b.RowStride()} * element,
+              layout.Rows(b)};
+  if (f.rows == 1 || f.stride == f.width) {
+    const uint64_t span = layout.SpanBytes(b);
+    f = {b.offset_bytes, span, span, 1};
+  }
+  return f;
+}
+
+struct ByteRange {
+  uint64_t begin = 0, end = 0;
+};
+ByteRange Row(const Footprint& f, uint64_t i) {
+  return {f.start + i * f.stride, f.start + i * f.stride + f.width};
+}
+
+// The first row of `f` that ends after `begin`, when it starts before `end`.
+std::optional<uint64_t> RowMeeting(const Footprint& f, uint64_t begin, uint64_t end) {
+  uint64_t i = 0;
+  if (begin >= f.start + f.width) i = (begin - f.start - f.width) / f.stride + 1;
+  if (i >= f.rows || f.start + i * f.stride >= end) return std::nullopt;
+  return i;
+}
+
+__int128 FloorDiv(__int128 x, __int128 y) {  // y > 0
+  __int128 q = x / y;
+  if (x % y != 0 && x < 0) --q;
+  return q;
+}
+
+// Two buffers whose spans meet: a row of each that share bytes, or that their strides differ
+// (both strided); nullopt when no byte is shared.
+struct Collision {
+  bool unequal_strides = false;
+  ByteRange a, b;
+};
+std::optional<Collision> Collide(const Footprint& a, const Footprint& b) {
+  if (b.rows == 1) {
+    const std::optional<uint64_t> i = RowMeeting(a, b.start, b.end());
+    if (!i.has_value()) return std::nullopt;
+    return Collision{false, Row(a, *i), Row(b, 0)};
+  }
+  if (a.rows == 1) {
+    const std::optional<uint64_t> j = RowMeeting(b, a.start, a.end());
+    if (!j.has_value()) return std::nullopt;
+    return Collision{false, Row(a, 0), Row(b, *j)};
+  }
+  if (a.stride != b.stride) return Collision{true, {}, {}};
+  // Row i of a and row j of b share bytes iff, with k = i - j and d = b.start - a.start,
+  // d - a.width < k * stride < d + b.width: an open range at most two strides long.
+  const __int128 s = a.stride;
+  const __int128 d = static_cast<__int128>(b.start) - static_cast<__int128>(a.start);
+  const __int128 first = FloorDiv(d - static_cast<__int128>(a.width), s) + 1;
+  for (__int128 k = first; k <= first + 1; ++k) {
+    if (k * s >= d + static_cast<__int128>(b.width)) break;
+    if (k > static_cast<__int128>(a.rows) - 1 || -k > static_cast<__int128>(b.rows) - 1) continue;
+    const uint64_t i = k > 0 ? static_cast<uint64_t>(k) : 0;
+    const uint64_t j = static_cast<uint64_t>(static_cast<__int128>(i) - k);
+    return Collision{false, Row(a, i), Row(b, j)};
+  }
+  return std::nullopt;
+}
+
+// InvalidArgument naming two buffers of a pool that share a byte of a slot.
+// REQUIRES: every buffer passed ValidateLayout's per-buffer rules.
+absl::Status CheckNoOverlap(const PageLayout& layout) {
+  std::vector<std::vector<size_t>> by_pool(layout.pools.size());
+  std::vector<Footprint> footprints;
+  footprints.reserve(layout.buffers.size());
+  for (size_t i = 0; i < layout.buffers.size(); ++i) {
+    footprints.push_back(FootprintOf(layout, layout.buffers[i]));
+    by_pool[layout.buffers[i].pool].push_back(i);
+  }
+  for (size_t p = 0; p < by_pool.size(); ++p) {
+    std::vector<size_t>& order = by_pool[p];
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return footprints[x].start < footprints[y].start; });
+    for (size_t x = 0; x < order.size(); ++x) {
+      const Footprint& a = footprints[order[x]];
+      for (size_t y = x + 1; y < order.size() && footprints[order[y]].start < a.end(); ++y) {
+        const Footprint& b = footprints[order[y]];
+        const std::optional<Collision> c = Collide(a, b);
+        if (!c.has_value()) continue;
+        const std::string name_a = Quoted(layout.buffers[order[x]].name);
+        const std::string name_b = Quoted(layout.buffers[order[y]].name);
+        const std::string pool = Quoted(layout.pools[p].name);
+        if (c->unequal_strides) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "buffers ", name_a, " and ", name_b, " of pool ", pool, " both reach into bytes [",
+              b.start, ", ", std::min(a.end(), b.end()), ") of a slot with different row strides (",
+              a.stride, " and ", b.stride,
+              " bytes); buffers whose spans meet must interleave with equal row strides"));
+        }
+        return absl::InvalidArgumentError(
+            absl::StrCat("buffers ", name_a, " and ", name_b, " overlap in pool ", pool, ": ",
+                         name_a, " covers bytes [", c->a.begin, ", ", c->a.end, ") of a slot and ",
+                         name_b, " bytes [", c->b.begin, ", ", c->b.end, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 void PutU32(std::string& out, uint32_t v) {
@@ -49,8 +176,8 @@ absl::StatusOr<BufferRole> ParseBufferRole(absl::string_view name) {
                        BufferRole::kLossless}) {
     if (name == BufferRoleName(r)) return r;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown buffer role '", name, "' (expected k, v, mla_latent or lossless)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown buffer role ", Quoted(name),
+                                                 " (expected k, v, mla_latent or lossless)"));
 }
 
 uint64_t PageLayout::SpanBytes(const BufferSpec& b) const {
@@ -71,15 +198,28 @@ absl::Status ValidateLayout(const PageLayout& layout) {
                                                    " out of range [1, ", kMaxTokensPerPage, "]"));
   }
   if (layout.pools.empty()) return absl::InvalidArgumentError("layout has no pools");
+  if (layout.pools.size() > kMaxPools) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout has ", layout.pools.size(), " pools; the maximum is ", kMaxPools));
+  }
   std::set<std::string> pool_names;
   for (size_t i = 0; i < layout.pools.size(); ++i) {
     const PoolSpec& p = layout.pools[i];
     if (p.name.empty()) return absl::InvalidArgumentError(absl::StrCat("pool ", i, " has no name"));
+    if (p.name.size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("pool ", i, ": name ", Quoted(p.name),
+                                                     " is longer than ", kMaxNameBytes, " bytes"));
+    }
+    if (!std::all_of(p.name.begin(), p.name.end(), IsPoolNameChar)) {
+      return absl::InvalidArgumentError(absl::StrCat("pool ", i, ": name ", Quoted(p.name),
+                                                     " has a character outside [A-Za-z0-9_.-]"));
+    }
     if (!pool_names.insert(p.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("pool name '", p.name, "' appears twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pool name ", Quoted(p.name), " appears twice"));
     }
     if (p.slot_bytes == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("pool '", p.name, "': slot_bytes is 0"));
+      return absl::InvalidArgumentError(absl::StrCat("pool ", Quoted(p.name), ": slot_bytes is 0"));
     }
   }
   if (layout.buffers.empty()) return absl::InvalidArgumentError("layout has no buffers");
@@ -93,6 +233,10 @@ absl::Status ValidateLayout(const PageLayout& layout) {
     const BufferSpec& b = layout.buffers[i];
     if (b.name.empty())
       return absl::InvalidArgumentError(absl::StrCat("buffer ", i, " has no name"));
+    if (b.name.size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer ", i, ": name ", Quoted(b.name),
+                                                     " is longer than ", kMaxNameBytes, " bytes"));
+    }
     if (!names.insert(b.name).second) return BufferError(b, "name appears twice");
     if (i > 0 && b.layer < previous_layer) {
       return BufferError(b, absl::StrCat("layer ", b.layer, " follows layer ", previous_layer,
@@ -149,11 +293,11 @@ absl::Status ValidateLayout(const PageLayout& layout) {
     if (b.offset_bytes > pool.slot_bytes || span > pool.slot_bytes - b.offset_bytes) {
       const uint64_t end = b.offset_bytes > UINT64_MAX - span ? UINT64_MAX : b.offset_bytes + span;
       return BufferError(
-          b, absl::StrCat("spans bytes [", b.offset_bytes, ", ", end, ") of a slot but pool '",
-                          pool.name, "' slots are ", pool.slot_bytes, " bytes"));
+          b, absl::StrCat("spans bytes [", b.offset_bytes, ", ", end, ") of a slot but pool ",
+                          Quoted(pool.name), " slots are ", pool.slot_bytes, " bytes"));
     }
   }
-  return absl::OkStatus();
+  return CheckNoOverlap(layout);
 }
 
 uint64_t LayoutFingerprint(const PageLayout& layout) {
@@ -244,7 +388,7 @@ absl::Status CheckKeys(const Json& obj, const std::string& where,
     bool known = false;
     for (absl::string_view a : allowed) known = known || it.key() == a;
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", it.key(), "'"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key ", Quoted(it.key())));
     }
   }
   return absl::OkStatus();

@@ -72,13 +72,19 @@ struct PageLayout {
 
 // Limits enforced by ValidateLayout (FORMAT.md lists them too).
 inline constexpr uint32_t kMaxBuffers = 2000;  // keeps the block header under 64 KiB
+inline constexpr uint32_t kMaxPools = 4096;
+inline constexpr size_t kMaxNameBytes = 64;  // pool and buffer names
 inline constexpr uint32_t kMaxTokensPerPage = 65536;
 inline constexpr uint32_t kMaxHeadDim = 65536;
 inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 32;
 
 // Checks every rule of a layout. InvalidArgument names the buffer and field, e.g.
-// "buffer 'k.3': RoPE range [96, 160) exceeds head_dim 128". Codec-specific rules (quantized runs
-// in multiples of 16) are checked by MakeBlockPlan.
+// "buffer 'k.3': RoPE range [96, 160) exceeds head_dim 128"; names in messages are quoted and cut
+// (common/quote.h). The rules include: pool names of 1 to kMaxNameBytes bytes of [A-Za-z0-9_.-],
+// buffer names of 1 to kMaxNameBytes bytes, both unique; and no byte of a slot belonging to two
+// buffers of its pool: buffers whose spans meet must interleave with equal row strides and rows
+// that do not touch (the message names both buffers and the bytes they share). Codec-specific
+// rules (quantized runs in multiples of 16) are checked by MakeBlockPlan.
 absl::Status ValidateLayout(const PageLayout& layout);
 
 // A stable 64-bit identity of what a page's bytes mean: tokens_per_page and, per buffer in order,

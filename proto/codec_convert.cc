@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 
 namespace kvtier::proto {
 namespace {
@@ -22,7 +23,7 @@ absl::StatusOr<codec::DType> DTypeFromProto(v1::DType dtype, absl::string_view b
       return codec::DType::kBytes;
     default:
       return absl::InvalidArgumentError(
-          absl::StrFormat("buffer '%s': dtype %d is not set or unknown", buffer, dtype));
+          absl::StrFormat("buffer %s: dtype %d is not set or unknown", Quoted(buffer), dtype));
   }
 }
 
@@ -66,13 +67,13 @@ absl::StatusOr<codec::PageLayout> LayoutFromProto(const v1::PageLayout& layout) 
         s.role = codec::BufferRole::kLossless;
         break;
       default:
-        return absl::InvalidArgumentError(
-            absl::StrFormat("buffer '%s': role %d is not set or unknown", b.name(), b.role()));
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "buffer %s: role %d is not set or unknown", Quoted(b.name()), b.role()));
     }
     auto dtype = DTypeFromProto(b.dtype(), b.name());
     if (!dtype.ok()) return dtype.status();
     s.dtype = *dtype;
-    s.heads = b.heads();
+    s.heads = b.heads() == 0 ? 1 : b.heads();  // layout.proto: "Default when 0: 1"
     s.tokens = b.tokens();
     s.head_dim = b.head_dim();
     s.row_stride = b.row_stride();

@@ -9,7 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "daemon/service/proto_convert.h"
+#include "daemon/service/request_limits.h"
 #include "kvtier/v1/namespace.pb.h"
 
 namespace kvtier::service {
@@ -26,9 +28,11 @@ absl::Status CheckAdmin(const KvTierService& service, grpc::CallbackServerContex
   return absl::OkStatus();
 }
 
-// The registered namespaces the selector names. InvalidArgument without a selector.
+// The registered namespaces the selector names. InvalidArgument without a selector, and for one
+// CheckSelector refuses.
 absl::StatusOr<std::vector<store::NamespaceId>> Select(const store::BlockStore& store,
                                                        const v1::NamespaceSelector& selector) {
+  KVTIER_RETURN_IF_ERROR(CheckSelector(selector));
   std::vector<store::NamespaceId> out;
   const auto namespaces = store.Namespaces();
   switch (selector.selector_case()) {
@@ -214,7 +218,8 @@ grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext
   options.report_only = req->report_only();
   options.max_blocks = req->max_blocks();
   options.max_reported = req->max_reported() == 0 ? 100 : req->max_reported();
-  if (req->has_namespaces()) {
+  // A selector with no member set reads as unset: every namespace.
+  if (req->namespaces().selector_case() != v1::NamespaceSelector::SELECTOR_NOT_SET) {
     absl::StatusOr<std::vector<store::NamespaceId>> ids = Select(*store_, req->namespaces());
     if (!ids.ok()) return FinishWith(ctx, ids.status());
     if (ids->empty()) {

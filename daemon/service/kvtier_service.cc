@@ -15,8 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "daemon/service/proto_convert.h"
+#include "daemon/service/request_limits.h"
 #include "kernels/device.h"
 #include "kvtier/v1/namespace.pb.h"
 
@@ -24,18 +26,6 @@ namespace kvtier::service {
 namespace {
 
 constexpr uint32_t kApiVersion = 1;
-
-absl::Status CheckLength(absl::string_view field, const std::string& value, size_t max,
-                         bool required) {
-  if (required && value.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " is required"));
-  }
-  if (value.size() > max) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s has %d bytes (at most %d)", field, value.size(), max));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -253,6 +243,7 @@ absl::StatusOr<std::shared_ptr<KvTierService::Engine>> KvTierService::EnterFor(
     grpc::CallbackServerContext* ctx, const std::string& engine_id) {
   absl::StatusOr<std::string> caller = Caller(ctx);
   if (!caller.ok()) return caller.status();
+  KVTIER_RETURN_IF_ERROR(CheckEngineId(engine_id));
   std::shared_ptr<Engine> engine = Enter(engine_id, options_.auth != nullptr ? &*caller : nullptr);
   if (engine == nullptr) {
     bool other_tenant = false;
@@ -262,11 +253,11 @@ absl::StatusOr<std::shared_ptr<KvTierService::Engine>> KvTierService::EnterFor(
     }
     if (other_tenant) {
       return absl::PermissionDeniedError(
-          absl::StrFormat("engine '%s' belongs to another tenant", engine_id));
+          absl::StrFormat("engine %s belongs to another tenant", Quoted(engine_id)));
     }
     return absl::NotFoundError(absl::StrFormat(
-        "engine '%s' is not registered (unregistered, lease expired, or daemon restarted)",
-        engine_id));
+        "engine %s is not registered (unregistered, lease expired, or daemon restarted)",
+        Quoted(engine_id)));
   }
   return engine;
 }
@@ -317,6 +308,10 @@ void KvTierService::LeaseLoop() {
 grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
                                                const v1::HelloRequest* req,
                                                v1::HelloResponse* resp) {
+  if (absl::Status st = CheckLength("client_name", req->client_name(), 0, kMaxClientNameBytes);
+      !st.ok()) {
+    return FinishWith(ctx, st);
+  }
   const uint32_t min = req->min_api_version() == 0 ? 1 : req->min_api_version();
   const uint32_t max = req->max_api_version() == 0 ? min : req->max_api_version();
   if (max < min) {
@@ -353,7 +348,7 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   limits->set_max_items_per_request(options_.max_items_per_request);
   limits->set_max_request_bytes(options_.max_request_bytes);
   limits->set_max_hash_bytes(32);
-  limits->set_max_pools_per_engine(4096);
+  limits->set_max_pools_per_engine(codec::kMaxPools);
   limits->set_max_buffers_per_layout(codec::kMaxBuffers);
   limits->set_max_engines(options_.max_engines);
   SetDuration(options_.min_lease, limits->mutable_min_lease_ttl());
@@ -369,19 +364,19 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
                                                         const v1::RegisterEngineRequest* req,
                                                         v1::RegisterEngineResponse* resp) {
   if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
-  for (absl::Status st : {CheckLength("engine_name", req->engine_name(), 128, false),
-                          CheckLength("tenant", req->tenant(), 128, false),
-                          CheckLength("model", req->model(), 256, true),
-                          CheckLength("partition", req->partition(), 64, false)}) {
+  for (absl::Status st : {CheckLength("engine_name", req->engine_name(), 0, kMaxEngineNameBytes),
+                          CheckLength("tenant", req->tenant(), 0, kMaxTenantBytes),
+                          CheckLength("model", req->model(), 1, kMaxModelBytes),
+                          CheckLength("partition", req->partition(), 0, kMaxPartitionBytes)}) {
     if (!st.ok()) return FinishWith(ctx, st);
   }
   // Authenticated before any pool is opened: an unknown caller learns nothing about files.
   absl::StatusOr<std::string> caller = Caller(ctx);
   if (!caller.ok()) return FinishWith(ctx, caller.status());
   if (options_.auth != nullptr && !req->tenant().empty() && req->tenant() != *caller) {
-    return FinishWith(
-        ctx, absl::PermissionDeniedError(absl::StrFormat(
-                 "the token authenticates tenant '%s', not '%s'", *caller, req->tenant())));
+    return FinishWith(ctx, absl::PermissionDeniedError(
+                               absl::StrFormat("the token authenticates tenant %s, not %s",
+                                               Quoted(*caller), Quoted(req->tenant()))));
   }
   if (!req->has_layout()) return FinishWith(ctx, absl::InvalidArgumentError("layout is required"));
   auto engine = std::make_shared<Engine>();
@@ -408,11 +403,11 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
     }
     if (index == engine->layout.pools.size()) {
       return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                                 "pool '%s' is not a pool of the layout", reg.name())));
+                                 "pool %s is not a pool of the layout", Quoted(reg.name()))));
     }
     if (engine->pools[index] != nullptr) {
-      return FinishWith(ctx, absl::InvalidArgumentError(
-                                 absl::StrFormat("pool '%s' is registered twice", reg.name())));
+      return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                                 "pool %s is registered twice", Quoted(reg.name()))));
     }
     if (reg.has_cuda_ipc()) {
       if (engine->layout.pools.size() != 1) {
@@ -477,10 +472,11 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   for (const auto& [id, record] : store_->Namespaces()) {
     // Two different namespaces must never share blocks (64-bit keyed ids: never seen so far).
     if (id == ns.id && record.first != ns_record) {
-      return FinishWith(ctx, absl::FailedPreconditionError(absl::StrFormat(
-                                 "namespace id %016x of (tenant '%s', model '%s', partition '%s') "
-                                 "is already taken by another namespace; use another partition",
-                                 ns.id, tenant, req->model(), req->partition())));
+      return FinishWith(
+          ctx, absl::FailedPreconditionError(absl::StrFormat(
+                   "namespace id %016x of (tenant %s, model %s, partition %s) is "
+                   "already taken by another namespace; use another partition",
+                   ns.id, Quoted(tenant), Quoted(req->model()), Quoted(req->partition()))));
     }
   }
   if (absl::Status st = store_->PutNamespace(ns.id, ns_record, 0); !st.ok()) {
@@ -671,6 +667,9 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
                                absl::StrFormat("%d items (at most %d per request)",
                                                req->items_size(), options_.max_items_per_request)));
   }
+  if (absl::Status st = CheckWriteOptions(req->priority(), req->ack()); !st.ok()) {
+    return FinishWith(ctx, st);
+  }
   absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
@@ -723,12 +722,17 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
   put.silent = parked;
   put.origin = engine.id;
   uint32_t stored = 0;
+  DistinctHashes distinct;
   for (int i = 0; i < req.items_size(); ++i) {
     const v1::OffloadItem& item = req.items(i);
     v1::ItemResult* result = resp->add_results();
     absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
     if (!hash.ok()) {
       SetItemResult(hash.status(), result);
+      continue;
+    }
+    if (absl::Status repeated = distinct.Add(*hash, i); !repeated.ok()) {
+      SetItemResult(repeated, result);
       continue;
     }
     if (absl::Status page = engine.CheckPage(item.page_index()); !page.ok()) {

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/service/proto_convert.h"
+#include "daemon/service/request_limits.h"
 #include "kernels/device.h"
 
 namespace kvtier::service {
@@ -54,6 +55,7 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
   const uint64_t block_bytes = engine.codec->block_bytes();
   for (int i = 0; i < req.items_size(); ++i) resp->add_results();
   uint32_t stored = 0;
+  DistinctHashes distinct;
   int next = 0;
   while (next < req.items_size()) {
     // Reserve host slots for the next batch of valid, new items.
@@ -67,6 +69,10 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
       absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
       if (!hash.ok()) {
         SetItemResult(hash.status(), result);
+        continue;
+      }
+      if (absl::Status repeated = distinct.Add(*hash, next); !repeated.ok()) {
+        SetItemResult(repeated, result);
         continue;
       }
       if (absl::Status page = engine.CheckPage(item.page_index()); !page.ok()) {

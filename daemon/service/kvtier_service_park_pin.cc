@@ -9,9 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/service/proto_convert.h"
+#include "daemon/service/request_limits.h"
 
 namespace kvtier::service {
 
@@ -94,8 +96,11 @@ uint32_t KvTierService::ReleaseParkedIn(const std::vector<store::NamespaceId>& n
 grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
                                               const v1::ParkRequest* req, v1::ParkResponse* resp) {
   if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
-  if (req->request_id().empty() || req->request_id().size() > 128) {
-    return FinishWith(ctx, absl::InvalidArgumentError("request_id must have 1 to 128 bytes"));
+  if (absl::Status st = CheckRequestId("request_id", req->request_id()); !st.ok()) {
+    return FinishWith(ctx, st);
+  }
+  if (absl::Status st = CheckWriteOptions(req->priority(), req->ack()); !st.ok()) {
+    return FinishWith(ctx, st);
   }
   if (req->page_indices_size() == 0 ||
       req->page_indices_size() > static_cast<int>(options_.max_items_per_request)) {
@@ -137,11 +142,11 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
     auto it = parked_.find(key);
     if (it != parked_.end() && !req.append()) {
       return absl::AlreadyExistsError(absl::StrFormat(
-          "request '%s' is already parked (set append to add pages)", req.request_id()));
+          "request %s is already parked (set append to add pages)", Quoted(req.request_id())));
     }
     if (it == parked_.end() && req.append()) {
       return absl::NotFoundError(
-          absl::StrFormat("append: nothing is parked under request '%s'", req.request_id()));
+          absl::StrFormat("append: nothing is parked under request %s", Quoted(req.request_id())));
     }
     if (it == parked_.end()) KVTIER_RETURN_IF_ERROR(CheckParkRoom(engine.tenant));
     if (it != parked_.end()) first = it->second.hashes.size();
@@ -204,7 +209,7 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
     DropParked(orphan);
     mu_.Lock();
     return absl::NotFoundError(absl::StrFormat(
-        "request '%s' expired or was released while pages were appended", req.request_id()));
+        "request %s expired or was released while pages were appended", Quoted(req.request_id())));
   }
   if (existing == parked_.end()) {
     // Checked again: other parks may have taken the last slots while the pages were written.
@@ -244,6 +249,9 @@ grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx
                                "page_indices has %d entries (at most %d)", req->page_indices_size(),
                                options_.max_items_per_request)));
   }
+  if (absl::Status st = CheckRequestId("request_id", req->request_id()); !st.ok()) {
+    return FinishWith(ctx, st);
+  }
   absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
@@ -268,9 +276,9 @@ absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeReque
     absl::MutexLock lock(&mu_);
     auto it = parked_.find(key);
     if (it == parked_.end()) {
-      return absl::NotFoundError(absl::StrFormat(
-          "nothing is parked under request '%s' (never parked, released or expired)",
-          req.request_id()));
+      return absl::NotFoundError(
+          absl::StrFormat("nothing is parked under request %s (never parked, released or expired)",
+                          Quoted(req.request_id())));
     }
     parked = it->second;
   }
@@ -304,8 +312,8 @@ absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeReque
     }
     // A parked block that is gone (evicted) or failed its checksum: the engine recomputes.
     return absl::DataLossError(absl::StrFormat(
-        "parked page %d of request '%s' is lost (%s); recompute it", req.first_page() + i,
-        req.request_id(), r.code() == v1::ITEM_CODE_NOT_FOUND ? "evicted" : r.message()));
+        "parked page %d of request %s is lost (%s); recompute it", req.first_page() + i,
+        Quoted(req.request_id()), r.code() == v1::ITEM_CODE_NOT_FOUND ? "evicted" : r.message()));
   }
   resp->set_resumed_pages(result.onboarded_pages());
   resp->set_parked_pages(static_cast<uint32_t>(parked.hashes.size()));
@@ -334,6 +342,12 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
     return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
                                "%d request ids (at most %d)", req->request_ids_size(),
                                options_.max_items_per_request)));
+  }
+  for (int i = 0; i < req->request_ids_size(); ++i) {
+    if (absl::Status st = CheckRequestId(absl::StrCat("request_ids[", i, "]"), req->request_ids(i));
+        !st.ok()) {
+      return FinishWith(ctx, st);
+    }
   }
   absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
   if (!entered.ok()) return FinishWith(ctx, entered.status());
@@ -453,6 +467,11 @@ grpc::ServerUnaryReactor* KvTierService::Pin(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* KvTierService::Unpin(grpc::CallbackServerContext* ctx,
                                                const v1::UnpinRequest* req,
                                                v1::UnpinResponse* resp) {
+  if (req->block_hashes_size() > static_cast<int>(options_.max_items_per_request)) {
+    return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
+                               "%d block hashes (at most %d per request)", req->block_hashes_size(),
+                               options_.max_items_per_request)));
+  }
   absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   for (int i = 0; i < req->block_hashes_size(); ++i) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/service/proto_convert.h"
+#include "daemon/service/request_limits.h"
 #include "kvtier/v1/namespace.pb.h"
 
 namespace kvtier::service {
@@ -27,6 +28,7 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                                                v1::StatsResponse* resp) {
   absl::StatusOr<std::string> caller = Caller(ctx);
   if (!caller.ok()) return FinishWith(ctx, caller.status());
+  if (absl::Status st = CheckSelector(req->namespaces()); !st.ok()) return FinishWith(ctx, st);
   // With authentication on, a tenant sees its own engines and namespaces, and of the tiers their
   // sizes and its own blocks in them.
   const bool filtered = options_.auth != nullptr && !options_.auth->IsAdmin(*caller);
@@ -83,10 +85,8 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
         break;
     }
     out->set_evicted_blocks(evicted);
-    if (t == index::Tier::kDisk) {
-      out->set_checksum_failures(stats.checksum_failures);
-      out->set_misses(stats.misses);  // a miss is a miss of the last tier
-    }
+    out->set_checksum_failures(ts.checksum_failures);
+    if (t == index::Tier::kDisk) out->set_misses(stats.misses);  // a miss of the last tier
     if (t == index::Tier::kHost) out->set_pinned_blocks(stats.pinned_blocks);
   }
   if (!filtered) {
@@ -142,10 +142,6 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
   }
   if (req->include_namespaces()) {
     const v1::NamespaceSelector& selector = req->namespaces();
-    if (selector.selector_case() == v1::NamespaceSelector::kAll && !selector.all()) {
-      return FinishWith(ctx, absl::InvalidArgumentError(
-                                 "namespaces.all must be true when set (or leave it unset)"));
-    }
     const v1::NamespaceMatch& match = selector.match();  // empty unless the selector is a match
     for (const auto& [id, record] : store_->Namespaces()) {
       v1::Namespace described;

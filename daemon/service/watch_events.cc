@@ -15,6 +15,7 @@
 #include "daemon/service/event_log.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/service/proto_convert.h"
+#include "daemon/service/request_limits.h"
 #include "kvtier/v1/namespace.pb.h"
 
 namespace kvtier::service {
@@ -381,10 +382,7 @@ grpc::ServerWriteReactor<v1::WatchEventsResponse>* KvTierService::WatchEvents(
         req->after_sequence(), options_.events->last_sequence(), options_.events->incarnation())));
   }
   const v1::NamespaceSelector& selector = req->namespaces();
-  if (selector.selector_case() == v1::NamespaceSelector::kAll && !selector.all()) {
-    return new FailedStream(
-        absl::InvalidArgumentError("namespaces.all must be true when set (or leave it unset)"));
-  }
+  if (absl::Status st = CheckSelector(selector); !st.ok()) return new FailedStream(st);
   std::optional<std::string> tenant;
   if (!IsAdmin(*caller)) tenant = *caller;
   NamespaceFilter filter(store_, selector, tenant);

@@ -890,6 +890,8 @@ StoreStats BlockStore::Stats() const {
     out.tiers[t].hits = c.hits[t].load();
     out.tiers[t].bytes_in = c.bytes_in[t].load();
     out.tiers[t].bytes_out = c.bytes_out[t].load();
+    out.tiers[t].checksum_failures = c.checksum_failures[t].load();
+    out.checksum_failures += out.tiers[t].checksum_failures;
   }
   out.misses = c.misses;
   out.puts = c.puts;
@@ -903,7 +905,6 @@ StoreStats BlockStore::Stats() const {
   out.evictions_disk_dropped = c.disk_dropped;
   out.evictions_quota = c.quota_evictions;
   out.removed = c.removed;
-  out.checksum_failures = c.checksum_failures;
   out.io_errors = c.io_errors;
   out.read_latency = s.read_latency.Read();
   out.put_latency = s.put_latency.Read();

@@ -265,9 +265,10 @@ class BlockStore {
   // Writes the block's hot page into `device_dst` (device memory, FlatPageBytes of the
   // namespace's hot layout): a GPU-tier hit is copied as stored (lossless); a host or disk block
   // is verified as Acquire does and decoded by the fused kernel. Returns the tier it came from,
-  // or nullopt on a miss. FailedPrecondition without a hot layout for the namespace, or when the
-  // block was stored under another layout or the host tier is not pinned with CUDA. Enqueued on
-  // `stream` (nullptr: the calling thread's stream) and waited for.
+  // or nullopt on a miss. DataLoss, as Acquire, for a block that failed verification (removed);
+  // FailedPrecondition without a hot layout for the namespace, or when the block was stored under
+  // another layout or the host tier is not pinned with CUDA. Enqueued on `stream` (nullptr: the
+  // calling thread's stream) and waited for.
   absl::StatusOr<std::optional<Tier>> ReadHot(const BlockKey& key, void* device_dst,
                                               void* stream = nullptr);
 
@@ -277,10 +278,12 @@ class BlockStore {
                      std::vector<Tier>* tiers = nullptr) const;
 
   // The block's bytes, pinned in host memory: nullopt on a miss. A GPU-tier page is encoded into
-  // a staging host slot (served_from() says kGpu). A block read from disk is
-  // verified (header, payload checksum, and the checksum recorded at store time); one that fails
-  // is removed, counted (checksum_failures or io_errors) and reported as a miss, never returned.
-  // Unavailable when there is no host memory to stage a disk read. Blocks on the disk read.
+  // a staging host slot (served_from() says kGpu). A block read from disk, and a host copy that
+  // survived a restart on its first read, is verified (header, payload checksum, and the checksum
+  // recorded at store time); one that fails is removed, counted (checksum_failures of its tier, or
+  // io_errors when the disk read itself failed) and never returned: that read is DataLoss naming
+  // the block (hash and namespace) and what failed, and later reads of it are misses. Unavailable
+  // when there is no host memory to stage a disk read. Blocks on the disk read.
   absl::StatusOr<std::optional<PinnedBlock>> Acquire(const BlockKey& key);
 
   // Holds the block in its tier (no demotion, eviction or removal of its copies) until the
@@ -289,7 +292,8 @@ class BlockStore {
   absl::StatusOr<std::optional<PinnedBlock>> Hold(const BlockKey& key);
 
   // Copies the block into `dst` (at least its size). Returns the block size, or nullopt on a
-  // miss; InvalidArgument when dst is too small. Blocks as Acquire.
+  // miss; InvalidArgument when dst is too small; DataLoss and Unavailable as Acquire. Blocks as
+  // Acquire.
   absl::StatusOr<std::optional<uint64_t>> Read(const BlockKey& key, absl::Span<uint8_t> dst);
 
   // Removes the block from every tier (after its readers are done). True when it existed.
@@ -403,7 +407,9 @@ class BlockStore {
   absl::StatusOr<bool> MakeDurable(const BlockKey& key, bool wait);
   // How AcquireImpl reads: `touch` counts a read (LRU, reuse, counters); `verify_host` checks a
   // host copy's checksum; `force_disk` reads the disk copy even when a host copy exists;
-  // `keep_corrupt` leaves a block that fails in place; `failure` receives why it failed.
+  // `keep_corrupt` leaves a block that fails in place; `failure` receives why it failed and
+  // `io_error` whether the read itself failed. A block that fails is nullopt here (Acquire and
+  // Verify make of it what their callers need).
   struct ReadMode {
     bool touch = true;
     bool verify_host = false;

@@ -81,10 +81,11 @@ struct Counters {
   std::atomic<uint64_t> hits[3] = {};
   std::atomic<uint64_t> bytes_in[3] = {};
   std::atomic<uint64_t> bytes_out[3] = {};
+  std::atomic<uint64_t> checksum_failures[3] = {};  // by the tier of the copy that failed
   std::atomic<uint64_t> misses{0}, puts{0}, duplicate_puts{0}, put_rejected{0};
   std::atomic<uint64_t> gpu_to_host{0}, gpu_dropped{0};
   std::atomic<uint64_t> host_to_disk{0}, host_dropped{0}, host_copy_freed{0}, disk_dropped{0};
-  std::atomic<uint64_t> quota_evictions{0}, removed{0}, checksum_failures{0}, io_errors{0};
+  std::atomic<uint64_t> quota_evictions{0}, removed{0}, io_errors{0};
 };
 
 struct BlockStore::State {

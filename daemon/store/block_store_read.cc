@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/cold_block.h"
@@ -133,7 +134,21 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
 }
 
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& key) {
-  return AcquireImpl(key, ReadMode{});
+  std::string failure;
+  bool io_error = false;
+  ReadMode mode;
+  mode.failure = &failure;
+  mode.io_error = &io_error;
+  KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, AcquireImpl(key, mode));
+  if (pinned.has_value() || failure.empty()) return pinned;
+  // It was removed (and counted): the caller learns it lost a block, not that it never had one.
+  return absl::DataLossError(absl::StrCat(
+      "block ",
+      absl::BytesToHexString(
+          absl::string_view(reinterpret_cast<const char*>(key.hash.data()), key.hash.size())),
+      " of namespace ", absl::StrFormat("%08x", key.ns),
+      io_error ? " could not be read and was removed: " : " failed verification and was removed: ",
+      failure));
 }
 
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKey& key,
@@ -166,9 +181,11 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   ++e->pins;
   ++s.pinned;
   auto unpin = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { internal::DropPin(s, e); };
-  // Drops a block that failed verification (a miss plus a counter, never its bytes).
-  auto drop = [&](bool io_error, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-    ++(io_error ? s.counters.io_errors : s.counters.checksum_failures);
+  // Drops a block whose copy in `tier` failed verification (a miss plus a counter, never its
+  // bytes).
+  auto drop = [&](bool io_error, Tier tier,
+                  const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    ++(io_error ? s.counters.io_errors : s.counters.checksum_failures[static_cast<int>(tier)]);
     if (mode.failure != nullptr) *mode.failure = why;
     if (mode.io_error != nullptr) *mode.io_error = io_error;
     if (mode.keep_corrupt) {
@@ -198,8 +215,9 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
       absl::StatusOr<uint32_t> crc = codec::VerifyColdBlock(bytes);
       s.mu.Lock();
       if (!crc.ok() || *crc != expected) {
-        drop(false, absl::StrCat("host copy: ", crc.ok() ? "checksum differs from the index"
-                                                         : std::string(crc.status().message())));
+        drop(false, Tier::kHost,
+             absl::StrCat("host copy: ", crc.ok() ? "checksum differs from the index"
+                                                  : std::string(crc.status().message())));
         return std::nullopt;
       }
       e->verify_on_read = false;
@@ -294,7 +312,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   if (!crc.ok() || *crc != expected) {
     (void)s.host_alloc->Free(*staging, size);
     s.host_used = s.host_alloc->used_bytes();
-    drop(!read.ok(),
+    drop(!read.ok(), Tier::kDisk,
          absl::StrCat(
              "disk copy in file ", slot.file, " at offset ", slot.offset, ": ",
              crc.ok() ? absl::StrFormat("header checksum %08x, index expects %08x", *crc, expected)

@@ -18,9 +18,10 @@ struct TierStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;  // bytes of allocated slots
   uint64_t blocks = 0;
-  uint64_t hits = 0;       // reads served by this tier
-  uint64_t bytes_in = 0;   // block bytes written into this tier (GPU tier: hot page bytes)
-  uint64_t bytes_out = 0;  // block bytes read from this tier (GPU tier: hot page bytes)
+  uint64_t hits = 0;               // reads served by this tier
+  uint64_t bytes_in = 0;           // block bytes written into this tier (GPU tier: hot page bytes)
+  uint64_t bytes_out = 0;          // block bytes read from this tier (GPU tier: hot page bytes)
+  uint64_t checksum_failures = 0;  // copies in this tier that failed verification when read
 };
 
 struct StoreStats {
@@ -39,7 +40,7 @@ struct StoreStats {
   uint64_t evictions_disk_dropped = 0;
   uint64_t evictions_quota = 0;        // removed to bring a namespace under its quota
   uint64_t removed = 0;                // Remove() and ClearNamespace()
-  uint64_t checksum_failures = 0;      // blocks that failed verification when read back
+  uint64_t checksum_failures = 0;      // blocks that failed verification when read (all tiers)
   uint64_t io_errors = 0;              // disk reads or writes that failed
   uint64_t pinned_blocks = 0;          // gauge
   uint64_t migrating_blocks = 0;       // gauge: disk writes in flight

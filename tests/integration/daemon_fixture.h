@@ -1,10 +1,11 @@
 // A fixture for tests against a real kvtierd process: starts the binary (KVTIERD_PATH) on a
 // temporary state directory and Unix socket with small tiers, connects a gRPC stub, and offers an
 // engine helper that creates a host pool (a shared-memory file in the temporary directory), fills
-// pages and registers them.
+// pages and registers them, and a helper that corrupts the disk tier's files.
 #ifndef KVTIER_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
 #define KVTIER_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -280,6 +281,32 @@ inline int RunCommand(const std::string& cmd, std::string* out) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
   const int status = pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Flips the byte 2000 bytes into every 4 KiB of the disk tier's files that holds data (past the
+// block headers, which are 64 + 32 bytes per buffer): every disk copy fails its payload checksum.
+// Returns how many bytes it flipped.
+inline int CorruptDiskFiles(const std::string& disk_dir) {
+  int flipped = 0;
+  DIR* dir = opendir(disk_dir.c_str());
+  if (dir == nullptr) return 0;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string path = disk_dir + "/" + entry->d_name;
+    const int fd = open(path.c_str(), O_RDWR);
+    if (fd < 0) continue;
+    std::vector<uint8_t> page(4096);
+    for (off_t off = 0; pread(fd, page.data(), page.size(), off) == 4096; off += 4096) {
+      bool data = false;
+      for (uint8_t b : page) data |= b != 0;
+      if (!data) continue;
+      page[2000] ^= 0xFF;
+      flipped += pwrite(fd, &page[2000], 1, off + 2000) == 1;
+    }
+    close(fd);
+  }
+  closedir(dir);
+  return flipped;
 }
 
 // RPC helpers: each call gets Context()'s deadline and must succeed.

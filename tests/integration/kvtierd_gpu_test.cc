@@ -3,6 +3,7 @@
 // Offload runs the fused NVFP4 encode (or the batched raw copy) from the pool into the daemon's
 // CUDA-pinned host tier; Onboard runs the decode back into other pages of the pool. The bytes are
 // checked against the CPU codec: raw must come back exactly, nvfp4 as the CPU codec's round trip.
+// Repeated hashes and corrupt disk blocks get the item codes the host path gives them.
 #include "kernels/device.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -192,6 +193,68 @@ TEST_F(KvtierdGpuTest, OnboardsLargeBatchesThroughTheStagedGather) {
     EXPECT_TRUE(engine.Download(2 * kPages - 1 - i) == engine.mirror().RoundTrip(i, "nvfp4"))
         << "page " << i << ": differs from the CPU codec's round trip";
   }
+}
+
+// The GPU data plane gives the items the same codes as the host one: a hash repeated in one
+// Offload fails that item, and a block whose disk copy fails its checksum is DATA_LOSS (counted).
+TEST_F(KvtierdGpuTest, RepeatedHashesAndCorruptBlocksGetTheirItemCodes) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  StartDaemon({"--set=host.pin=cuda"});
+  GpuEngine engine(dir_->File("mirror"), 8);
+  for (uint32_t i = 0; i < 3; ++i) {
+    engine.mirror().Fill(i, 70 + i);
+    engine.Upload(i);
+  }
+  v1::RegisterEngineResponse reg;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->RegisterEngine(Context(&ctx), engine.Request("nvfp4"), &reg).ok());
+  }
+  v1::OffloadRequest off;
+  off.set_engine_id(reg.engine_id());
+  off.set_durable(true);
+  off.set_ack(v1::WRITE_ACK_DURABLE);
+  for (auto [i, page] : {std::pair{0, 0}, {1, 1}, {0, 2}}) {
+    v1::OffloadItem* item = off.add_items();
+    item->set_block_hash(Hash(3, i));
+    item->set_page_index(page);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    ASSERT_TRUE(stub_->Offload(Context(&ctx), off, &resp).ok());
+    EXPECT_EQ(resp.results(0).code(), v1::ITEM_CODE_OK) << resp.results(0).message();
+    EXPECT_EQ(resp.results(1).code(), v1::ITEM_CODE_OK) << resp.results(1).message();
+    EXPECT_EQ(resp.results(2).code(), v1::ITEM_CODE_INVALID_ARGUMENT) << resp.results(2).message();
+    EXPECT_NE(resp.results(2).message().find("items[0]"), std::string::npos)
+        << resp.results(2).message();
+    EXPECT_EQ(resp.stored_pages(), 2u);
+  }
+  ASSERT_EQ(StopDaemon(), 0) << Log();
+  ASSERT_GT(CorruptDiskFiles(dir_->File("state") + "/disk"), 0);
+  StartDaemon({"--set=host.pin=cuda"});
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->RegisterEngine(Context(&ctx), engine.Request("nvfp4"), &reg).ok());
+  }
+  v1::OnboardRequest on;
+  on.set_engine_id(reg.engine_id());
+  on.add_items()->set_block_hash(Hash(3, 0));
+  on.mutable_items(0)->set_page_index(4);
+  {
+    grpc::ClientContext ctx;
+    v1::OnboardResponse resp;
+    ASSERT_TRUE(stub_->Onboard(Context(&ctx), on, &resp).ok());
+    EXPECT_EQ(resp.results(0).code(), v1::ITEM_CODE_DATA_LOSS) << resp.results(0).message();
+    EXPECT_EQ(resp.onboarded_pages(), 0u);
+  }
+  v1::StatsRequest sreq;
+  v1::StatsResponse stats;
+  grpc::ClientContext sctx;
+  ASSERT_TRUE(stub_->Stats(Context(&sctx), sreq, &stats).ok());
+  uint64_t failures = 0;
+  for (const v1::TierStats& t : stats.tiers()) failures += t.checksum_failures();
+  EXPECT_EQ(failures, 1u);
 }
 
 TEST_F(KvtierdGpuTest, RejectsWhatTheGpuPathCannotTake) {

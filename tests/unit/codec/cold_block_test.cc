@@ -393,7 +393,7 @@ TEST(BlockPlanTest, AlignmentMustBeAPowerOfTwoIn16To65536) {
 TEST(BlockPlanTest, BlockOver4GiBIsRejected) {
   PageLayout layout;
   layout.tokens_per_page = 1;
-  layout.pools = {PoolSpec{"kv", uint64_t{1} << 31}};
+  layout.pools = {PoolSpec{"kv", uint64_t{1} << 32}};
   for (uint32_t l = 0; l < 2; ++l) {
     BufferSpec b;
     b.name = absl::StrCat("state.", l);
@@ -402,6 +402,7 @@ TEST(BlockPlanTest, BlockOver4GiBIsRejected) {
     b.dtype = DType::kBytes;
     b.heads = 32768;
     b.head_dim = 65536;  // 2 GiB per buffer, 4 GiB in all: one header too many
+    b.offset_bytes = uint64_t{l} << 31;
     layout.buffers.push_back(b);
   }
   ASSERT_TRUE(ValidateLayout(layout).ok()) << ValidateLayout(layout);

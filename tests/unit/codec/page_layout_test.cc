@@ -296,6 +296,123 @@ TEST(ValidateLayoutTest, OffsetOverflowingUint64IsRejected) {
   ExpectInvalid(ValidateLayout(layout), {"'v.0'", "'kv'"});
 }
 
+// ---- Names: limits, and messages that never repeat a long name whole
+
+TEST(ValidateLayoutTest, PoolNamesAreShortAndPlain) {
+  PageLayout layout = TwoLayerLayout();
+  layout.pools[0].name = std::string(kMaxNameBytes, 'p');
+  EXPECT_TRUE(ValidateLayout(layout).ok()) << ValidateLayout(layout);
+  layout.pools[0].name = std::string(kMaxNameBytes + 1, 'p');
+  ExpectInvalid(ValidateLayout(layout), {"pool 0", "65 bytes", "longer than 64"});
+  layout.pools[0].name = "kv/0";
+  ExpectInvalid(ValidateLayout(layout), {"pool 0", "'kv/0'", "[A-Za-z0-9_.-]"});
+  layout.pools[0].name = "k\x01v";  // escaped in the message
+  ExpectInvalid(ValidateLayout(layout), {"pool 0", "'k\\x01v'"});
+}
+
+TEST(ValidateLayoutTest, BufferNamesAreShort) {
+  PageLayout layout = TwoLayerLayout();
+  layout.buffers[2].name = std::string(kMaxNameBytes, 'b');
+  EXPECT_TRUE(ValidateLayout(layout).ok()) << ValidateLayout(layout);
+  layout.buffers[2].name = std::string(kMaxNameBytes + 1, 'b');
+  ExpectInvalid(ValidateLayout(layout), {"buffer 2", "65 bytes", "longer than 64"});
+}
+
+TEST(ValidateLayoutTest, AHugeNameComesBackCut) {
+  for (int which = 0; which < 2; ++which) {
+    PageLayout layout = TwoLayerLayout();
+    (which == 0 ? layout.pools[0].name : layout.buffers[1].name) = std::string(1 << 20, 'n');
+    const absl::Status st = ValidateLayout(layout);
+    ExpectInvalid(st, {"1048576 bytes"});
+    EXPECT_LT(st.message().size(), 256u) << (which == 0 ? "pool" : "buffer");
+  }
+}
+
+TEST(ValidateLayoutTest, TooManyPools) {
+  PageLayout layout = TwoLayerLayout();
+  for (uint32_t i = 1; i <= kMaxPools; ++i) layout.pools.push_back({absl::StrCat("p", i), 64});
+  ExpectInvalid(ValidateLayout(layout), {"4097 pools", "4096"});
+  layout.pools.pop_back();
+  EXPECT_TRUE(ValidateLayout(layout).ok()) << ValidateLayout(layout);
+}
+
+// ---- Overlap: no byte of a slot belongs to two buffers of its pool
+
+TEST(ValidateLayoutTest, BuffersThatOverlapAreRefusedNamingBoth) {
+  PageLayout layout = TwoLayerLayout();
+  // k.0 spans [0, 4096); v.0 from 4096 is adjacent, from 4094 it overlaps.
+  layout.buffers[1].offset_bytes = 4096;
+  EXPECT_TRUE(ValidateLayout(layout).ok()) << ValidateLayout(layout);
+  layout.buffers[1].offset_bytes = 4094;
+  ExpectInvalid(ValidateLayout(layout),
+                {"'k.0'", "'v.0'", "overlap", "'kv'", "[0, 4096)", "[4094, 8190)"});
+  // Order does not matter: v.1 entirely inside k.0.
+  layout = TwoLayerLayout();
+  layout.buffers[3].offset_bytes = 1024;
+  layout.buffers[3].heads = 1;
+  ExpectInvalid(ValidateLayout(layout), {"'k.0'", "'v.1'", "overlap"});
+  // Equal offsets in different pools do not overlap.
+  layout = TwoLayerLayout();
+  layout.pools.push_back(PoolSpec{"side", 1 << 20});
+  layout.buffers[1].pool = 1;
+  layout.buffers[1].offset_bytes = 0;
+  EXPECT_TRUE(ValidateLayout(layout).ok()) << ValidateLayout(layout);
+}
+
+// One layer as token-major rows: k and v rows of 128 elements (256 bytes) interleaved, 512 bytes
+// apart, v starting `v_offset` bytes into the slot.
+PageLayout Interleaved(uint64_t v_offset, uint32_t v_row_stride = 256) {
+  PageLayout layout;
+  layout.tokens_per_page = 16;
+  layout.pools = {PoolSpec{"kv", 1 << 16}};
+  for (BufferRole role : {BufferRole::kAttentionK, BufferRole::kAttentionV}) {
+    BufferSpec b;
+    b.name = role == BufferRole::kAttentionK ? "k.0" : "v.0";
+    b.role = role;
+    b.head_dim = 128;
+    b.row_stride = role == BufferRole::kAttentionK ? 256 : v_row_stride;
+    b.offset_bytes = role == BufferRole::kAttentionK ? 0 : v_offset;
+    layout.buffers.push_back(b);
+  }
+  return layout;
+}
+
+TEST(ValidateLayoutTest, InterleavedRowsThatDoNotTouchAreAccepted) {
+  EXPECT_TRUE(ValidateLayout(Interleaved(256)).ok()) << ValidateLayout(Interleaved(256));
+  // v's rows in k's gaps, starting one stride later, or after k's last row: still apart.
+  EXPECT_TRUE(ValidateLayout(Interleaved(512 + 256)).ok());
+  EXPECT_TRUE(ValidateLayout(Interleaved(16 * 512)).ok());
+  // v one stride later, aligned with k's rows: v's row 0 meets k's row 1.
+  ExpectInvalid(ValidateLayout(Interleaved(512)),
+                {"'k.0'", "'v.0'", "overlap", "[512, 768)", "[512, 768)"});
+}
+
+TEST(ValidateLayoutTest, InterleavedRowsThatTouchAreRefused) {
+  // v's rows start 64 elements into k's: row t of each share bytes [t*512 + 128, t*512 + 256).
+  ExpectInvalid(ValidateLayout(Interleaved(128)),
+                {"'k.0'", "'v.0'", "overlap", "[0, 256)", "[128, 384)"});
+  // v's rows end 2 bytes into k's next row.
+  ExpectInvalid(ValidateLayout(Interleaved(258)), {"'k.0'", "'v.0'", "[512, 768)", "[258, 514)"});
+  // Only the last row of v reaches k's first: v starts 15 strides before k, in another order.
+  PageLayout layout = Interleaved(0);
+  layout.buffers[0].offset_bytes = 15 * 512 + 100;
+  layout.buffers[1].offset_bytes = 0;
+  ExpectInvalid(ValidateLayout(layout), {"'v.0'", "'k.0'", "overlap"});
+}
+
+TEST(ValidateLayoutTest, AContiguousBufferInsideAnotherOnesGapIsAccepted) {
+  PageLayout layout = Interleaved(256);
+  layout.buffers[1].row_stride = 0;  // v contiguous: 16 rows of 256 bytes from 256
+  ExpectInvalid(ValidateLayout(layout), {"'k.0'", "'v.0'", "[512, 768)", "[256, 4352)"});
+  layout.buffers[1].tokens = 1;  // v is one row of 256 bytes, in k's first gap
+  EXPECT_TRUE(ValidateLayout(layout).ok()) << ValidateLayout(layout);
+}
+
+TEST(ValidateLayoutTest, InterleavingWithUnequalStridesIsRefused) {
+  ExpectInvalid(ValidateLayout(Interleaved(256, 384)),
+                {"'k.0'", "'v.0'", "different row strides", "512 and 768 bytes"});
+}
+
 // ---- Fingerprint
 
 struct Mutation {

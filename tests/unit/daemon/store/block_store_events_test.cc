@@ -173,9 +173,10 @@ TEST_F(BlockStoreEventsTest, DemoteAllClearAndCorruptionAreReported) {
   EXPECT_EQ(sink_.Count(StoreEventKind::kMoved), 25u);
   ExpectViewMatches(*store, 20);
 
-  // Flip a byte of block 3's disk copy: the read drops it and reports it as corrupt.
+  // Flip a byte of block 3's disk copy: the read fails with DataLoss, drops the block and reports
+  // it as corrupt.
   ASSERT_TRUE(FlipDiskByte(3));
-  EXPECT_FALSE(store->Acquire(Key(3)).value().has_value());
+  EXPECT_EQ(store->Acquire(Key(3)).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(sink_.events().back().kind, StoreEventKind::kRemoved);
   EXPECT_EQ(sink_.events().back().removed_by, RemovedBy::kCorrupt);
   EXPECT_EQ(sink_.events().back().tier, Tier::kDisk);

@@ -1,8 +1,15 @@
 // BlockStore under injected disk faults (FaultInjectingBlockFile around real io_uring files): EIO
 // on reads and writes, ENOSPC, torn writes, flipped bits. Each gives the documented status and
-// counter, never wrong bytes, and the store keeps serving the other blocks.
-#include <cerrno>
+// counter, never wrong bytes, and the store keeps serving the other blocks. A block that fails
+// verification when read is DataLoss naming it once (it is removed), a miss afterwards.
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+
+#include "absl/strings/escaping.h"
 #include "daemon/store/block_store.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fault_injecting_block_file.h"
@@ -36,28 +43,73 @@ class BlockStoreFaultTest : public StoreFixture {
     return store;
   }
 
+  // Reads block `id`: true when the read is DataLoss naming the block (its hash in hex) and
+  // containing `why`.
+  static bool ExpectDataLoss(BlockStore& store, uint64_t id, const std::string& why = "") {
+    absl::StatusOr<std::optional<PinnedBlock>> pinned = store.Acquire(Key(id));
+    EXPECT_EQ(pinned.status().code(), absl::StatusCode::kDataLoss)
+        << "block " << id << ": " << (pinned.ok() ? "read" : pinned.status().ToString());
+    if (pinned.status().code() != absl::StatusCode::kDataLoss) return false;
+    const std::string hex = absl::BytesToHexString(
+        absl::string_view(reinterpret_cast<const char*>(Key(id).hash.data()), Key(id).hash.size()));
+    EXPECT_NE(pinned.status().message().find(hex), absl::string_view::npos) << pinned.status();
+    EXPECT_NE(pinned.status().message().find(why), absl::string_view::npos) << pinned.status();
+    return true;
+  }
+
   std::vector<FaultInjectingBlockFile*> files_;  // owned by the store's disk tier
 };
 
-TEST_F(BlockStoreFaultTest, ReadErrorIsAMissAndACounter) {
+TEST_F(BlockStoreFaultTest, ReadErrorIsDataLossAndACounter) {
   auto store = OpenWithBlocksOnDisk(10);
   for (auto* f : files_) f->FailNextReads(1, EIO);
-  EXPECT_FALSE(ExpectBlock(*store, 0).has_value());
-  EXPECT_FALSE(ExpectBlock(*store, 1).has_value());  // one per file: both files armed once
+  EXPECT_TRUE(ExpectDataLoss(*store, 0, "could not be read"));
+  EXPECT_TRUE(ExpectDataLoss(*store, 1));  // one per file: both files armed once
   StoreStats stats = store->Stats();
   EXPECT_EQ(stats.io_errors, 2u);
   EXPECT_EQ(stats.checksum_failures, 0u);
   EXPECT_EQ(store->LookupChain(1, {kvtier::testing::TestHash(0)}), 0u) << "dropped from index";
+  EXPECT_FALSE(ExpectBlock(*store, 0).has_value()) << "once removed, a miss";
   for (uint64_t id = 2; id < 10; ++id) EXPECT_EQ(ExpectBlock(*store, id), Tier::kDisk);
 }
 
-TEST_F(BlockStoreFaultTest, FlippedBitOnReadIsCaught) {
+TEST_F(BlockStoreFaultTest, FlippedBitOnReadIsDataLossNamingTheBlock) {
   auto store = OpenWithBlocksOnDisk(4);
   for (auto* f : files_) f->FlipBitOnRead(5000, 3);  // inside the first slot of each file
-  int misses = 0;
-  for (uint64_t id = 0; id < 4; ++id) misses += !ExpectBlock(*store, id).has_value();
-  EXPECT_GE(misses, 1);
-  EXPECT_EQ(store->Stats().checksum_failures, static_cast<uint64_t>(misses));
+  int lost = 0;
+  for (uint64_t id = 0; id < 4; ++id) {
+    absl::StatusOr<std::optional<PinnedBlock>> pinned = store->Acquire(Key(id));
+    if (pinned.ok()) {
+      EXPECT_TRUE(pinned->has_value()) << "block " << id << " was stored";
+      continue;
+    }
+    EXPECT_EQ(pinned.status().code(), absl::StatusCode::kDataLoss) << pinned.status();
+    EXPECT_NE(pinned.status().message().find("checksum"), absl::string_view::npos)
+        << pinned.status();
+    ++lost;
+    EXPECT_EQ(store->LookupChain(1, {Key(id).hash}), 0u) << "dropped from the index";
+    EXPECT_FALSE(store->Acquire(Key(id)).value().has_value()) << "a miss once dropped";
+  }
+  EXPECT_GE(lost, 1);
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.checksum_failures, static_cast<uint64_t>(lost));
+  EXPECT_EQ(stats.tiers[2].checksum_failures, static_cast<uint64_t>(lost)) << "disk copies";
+  EXPECT_EQ(stats.tiers[1].checksum_failures, 0u);
+}
+
+TEST_F(BlockStoreFaultTest, ReadIsDataLossToo) {
+  auto store = OpenWithBlocksOnDisk(2);
+  for (auto* f : files_) f->FlipBitOnRead(5000, 3);
+  std::vector<uint8_t> out(Block(0).size());
+  int lost = 0;
+  for (uint64_t id = 0; id < 2; ++id) {
+    absl::StatusOr<std::optional<uint64_t>> n = store->Read(Key(id), absl::MakeSpan(out));
+    if (!n.ok()) {
+      EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
+      ++lost;
+    }
+  }
+  EXPECT_GE(lost, 1);
 }
 
 TEST_F(BlockStoreFaultTest, CorruptStoredBlockIsFoundByVerify) {
@@ -109,7 +161,7 @@ TEST_F(BlockStoreFaultTest, TornWriteOnALyingDeviceIsNeverReturned) {
   ASSERT_TRUE(store->Put(Key(1), Block(1)).ok());
   for (auto* f : files_) f->TearNextWrite(4096, /*err=*/0);  // reports OK, keeps 4 KiB
   ASSERT_TRUE(store->DemoteAll().ok());
-  EXPECT_FALSE(ExpectBlock(*store, 1).has_value());
+  EXPECT_TRUE(ExpectDataLoss(*store, 1));
   EXPECT_EQ(store->Stats().checksum_failures, 1u);
 }
 
@@ -123,8 +175,41 @@ TEST_F(BlockStoreFaultTest, WritesLostInACrashAreNotServedAfterRestart) {
   files_.clear();
   auto store = Open().value();
   EXPECT_EQ(store->recovery().disk_blocks, 5u);
-  for (uint64_t id = 0; id < 5; ++id) EXPECT_FALSE(ExpectBlock(*store, id).has_value());
+  for (uint64_t id = 0; id < 5; ++id) EXPECT_TRUE(ExpectDataLoss(*store, id));
   EXPECT_EQ(store->Stats().checksum_failures, 5u);
+}
+
+// A persistent host tier's blocks are verified on their first read after a restart: one whose
+// memory changed meanwhile is DataLoss, counted against the host tier.
+TEST_F(BlockStoreFaultTest, ACorruptPersistentHostBlockIsDataLossCountedForTheHostTier) {
+  UsePersistentHost();
+  {
+    auto store = Open().value();
+    for (uint64_t id = 0; id < 3; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+    ASSERT_TRUE(store->Flush().ok());
+  }
+  // Flip a byte 2000 bytes into block 1's copy in the arena file.
+  const std::string arena = dir_->File("host-arena");
+  const int fd = open(arena.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << arena;
+  std::vector<uint8_t> bytes(std::filesystem::file_size(arena));
+  ASSERT_EQ(pread(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  const std::vector<uint8_t> want = Block(1);
+  auto at = std::search(bytes.begin(), bytes.end(), want.begin(), want.begin() + 4096);
+  ASSERT_NE(at, bytes.end());
+  const off_t off = (at - bytes.begin()) + 2000;
+  const uint8_t flipped = bytes[static_cast<size_t>(off)] ^ 0x40;
+  ASSERT_EQ(pwrite(fd, &flipped, 1, off), 1);
+  close(fd);
+
+  auto store = Open().value();
+  EXPECT_EQ(ExpectBlock(*store, 0), Tier::kHost);
+  EXPECT_TRUE(ExpectDataLoss(*store, 1, "host copy"));
+  EXPECT_EQ(ExpectBlock(*store, 2), Tier::kHost);
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.checksum_failures, 1u);
+  EXPECT_EQ(stats.tiers[1].checksum_failures, 1u);
+  EXPECT_EQ(stats.tiers[2].checksum_failures, 0u);
 }
 
 }  // namespace
