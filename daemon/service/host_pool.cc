@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
 
@@ -59,37 +60,39 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     const std::string& pool_name, const v1::SharedMemoryFile& file, uint32_t slots,
     uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs,
     const std::string& required_subdir, const std::vector<std::pair<dev_t, ino_t>>& forbidden) {
+  const std::string pool = Quoted(pool_name);
   std::string path;
   if (file.has_shm_name()) {
     const std::string& name = file.shm_name();
     if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
         name.find('/', 1) != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "pool '%s': shm_name '%s' must be '/' followed by 1 to 254 characters without '/'",
-          pool_name, name));
+          "pool %s: shm_name %s must be '/' followed by 1 to 254 characters without '/'", pool,
+          Quoted(name)));
     }
     path = "/dev/shm" + name;
   } else if (file.has_path()) {
     path = file.path();
     if (path.empty() || path[0] != '/' || path.size() > 4096) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("pool '%s': path '%s' must be absolute", pool_name, path));
+          absl::StrFormat("pool %s: path %s must be absolute", pool, Quoted(path)));
     }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrFormat("pool '%s': shared_memory needs a path or a shm_name", pool_name));
+        absl::StrFormat("pool %s: shared_memory needs a path or a shm_name", pool));
   }
+  const std::string shown = Quoted(path);
   if (file.offset_bytes() % 4096 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "pool '%s': offset_bytes %d is not a multiple of 4096", pool_name, file.offset_bytes()));
+        "pool %s: offset_bytes %d is not a multiple of 4096", pool, file.offset_bytes()));
   }
   if (slots == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("pool '%s': 0 slots", pool_name));
+    return absl::InvalidArgumentError(absl::StrFormat("pool %s: 0 slots", pool));
   }
   const unsigned __int128 needed = static_cast<unsigned __int128>(slots) * slot_bytes;
   if (needed > file.size_bytes()) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("pool '%s': size_bytes %d is below %d slots of %d bytes", pool_name,
+        absl::StrFormat("pool %s: size_bytes %d is below %d slots of %d bytes", pool,
                         file.size_bytes(), slots, slot_bytes));
   }
   // Opened beneath an allowed directory with openat2: no symlink anywhere on the way and no ".."
@@ -99,7 +102,7 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   if (!required_subdir.empty() && (required_subdir == "." || required_subdir == ".." ||
                                    required_subdir.find('/') != std::string::npos)) {
     return absl::PermissionDeniedError(absl::StrFormat(
-        "pool '%s': tenant '%s' cannot have a pool directory", pool_name, required_subdir));
+        "pool %s: tenant %s cannot have a pool directory", pool, Quoted(required_subdir)));
   }
   int fd = -1;
   bool inside = false;
@@ -119,9 +122,9 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
       const int err = errno;
       if (err == ENOENT) {
         return absl::NotFoundError(
-            absl::StrFormat("pool '%s': the pool directory %s does not exist", pool_name, dir));
+            absl::StrFormat("pool %s: the pool directory %s does not exist", pool, dir));
       }
-      return ErrnoStatus(err, absl::StrFormat("pool '%s': open %s", pool_name, dir));
+      return ErrnoStatus(err, absl::StrFormat("pool %s: open %s", pool, dir));
     }
     struct open_how how {};
     how.flags = O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
@@ -131,21 +134,21 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     close(dirfd);
     if (fd < 0) {
       if (err == ELOOP || err == EXDEV) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "pool '%s': %s goes through a symlink or out of %s", pool_name, path, dir));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("pool %s: %s goes through a symlink or out of %s", pool, shown, dir));
       }
       if (err == EISDIR) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "pool '%s': %s is a directory, not a shared-memory file", pool_name, path));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("pool %s: %s is a directory, not a shared-memory file", pool, shown));
       }
-      return ErrnoStatus(err, absl::StrFormat("pool '%s': open %s", pool_name, path));
+      return ErrnoStatus(err, absl::StrFormat("pool %s: open %s", pool, shown));
     }
     break;
   }
   if (!inside) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "pool '%s': %s is outside the directories the daemon maps pools from (%s)%s", pool_name,
-        path, absl::StrJoin(allowed_dirs, ", "),
+        "pool %s: %s is outside the directories the daemon maps pools from (%s)%s", pool, shown,
+        absl::StrJoin(allowed_dirs, ", "),
         required_subdir.empty()
             ? ""
             : absl::StrCat("; with authentication on, pools live in the tenant's subdirectory ",
@@ -156,26 +159,26 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   if (fstat(fd, &st) != 0) {
     const int err = errno;
     close(fd);
-    return ErrnoStatus(err, absl::StrFormat("pool '%s': stat %s", pool_name, real));
+    return ErrnoStatus(err, absl::StrFormat("pool %s: stat %s", pool, shown));
   }
   for (const auto& [dev, ino] : forbidden) {
     if (st.st_dev == dev && st.st_ino == ino) {
       close(fd);
       return absl::PermissionDeniedError(
-          absl::StrFormat("pool '%s': %s is a file of the daemon itself", pool_name, path));
+          absl::StrFormat("pool %s: %s is a file of the daemon itself", pool, shown));
     }
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
     return absl::InvalidArgumentError(
-        absl::StrFormat("pool '%s': %s is not a regular file", pool_name, real));
+        absl::StrFormat("pool %s: %s is not a regular file", pool, shown));
   }
   const uint64_t end = file.offset_bytes() + file.size_bytes();
   if (end < file.offset_bytes() || end > static_cast<uint64_t>(st.st_size)) {
     close(fd);
     return absl::InvalidArgumentError(
-        absl::StrFormat("pool '%s': [%d, %d) lies beyond the end of %s (%d bytes)", pool_name,
-                        file.offset_bytes(), end, real, static_cast<uint64_t>(st.st_size)));
+        absl::StrFormat("pool %s: [%d, %d) lies beyond the end of %s (%d bytes)", pool,
+                        file.offset_bytes(), end, shown, static_cast<uint64_t>(st.st_size)));
   }
   // Every page of the range backed before the daemon writes into it: a hole the file system
   // cannot fill (a full tmpfs) would raise SIGBUS at the first onboard.
@@ -187,9 +190,9 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     if (err == ENOSPC || err == EDQUOT || err == ENOMEM) {
       close(fd);
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "pool '%s': %s cannot be backed: allocating its %d bytes at offset %d failed: %s (the "
+          "pool %s: %s cannot be backed: allocating its %d bytes at offset %d failed: %s (the "
           "file system holding it is full)",
-          pool_name, real, file.size_bytes(), file.offset_bytes(), io::ErrnoText(err)));
+          pool, shown, file.size_bytes(), file.offset_bytes(), io::ErrnoText(err)));
     }
     // File systems without fallocate: the pages are populated after mapping, below.
   }
@@ -198,7 +201,7 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   const int err = errno;
   if (mapping == MAP_FAILED) {
     close(fd);
-    return ErrnoStatus(err, absl::StrFormat("pool '%s': mmap %s", pool_name, real));
+    return ErrnoStatus(err, absl::StrFormat("pool %s: mmap %s", pool, shown));
   }
 #ifdef MADV_POPULATE_WRITE
   if (!allocated && madvise(mapping, file.size_bytes(), MADV_POPULATE_WRITE) != 0 &&
@@ -207,8 +210,8 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     munmap(mapping, file.size_bytes());
     close(fd);
     return absl::ResourceExhaustedError(
-        absl::StrFormat("pool '%s': %s cannot be backed: populating its %d bytes failed: %s",
-                        pool_name, real, file.size_bytes(), io::ErrnoText(populate_err)));
+        absl::StrFormat("pool %s: %s cannot be backed: populating its %d bytes failed: %s", pool,
+                        shown, file.size_bytes(), io::ErrnoText(populate_err)));
   }
 #endif
   struct statfs fs;
