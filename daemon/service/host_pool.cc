@@ -60,14 +60,14 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     const std::string& pool_name, const v1::SharedMemoryFile& file, uint32_t slots,
     uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs,
     const std::string& required_subdir, const std::vector<std::pair<dev_t, ino_t>>& forbidden) {
-  const std::string pool = Quoted(pool_name);
+  const std::string named = Quoted(pool_name);
   std::string path;
   if (file.has_shm_name()) {
     const std::string& name = file.shm_name();
     if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
         name.find('/', 1) != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "pool %s: shm_name %s must be '/' followed by 1 to 254 characters without '/'", pool,
+          "pool %s: shm_name %s must be '/' followed by 1 to 254 characters without '/'", named,
           Quoted(name)));
     }
     path = "/dev/shm" + name;
@@ -75,24 +75,24 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     path = file.path();
     if (path.empty() || path[0] != '/' || path.size() > 4096) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("pool %s: path %s must be absolute", pool, Quoted(path)));
+          absl::StrFormat("pool %s: path %s must be absolute", named, Quoted(path)));
     }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrFormat("pool %s: shared_memory needs a path or a shm_name", pool));
+        absl::StrFormat("pool %s: shared_memory needs a path or a shm_name", named));
   }
   const std::string shown = Quoted(path);
   if (file.offset_bytes() % 4096 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "pool %s: offset_bytes %d is not a multiple of 4096", pool, file.offset_bytes()));
+        "pool %s: offset_bytes %d is not a multiple of 4096", named, file.offset_bytes()));
   }
   if (slots == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("pool %s: 0 slots", pool));
+    return absl::InvalidArgumentError(absl::StrFormat("pool %s: 0 slots", named));
   }
   const unsigned __int128 needed = static_cast<unsigned __int128>(slots) * slot_bytes;
   if (needed > file.size_bytes()) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("pool %s: size_bytes %d is below %d slots of %d bytes", pool,
+        absl::StrFormat("pool %s: size_bytes %d is below %d slots of %d bytes", named,
                         file.size_bytes(), slots, slot_bytes));
   }
   // Opened beneath an allowed directory with openat2: no symlink anywhere on the way and no ".."
@@ -102,7 +102,7 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   if (!required_subdir.empty() && (required_subdir == "." || required_subdir == ".." ||
                                    required_subdir.find('/') != std::string::npos)) {
     return absl::PermissionDeniedError(absl::StrFormat(
-        "pool %s: tenant %s cannot have a pool directory", pool, Quoted(required_subdir)));
+        "pool %s: tenant %s cannot have a pool directory", named, Quoted(required_subdir)));
   }
   int fd = -1;
   bool inside = false;
@@ -122,9 +122,9 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
       const int err = errno;
       if (err == ENOENT) {
         return absl::NotFoundError(
-            absl::StrFormat("pool %s: the pool directory %s does not exist", pool, dir));
+            absl::StrFormat("pool %s: the pool directory %s does not exist", named, dir));
       }
-      return ErrnoStatus(err, absl::StrFormat("pool %s: open %s", pool, dir));
+      return ErrnoStatus(err, absl::StrFormat("pool %s: open %s", named, dir));
     }
     struct open_how how {};
     how.flags = O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
@@ -135,19 +135,19 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     if (fd < 0) {
       if (err == ELOOP || err == EXDEV) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("pool %s: %s goes through a symlink or out of %s", pool, shown, dir));
+            absl::StrFormat("pool %s: %s goes through a symlink or out of %s", named, shown, dir));
       }
       if (err == EISDIR) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("pool %s: %s is a directory, not a shared-memory file", pool, shown));
+            absl::StrFormat("pool %s: %s is a directory, not a shared-memory file", named, shown));
       }
-      return ErrnoStatus(err, absl::StrFormat("pool %s: open %s", pool, shown));
+      return ErrnoStatus(err, absl::StrFormat("pool %s: open %s", named, shown));
     }
     break;
   }
   if (!inside) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "pool %s: %s is outside the directories the daemon maps pools from (%s)%s", pool, shown,
+        "pool %s: %s is outside the directories the daemon maps pools from (%s)%s", named, shown,
         absl::StrJoin(allowed_dirs, ", "),
         required_subdir.empty()
             ? ""
@@ -159,25 +159,25 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   if (fstat(fd, &st) != 0) {
     const int err = errno;
     close(fd);
-    return ErrnoStatus(err, absl::StrFormat("pool %s: stat %s", pool, shown));
+    return ErrnoStatus(err, absl::StrFormat("pool %s: stat %s", named, shown));
   }
   for (const auto& [dev, ino] : forbidden) {
     if (st.st_dev == dev && st.st_ino == ino) {
       close(fd);
       return absl::PermissionDeniedError(
-          absl::StrFormat("pool %s: %s is a file of the daemon itself", pool, shown));
+          absl::StrFormat("pool %s: %s is a file of the daemon itself", named, shown));
     }
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
     return absl::InvalidArgumentError(
-        absl::StrFormat("pool %s: %s is not a regular file", pool, shown));
+        absl::StrFormat("pool %s: %s is not a regular file", named, shown));
   }
   const uint64_t end = file.offset_bytes() + file.size_bytes();
   if (end < file.offset_bytes() || end > static_cast<uint64_t>(st.st_size)) {
     close(fd);
     return absl::InvalidArgumentError(
-        absl::StrFormat("pool %s: [%d, %d) lies beyond the end of %s (%d bytes)", pool,
+        absl::StrFormat("pool %s: [%d, %d) lies beyond the end of %s (%d bytes)", named,
                         file.offset_bytes(), end, shown, static_cast<uint64_t>(st.st_size)));
   }
   // Every page of the range backed before the daemon writes into it: a hole the file system
@@ -192,7 +192,7 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
       return absl::ResourceExhaustedError(absl::StrFormat(
           "pool %s: %s cannot be backed: allocating its %d bytes at offset %d failed: %s (the "
           "file system holding it is full)",
-          pool, shown, file.size_bytes(), file.offset_bytes(), io::ErrnoText(err)));
+          named, shown, file.size_bytes(), file.offset_bytes(), io::ErrnoText(err)));
     }
     // File systems without fallocate: the pages are populated after mapping, below.
   }
@@ -201,7 +201,7 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   const int err = errno;
   if (mapping == MAP_FAILED) {
     close(fd);
-    return ErrnoStatus(err, absl::StrFormat("pool %s: mmap %s", pool, shown));
+    return ErrnoStatus(err, absl::StrFormat("pool %s: mmap %s", named, shown));
   }
 #ifdef MADV_POPULATE_WRITE
   if (!allocated && madvise(mapping, file.size_bytes(), MADV_POPULATE_WRITE) != 0 &&
@@ -210,7 +210,7 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     munmap(mapping, file.size_bytes());
     close(fd);
     return absl::ResourceExhaustedError(
-        absl::StrFormat("pool %s: %s cannot be backed: populating its %d bytes failed: %s", pool,
+        absl::StrFormat("pool %s: %s cannot be backed: populating its %d bytes failed: %s", named,
                         shown, file.size_bytes(), io::ErrnoText(populate_err)));
   }
 #endif

@@ -206,8 +206,8 @@ TEST_F(ClientTest, RegisterEngineChecksItsOptionsAndPassesTheDaemonsErrorsOn) {
       elsewhere->File("pool.kv"), "kv", kSlots, layout_.pools()[0].slot_bytes);
   ASSERT_TRUE(outside.ok()) << outside.status();
   expect_error(EngineFor(**outside), absl::StatusCode::kInvalidArgument,
-               "RegisterEngine: pool 'kv': " + (*outside)->path() +
-                   " is outside the directories the daemon maps pools from");
+               "RegisterEngine: pool 'kv': '" + (*outside)->path() +
+                   "' is outside the directories the daemon maps pools from");
   bad = EngineFor(*pool);
   bad.pools[0].slots = kSlots * 2;
   expect_error(bad, absl::StatusCode::kFailedPrecondition, "RegisterEngine: ");
