@@ -15,13 +15,6 @@
 
 namespace kvtier::io {
 
-std::string ErrnoText(int err) {
-  const char* name = strerrorname_np(err);
-  const char* description = strerrordesc_np(err);
-  if (name == nullptr || description == nullptr) return absl::StrCat("errno ", err);
-  return absl::StrCat(description, " (", name, ")");
-}
-
 absl::Status UnexpectedEndOfFile(absl::string_view path, uint64_t offset, uint32_t length,
                                  uint64_t transferred) {
   return absl::DataLossError(

@@ -9,11 +9,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/errno_text.h"
 
 namespace kvtier::io {
 
 // "Input/output error (EIO)"; "errno 1234" for values the C library does not name.
-std::string ErrnoText(int err);
+using ::kvtier::ErrnoText;
 
 // DataLoss "unexpected end of file": a read of `length` bytes at `offset` of `path` stopped after
 // `transferred` bytes.

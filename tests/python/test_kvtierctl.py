@@ -268,6 +268,20 @@ class KvtierctlTest(daemon_fixture.DaemonTestCase):
         _, err = self.ctl("lookup", f"--namespace={self.ns}", f"--tokens={bad_tokens}",
                           "--page-tokens=1", rc=1)
         self.assertIn("'three' is not a token id", err)
+        # Input files that are not regular files are refused at once (a FIFO used to hang
+        # kvtierctl until something wrote to it; ctl's 60 s timeout turns a hang into a failure).
+        fifo = os.path.join(self.dir, "hashes.fifo")
+        os.mkfifo(fifo)
+        _, err = self.ctl("lookup", f"--namespace={self.ns}", f"--hash-file={fifo}", rc=1)
+        self.assertIn(f"--hash-file file {fifo} is a FIFO (named pipe), not a regular file", err)
+        _, err = self.ctl("lookup", f"--namespace={self.ns}", f"--tokens={fifo}",
+                          f"--page-tokens={TOKENS}", rc=1)
+        self.assertIn(f"--tokens file {fifo} is a FIFO (named pipe)", err)
+        _, err = self.ctl("lookup", f"--namespace={self.ns}", f"--hash-file={self.dir}", rc=1)
+        self.assertIn(f"{self.dir} is a directory, not a regular file", err)
+        _, err = self.ctl("status", f"--token-file={fifo}", rc=1)
+        self.assertIn(f"--token-file file {fifo} is a FIFO (named pipe)", err)
+        os.unlink(fifo)
 
     def test_06_watch(self):
         cmd = [KVTIERCTL, f"--socket={self.socket}", "watch", "--json", "--count=1",
