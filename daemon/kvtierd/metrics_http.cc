@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "daemon/io/posix_file.h"
+#include "daemon/kvtierd/tcp_listen.h"
 
 namespace kvtier::kvtierd {
 namespace {
@@ -191,48 +192,10 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& listen, store::BlockStore* store, service::KvTierService* service) {
-  const size_t colon = listen.rfind(':');
-  uint32_t port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("metrics.listen '%s' is not host:port", listen));
-  }
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* result = nullptr;
-  const std::string port_text = std::to_string(port);
-  if (int err =
-          getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
-      err != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("metrics.listen '%s': %s", listen, gai_strerror(err)));
-  }
+  absl::StatusOr<int> fd = ListenTcp("metrics.listen", listen);
+  if (!fd.ok()) return fd.status();
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
-  int last_errno = 0;
-  for (addrinfo* ai = result; ai != nullptr && server->listen_fd_ < 0; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 16) == 0) {
-      server->listen_fd_ = fd;
-    } else {
-      last_errno = errno;
-      close(fd);
-    }
-  }
-  freeaddrinfo(result);
-  if (server->listen_fd_ < 0) {
-    return absl::UnavailableError(absl::StrFormat("metrics.listen '%s': cannot listen: %s", listen,
-                                                  io::ErrnoText(last_errno)));
-  }
+  server->listen_fd_ = *fd;
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   getsockname(server->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);

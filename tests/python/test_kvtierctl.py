@@ -467,6 +467,26 @@ class KvtierctlTest(daemon_fixture.DaemonTestCase):
         self.assertIn("missing.yaml", err)
         _, err = self.ctl("config", "validate", good, "--set=no.such.field=1", rc=1)
         self.assertIn("no.such.field", err)
+        # Every error of a run is reported, each on its own line, not only the first.
+        worse = os.path.join(self.dir, "worse.yaml")
+        with open(worse, "w") as f:
+            f.write("host:\n  capacity: lots\n  colour: blue\nindex:\n  sync: sometimes\n")
+        _, err = self.ctl("config", "validate", worse, "--set=host.pin=bogus", rc=1)
+        self.assertIn(f"{worse} is not valid (4 errors):", err)
+        for part in (f"config file {worse}: unknown field 'host.colour' (line 3)",
+                     "field 'host.capacity': 'lots'",
+                     "field 'index.sync': 'sometimes'", "field 'host.pin': 'bogus'"):
+            self.assertIn("\n  " + part, err)
+        checked = self.ctl_json("config", "validate", worse, "--set=host.pin=bogus", rc=1)
+        self.assertEqual(len(checked["errors"]), 4, checked)
+        # A directory (or a FIFO) is not a configuration file: exit status 1, at once.
+        _, err = self.ctl("config", "validate", self.dir, rc=1)
+        self.assertIn(f"config file {self.dir} is a directory, not a regular file", err)
+        fifo = os.path.join(self.dir, "config.fifo")
+        os.mkfifo(fifo)
+        _, err = self.ctl("config", "validate", fifo, rc=1)
+        self.assertIn(f"config file {fifo} is a FIFO (named pipe), not a regular file", err)
+        os.unlink(fifo)
 
     def test_12_sigterm_stops_the_daemon(self):
         self.client.close()

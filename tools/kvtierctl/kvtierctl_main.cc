@@ -124,8 +124,9 @@ const std::vector<Command>& Commands() {
        "check a kvtierd configuration file",
        "config validate FILE [--set=FIELD=VALUE ...]",
        "Loads FILE as kvtierd would (defaults, the file, then each --set) and reports whether\n"
-       "it is valid, with the effective socket and tier sizes; exit status 1 when it is not.\n"
-       "Does not contact the daemon.",
+       "it is valid, with the effective socket and tier sizes, or lists every error; exit\n"
+       "status 1 when it is not (also for a FILE that is a directory, FIFO or device). Does not\n"
+       "contact the daemon.",
        {{"set", true, true}},
        RunConfigValidate},
       {"config default",
