@@ -12,7 +12,9 @@ BlockHasher), then runs the kvtierctl binary:
     watch (a live event and a snapshot), evict (by blocks, bytes and hashes), verify (clean, then
     a corrupted disk file: exit status 3, the bad blocks listed, kept with --report-only and
     removed without it), drain and drain --cancel (offloads refused in between), clear,
-    config default and config validate (valid, invalid, --set);
+    config default and config validate (valid, invalid with every error listed, --set, a
+    directory or FIFO refused); input files that are FIFOs or directories refused at once; drain
+    --flush-to-disk copies the host tier to disk, keeping it and counting no eviction;
   - SIGTERM stops the daemon with status 0.
 
 Usage: test_kvtierctl.py --kvtierd PATH --kvtierctl PATH [unittest options], with the module's
@@ -383,9 +385,25 @@ class KvtierctlTest(daemon_fixture.DaemonTestCase):
         with self.assertRaises(kvtier.Error) as refused:
             self.client.offload(self.engine, self.hasher.hash(self.tokens[:TOKENS] + 1), [31])
         self.assertEqual(refused.exception.code, "UNAVAILABLE")
+        before = self.ctl_json("stats")["tiers"]
         flushed = self.ctl_json("drain", "--flush-to-disk")
         self.assertTrue(flushed["drained"])
         self.assertEqual(flushed["registered_engines"], 1)
+        # The host tier is copied to disk, not moved: its blocks stay (an aborted upgrade still
+        # reads from host memory), and no tier counts an eviction for the copies.
+        after = self.ctl_json("stats")["tiers"]
+        host_blocks = self.tier(before, "TIER_HOST")["blocks"]
+        self.assertGreater(host_blocks, 0)
+        self.assertEqual(self.tier(after, "TIER_HOST")["blocks"], host_blocks)
+        self.assertGreaterEqual(self.tier(after, "TIER_DISK")["blocks"], host_blocks)
+        for name in ("TIER_HOST", "TIER_DISK"):
+            self.assertEqual(self.tier(after, name)["evicted_blocks"],
+                             self.tier(before, name)["evicted_blocks"], name)
+        self.assertEqual(flushed["flushed_blocks"],
+                         self.tier(after, "TIER_DISK")["blocks"] -
+                         self.tier(before, "TIER_DISK")["blocks"])
+        found = self.ctl_json("lookup", f"--namespace={self.ns}", self.hashes[0].hex())
+        self.assertEqual([b["tier"] for b in found["blocks"]], ["TIER_HOST"])
         out, _ = self.ctl("drain", "--cancel")
         self.assertIn("drain cancelled: accepting work again (1 engines registered)", out)
         self.assertTrue(self.ctl_json("stats")["draining"] is False)
