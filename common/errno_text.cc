@@ -1,4 +1,4 @@
-// ErrnoText (see errno_text.h).
+// ErrnoText (see errno_text.h): glibc's name and description of the value.
 #include "common/errno_text.h"
 
 #include <cstring>

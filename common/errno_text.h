@@ -1,4 +1,4 @@
-// ErrnoText: an errno value as text for status messages ("No space left on device (ENOSPC)").
+// ErrnoText: the text of an errno value for status messages, one implementation for every module.
 // Stateless and thread-safe.
 #ifndef KVTIER_COMMON_ERRNO_TEXT_H_
 #define KVTIER_COMMON_ERRNO_TEXT_H_
@@ -7,7 +7,7 @@
 
 namespace kvtier {
 
-// The C library's description and name of `err`; "errno 1234" for values it does not name.
+// "Input/output error (EIO)"; "errno 1234" for values the C library does not name.
 std::string ErrnoText(int err);
 
 }  // namespace kvtier

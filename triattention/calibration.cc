@@ -8,11 +8,6 @@
 // kMaxCalibrationValues floats per array.
 #include "triattention/calibration.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -30,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/file_reading.h"
 #include "common/status_macros.h"
 #include "triattention/torch_pickle.h"
 
@@ -679,49 +675,9 @@ absl::StatusOr<Calibration> ParseSafetensorsCalibration(absl::Span<const uint8_t
 }
 
 absl::StatusOr<Calibration> LoadCalibration(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    const std::string message =
-        absl::StrCat("cannot open calibration file '", path, "': ", std::strerror(err));
-    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
-    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
-    return absl::InternalError(message);
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot stat calibration file '", path, "': ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibration file '", path, "' is not a regular file"));
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > kMaxCalibrationFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("calibration file '", path, "' has ", size,
-                                                   " bytes; the limit is ",
-                                                   kMaxCalibrationFileBytes, " (1 GiB)"));
-  }
-  std::vector<uint8_t> bytes(size);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot read calibration file '", path, "': ", std::strerror(errno)));
-    }
-    if (n == 0) {
-      return absl::DataLossError(absl::StrCat("calibration file '", path, "' ended after ", done,
-                                              " of ", bytes.size(), " bytes while reading"));
-    }
-    done += static_cast<size_t>(n);
-  }
+  KVTIER_ASSIGN_OR_RETURN(const std::string file,
+                          ReadRegularFile(path, kMaxCalibrationFileBytes, "calibration file"));
+  const absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(file.data()), file.size());
   absl::StatusOr<Calibration> result;
   if (bytes.size() >= 4 && bytes[0] == 'P' && bytes[1] == 'K' &&
       ((bytes[2] == 3 && bytes[3] == 4) || (bytes[2] == 5 && bytes[3] == 6))) {

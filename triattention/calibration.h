@@ -50,7 +50,9 @@ struct Calibration {
 // archive (torch.save) goes to ParseTorchCalibration, anything else to
 // ParseSafetensorsCalibration. Errors name the path and keep the parser's code; also NotFound when
 // the file does not exist, PermissionDenied when it cannot be read, InvalidArgument for a legacy
-// (pre-zip) torch.save file. Blocks on file I/O.
+// (pre-zip) torch.save file, a file over the limit, and a path that is not a regular file (a
+// FIFO, socket, device or directory is refused before it is opened for reading, so the call never
+// waits on it). Blocks on file I/O.
 absl::StatusOr<Calibration> LoadCalibration(const std::string& path);
 
 // Parses the bytes of a torch.save file in either form (file is borrowed for the call):

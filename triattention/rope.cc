@@ -21,14 +21,10 @@
 //    rotary_dim / 2) fits.
 #include "triattention/rope.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numbers>
 #include <optional>
 #include <utility>
@@ -37,6 +33,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_reading.h"
 #include "common/status_macros.h"
 
 namespace kvtier::triattention {
@@ -316,43 +313,6 @@ absl::Status ApplyYarn(const Scope& config, const Scope& rope, double theta,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    const std::string message = absl::StrCat("cannot open '", path, "': ", std::strerror(err));
-    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
-    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
-    return absl::InternalError(message);
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return absl::InternalError(absl::StrCat("cannot stat '", path, "': ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) return Invalid(absl::StrCat("'", path, "' is not a regular file"));
-  if (static_cast<uint64_t>(st.st_size) > kMaxConfigJsonBytes) {
-    return Invalid(absl::StrCat("'", path, "' has ", st.st_size, " bytes; the limit is ",
-                                kMaxConfigJsonBytes, " (16 MiB)"));
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return absl::InternalError(absl::StrCat("cannot read '", path, "': ", std::strerror(errno)));
-    }
-    if (n == 0) break;  // shrank while reading: parse what is there
-    done += static_cast<size_t>(n);
-  }
-  text.resize(done);
-  return text;
-}
-
 }  // namespace
 
 absl::StatusOr<RopeTables> RopeTablesFromConfigJson(absl::string_view json_text) {
@@ -547,7 +507,8 @@ absl::StatusOr<RopeTables> LoadRopeTables(const std::string& config_json_path) {
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     path = absl::StrCat(path, path.ends_with('/') ? "" : "/", "config.json");
   }
-  KVTIER_ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(path));
+  KVTIER_ASSIGN_OR_RETURN(const std::string text,
+                          ReadRegularFile(path, kMaxConfigJsonBytes, "model config"));
   absl::StatusOr<RopeTables> tables = RopeTablesFromConfigJson(text);
   if (!tables.ok()) {
     return absl::Status(tables.status().code(),

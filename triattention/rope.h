@@ -58,8 +58,9 @@ absl::StatusOr<RopeTables> RopeTablesFromConfigJson(absl::string_view json_text)
 // Reads the config.json at `config_json_path` (or `<path>/config.json` when the path is a model
 // directory), at most kMaxConfigJsonBytes, and parses it with RopeTablesFromConfigJson. Errors name
 // the path: NotFound when the file does not exist, PermissionDenied when it cannot be read,
-// InvalidArgument when it is too large or not a regular file, and the parser's errors. Blocks on
-// file I/O.
+// InvalidArgument when it is too large or not a regular file (a FIFO, socket, device or directory
+// is refused before it is opened for reading, so the call never waits on it), and the parser's
+// errors. Blocks on file I/O.
 absl::StatusOr<RopeTables> LoadRopeTables(const std::string& config_json_path);
 
 // Checks that a calibration belongs to the model the tables came from: same layer count, same

@@ -9,7 +9,6 @@
 // registry at the time the method is built.
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -18,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_reading.h"
 #include "kvtier/compression.h"
 #include "triattention/evictor.h"
 #include "yaml-cpp/yaml.h"
@@ -169,19 +169,14 @@ absl::StatusOr<CompressionConfig> ParseCompressionConfig(std::string_view text) 
 }
 
 absl::StatusOr<CompressionConfig> LoadCompressionConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    const std::string what =
-        absl::StrCat("compression config '", path, "': ", std::strerror(error));
-    return error == ENOENT ? absl::NotFoundError(what) : absl::InvalidArgumentError(what);
+  constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxConfigBytes, "compression config");
+  if (!text.ok()) {
+    // NotFound stays NotFound; every other failure to read is the caller's argument.
+    if (text.status().code() == absl::StatusCode::kNotFound) return text.status();
+    return absl::InvalidArgumentError(text.status().message());
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    return absl::InvalidArgumentError(absl::StrCat("compression config '", path, "': read failed"));
-  }
-  absl::StatusOr<CompressionConfig> config = ParseCompressionConfig(text.str());
+  absl::StatusOr<CompressionConfig> config = ParseCompressionConfig(*text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));

@@ -1,22 +1,18 @@
 // kvtierd's configuration: the embedded default, YAML overlays and validation.
 #include "daemon/kvtierd/config.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cctype>
-#include <cerrno>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "daemon/io/posix_file.h"
+#include "common/file_reading.h"
+#include "daemon/kvtierd/tcp_listen.h"
 #include "daemon/store/block_store.h"
 #include "yaml-cpp/yaml.h"
 
@@ -148,30 +144,35 @@ std::string Where(const YAML::Node& node) {
   return absl::StrFormat(" (line %d)", mark.line + 1);
 }
 
-// Fails on keys of `user` that `reference` lacks, and on maps given where scalars are expected.
-absl::Status CheckKnown(const YAML::Node& reference, const YAML::Node& user,
-                        const std::string& prefix) {
+// The fields of `user` that `reference` has, with every other one reported in `errors` (with
+// `where` before it): unknown keys, maps given where a value is expected, values where a map is.
+// Null when `user` is not a map.
+YAML::Node KnownFields(const YAML::Node& reference, const YAML::Node& user,
+                       const std::string& prefix, const std::string& where,
+                       std::vector<std::string>* errors) {
   if (!user.IsMap()) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s must be a map of fields%s",
-                                                      prefix.empty() ? "the configuration" : prefix,
-                                                      Where(user)));
+    errors->push_back(absl::StrFormat("%s%s must be a map of fields%s", where,
+                                      prefix.empty() ? "the configuration" : prefix, Where(user)));
+    return YAML::Node();
   }
+  YAML::Node known(YAML::NodeType::Map);
   for (const auto& kv : user) {
     const std::string key = kv.first.as<std::string>();
     const std::string path = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
     const YAML::Node ref = reference[key];
     if (!ref) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unknown field '%s'%s", path, Where(kv.first)));
-    }
-    if (ref.IsMap()) {
-      if (absl::Status st = CheckKnown(ref, kv.second, path); !st.ok()) return st;
+      errors->push_back(absl::StrFormat("%sunknown field '%s'%s", where, path, Where(kv.first)));
+    } else if (ref.IsMap()) {
+      YAML::Node inner = KnownFields(ref, kv.second, path, where, errors);
+      if (!inner.IsNull()) known[key] = inner;
     } else if (kv.second.IsMap()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("field '%s' takes a value, not a map%s", path, Where(kv.second)));
+      errors->push_back(absl::StrFormat("%sfield '%s' takes a value, not a map%s", where, path,
+                                        Where(kv.second)));
+    } else {
+      known[key] = kv.second;
     }
   }
-  return absl::OkStatus();
+  return known;
 }
 
 void Merge(YAML::Node base, const YAML::Node& over) {
@@ -185,10 +186,13 @@ void Merge(YAML::Node base, const YAML::Node& over) {
   }
 }
 
+// Reads fields of the merged configuration. Every failure is kept (one per field: the first),
+// so that one run reports them all.
 class Reader {
  public:
-  explicit Reader(const YAML::Node& root) : root_(root) {}
-  const absl::Status& status() const { return status_; }
+  Reader(const YAML::Node& root, std::vector<std::string>* errors) : root_(root), errors_(errors) {}
+  // True when `path` failed (a later check of the same field would only repeat the first error).
+  bool failed(const std::string& path) const { return failed_.contains(path); }
 
   YAML::Node Get(const std::string& path) {
     YAML::Node node = YAML::Clone(root_);
@@ -198,8 +202,8 @@ class Reader {
     return node;
   }
   void Fail(const std::string& path, const std::string& what) {
-    if (status_.ok()) {
-      status_ = absl::InvalidArgumentError(absl::StrFormat("field '%s': %s", path, what));
+    if (failed_.insert(path).second) {
+      errors_->push_back(absl::StrFormat("field '%s': %s", path, what));
     }
   }
   std::string String(const std::string& path) {
@@ -244,7 +248,7 @@ class Reader {
     if (auto_allowed && s == "auto") return 0;
     absl::StatusOr<uint64_t> v = ParseBytes(path, s);
     if (!v.ok()) {
-      status_.Update(v.status());
+      if (failed_.insert(path).second) errors_->emplace_back(v.status().message());
       return 0;
     }
     if (auto_allowed && *v == 0) return UINT64_MAX;  // explicit 0 (no tier); see callers
@@ -269,64 +273,19 @@ class Reader {
 
  private:
   YAML::Node root_;
-  absl::Status status_;
+  std::vector<std::string>* errors_;
+  absl::flat_hash_set<std::string> failed_;
 };
-
-// Splits "host:port" or "[v6 address]:port" (the host keeps its brackets). False when `text` is
-// neither, or the port is not 0 to 65535.
-bool SplitHostPort(const std::string& text, std::string* host, uint32_t* port) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  *host = text.substr(0, colon);
-  const bool bracketed = (*host)[0] == '[';
-  if (bracketed != (host->back() == ']') || (bracketed && host->size() < 3) ||
-      (!bracketed && host->find(':') != std::string::npos)) {
-    return false;
-  }
-  const std::string digits = text.substr(colon + 1);
-  if (digits.empty() || digits.size() > 5 ||
-      digits.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  *port = static_cast<uint32_t>(std::stoul(digits));
-  return *port <= 65535;
-}
 
 // The contents of the PEM file `path`, which must hold `marker` (part of the line that starts
 // the block it needs; `what` names that block). The message of an error names the path and says
-// why, with the errno text.
+// why, with the errno text; a FIFO, socket, device or directory is refused without being read.
 absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view marker,
                                     absl::string_view what) {
-  constexpr size_t kMaxBytes = 1 << 20;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("cannot read %s: %s", path, io::ErrnoText(errno)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrFormat("%s is not a regular file", path));
-  }
-  std::string text;
-  char buf[16384];
-  while (text.size() <= kMaxBytes) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      return absl::InvalidArgumentError(
-          absl::StrFormat("cannot read %s: %s", path, io::ErrnoText(err)));
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  if (text.size() > kMaxBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s is larger than 1 MiB; not a PEM file", path));
-  }
+  constexpr uint64_t kMaxBytes = 1 << 20;
+  absl::StatusOr<std::string> contents = ReadRegularFile(path, kMaxBytes, "");
+  if (!contents.ok()) return absl::InvalidArgumentError(contents.status().message());
+  const std::string& text = *contents;
   if (!absl::StrContains(text, marker)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s is not a PEM %s (no '%s' in it)", path, what, marker));
@@ -387,38 +346,45 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view field, absl::string_view t
 
 absl::StatusOr<Config> LoadConfig(const std::string& file,
                                   const std::vector<std::string>& overrides) {
+  constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
   const YAML::Node reference = YAML::Load(std::string(kDefaultConfig));
   YAML::Node root = YAML::Clone(reference);
+  // Every error, in the order found; the file's own (it cannot be read) keeps its code when it is
+  // the only one.
+  std::vector<std::string> errors;
+  absl::StatusCode single_code = absl::StatusCode::kInvalidArgument;
   if (!file.empty()) {
-    std::ifstream in(file);
-    if (!in) return absl::NotFoundError(absl::StrFormat("config file %s cannot be read", file));
-    std::stringstream text;
-    text << in.rdbuf();
+    absl::StatusOr<std::string> text = ReadRegularFile(file, kMaxConfigBytes, "config file");
     YAML::Node user;
-    try {
-      user = YAML::Load(text.str());
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(absl::StrFormat("config file %s: %s", file, e.what()));
-    }
-    if (!user.IsNull()) {
-      if (absl::Status st = CheckKnown(reference, user, ""); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("config file ", file, ": ", st.message()));
+    if (!text.ok()) {
+      errors.emplace_back(text.status().message());
+      single_code = text.status().code();
+    } else {
+      try {
+        user = YAML::Load(*text);
+      } catch (const YAML::Exception& e) {
+        errors.push_back(absl::StrFormat("config file %s: %s", file, e.what()));
       }
-      Merge(root, user);
+    }
+    if (user.IsDefined() && !user.IsNull()) {
+      YAML::Node known =
+          KnownFields(reference, user, "", absl::StrCat("config file ", file, ": "), &errors);
+      if (!known.IsNull()) Merge(root, known);
     }
   }
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--set '%s': expected field.path=value", o));
+      errors.push_back(absl::StrFormat("--set '%s': expected field.path=value", o));
+      continue;
     }
     const std::string path = o.substr(0, eq);
     YAML::Node value;
     try {
       value = YAML::Load(o.substr(eq + 1));
     } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(absl::StrFormat("--set %s: %s", path, e.what()));
+      errors.push_back(absl::StrFormat("--set %s: %s", path, e.what()));
+      continue;
     }
     // Build {a: {b: value}} and check it like a file.
     YAML::Node tree = value;
@@ -428,13 +394,11 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
       parent[*it] = tree;
       tree.reset(parent);
     }
-    if (absl::Status st = CheckKnown(reference, tree, ""); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--set ", path, ": ", st.message()));
-    }
-    Merge(root, tree);
+    YAML::Node known =
+        KnownFields(reference, tree, "", absl::StrCat("--set ", path, ": "), &errors);
+    if (!known.IsNull()) Merge(root, known);
   }
-
-  Reader r(root);
+  Reader r(root, &errors);
   Config c;
   c.socket = r.String("server.socket");
   if (c.socket.empty() || c.socket.size() > 107) {
@@ -470,7 +434,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   c.lease_seconds = r.Double("engines.lease_seconds", 0.1, 86400);
   c.min_lease_seconds = r.Double("engines.min_lease_seconds", 0.1, 86400);
   c.max_lease_seconds = r.Double("engines.max_lease_seconds", 0.1, 86400);
-  if (c.min_lease_seconds > c.max_lease_seconds) {
+  if (!r.failed("engines.min_lease_seconds") && !r.failed("engines.max_lease_seconds") &&
+      c.min_lease_seconds > c.max_lease_seconds) {
     r.Fail("engines.min_lease_seconds", "exceeds engines.max_lease_seconds");
   }
   c.max_parked_requests = static_cast<uint32_t>(r.Uint("engines.max_parked_requests", 1, 1u << 20));
@@ -529,8 +494,12 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   c.index_min_free = r.Bytes("index.min_free", false);
   c.index_reserve = r.Bytes("index.reserve", false);
   c.metrics_listen = r.String("metrics.listen");
-  if (!c.metrics_listen.empty() && c.metrics_listen.rfind(':') == std::string::npos) {
-    r.Fail("metrics.listen", absl::StrFormat("'%s' is not host:port", c.metrics_listen));
+  std::string metrics_host;
+  uint32_t metrics_port = 0;
+  if (!c.metrics_listen.empty() && !SplitHostPort(c.metrics_listen, &metrics_host, &metrics_port,
+                                                  /*allow_empty_host=*/true)) {
+    r.Fail("metrics.listen",
+           absl::StrFormat("'%s' is not host:port (IPv6: \"[::1]:9464\")", c.metrics_listen));
   }
   c.tcp_listen = r.String("tcp.listen");
   c.tcp_tls_cert_file = r.String("tcp.tls.cert_file");
@@ -571,7 +540,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
              "needs tcp.tls.cert_file and tcp.tls.key_file (or, for tests on a loopback address, "
              "tcp.insecure: true)");
     }
-    if (tls && r.status().ok()) {
+    // The files are read when their fields are sound (a bad path was reported already).
+    if (tls && !r.failed("tcp.listen") && !r.failed("tcp.insecure")) {
       const struct {
         const char* field;
         const std::string* path;
@@ -587,7 +557,7 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
            "CA certificate", &c.tcp_tls_client_ca_pem},
       };
       for (const auto& f : files) {
-        if (f.path->empty()) continue;
+        if (f.path->empty() || r.failed(f.field)) continue;
         absl::StatusOr<std::string> pem = ReadPem(*f.path, f.marker, f.what);
         if (!pem.ok()) {
           r.Fail(f.field, std::string(pem.status().message()));
@@ -616,8 +586,9 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
       }
     }
   }
-  if (!r.status().ok()) return r.status();
-  return c;
+  if (errors.empty()) return c;
+  if (errors.size() == 1) return absl::Status(single_code, errors.front());
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
 }
 
 }  // namespace kvtier::kvtierd

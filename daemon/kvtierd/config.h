@@ -76,9 +76,13 @@ struct Config {
 absl::string_view DefaultConfigYaml();
 
 // Loads the default, then `file` (when not empty), then each "dotted.key=value" of `overrides`,
-// and reads the tcp.tls files. InvalidArgument names the field (and the file and line for YAML
-// errors; the path and the errno text for a tcp.tls file that cannot be read); NotFound when
-// `file` does not exist. Blocks on the file system.
+// and reads the tcp.tls files. Every error is reported, not only the first: unknown fields, bad
+// values, malformed overrides and unreadable tcp.tls files each give one line of the
+// InvalidArgument's message, which names the field (and the file and line for YAML errors; the
+// path and the errno text for a tcp.tls file that cannot be read). When the only error is that
+// `file` cannot be read, its code is kept: NotFound when it does not exist, InvalidArgument when
+// it is not a regular file (a directory, FIFO, socket or device is refused without being read, so
+// the call never waits on it). Blocks on the file system.
 absl::StatusOr<Config> LoadConfig(const std::string& file,
                                   const std::vector<std::string>& overrides);
 

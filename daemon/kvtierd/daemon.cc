@@ -24,11 +24,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/kvtierd/metrics_http.h"
 #include "daemon/kvtierd/probes.h"
+#include "daemon/kvtierd/startup_checks.h"
 #include "daemon/kvtierd/systemd_notify.h"
 #include "daemon/kvtierd/systemd_watchdog.h"
 #include "daemon/kvtierd/unix_listener.h"
@@ -109,32 +111,6 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
   return fd;
 }
 
-// Removes a socket file that no process listens on (left by a killed daemon). FailedPrecondition
-// when another daemon answers on it.
-absl::Status ClearStaleSocket(const std::string& path) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
-  if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("server.socket %s exists and is not a socket", path));
-  }
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  if (live) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("another process is serving on %s (is kvtierd already running?)", path));
-  }
-  if (unlink(path.c_str()) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("cannot remove the stale socket %s: %s", path, io::ErrnoText(errno)));
-  }
-  return absl::OkStatus();
-}
-
 // 32 random bytes kept in `path` (mode 0600), created on first use: the daemon's hash-root key.
 absl::StatusOr<std::string> LoadOrCreateKey(const std::string& path) {
   std::string key(32, '\0');
@@ -200,47 +176,24 @@ absl::StatusOr<store::BlockStoreOptions> StoreOptions(const Config& c) {
   o.index_reserve_bytes = c.index_reserve;
   o.host_chunk_bytes = c.host_chunk;
   o.host.pin = c.host_pin;
-  uint64_t host = c.host_capacity;
-  if (host == 0) {
-    const store::HostArena::MemoryLimit limit = store::HostArena::ReadMemoryLimit();
-    host = std::min<uint64_t>(limit.bytes / 4, 64ull << 30);
-    KVTIER_LOG(kInfo, "host.capacity auto: ", host >> 20, " MiB (a quarter of ", limit.source,
-               ", at most 64 GiB)");
-  }
-  host = host / c.host_chunk * c.host_chunk;
-  if (host == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("host.capacity is below one host.chunk (%d bytes)", c.host_chunk));
-  }
-  o.host.capacity_bytes = host;
+  std::string note;
+  absl::StatusOr<uint64_t> host = HostTierBytes(c, &note);
+  if (!host.ok()) return host.status();
+  if (!note.empty()) KVTIER_LOG(kInfo, note);
+  o.host.capacity_bytes = *host;
   if (c.host_persistent) o.host.shm_name = c.host_shm_name;
   o.max_block_bytes = c.host_chunk;
-  if (c.disk_capacity != UINT64_MAX) {
-    o.disk.dirs = c.disk_dirs;
-    if (o.disk.dirs.empty()) o.disk.dirs = {c.state_dir + "/disk"};
+  o.disk.dirs = DiskTierDirs(c);
+  if (!o.disk.dirs.empty()) {
     for (const std::string& d : o.disk.dirs) {
       if (absl::Status st = MakeDirs(d, "disk tier"); !st.ok()) return st;
     }
-    uint64_t disk = c.disk_capacity;
-    if (disk == 0) {
-      struct statvfs vfs;
-      if (statvfs(o.disk.dirs[0].c_str(), &vfs) != 0) {
-        return absl::FailedPreconditionError(absl::StrFormat("disk.capacity auto: statvfs %s: %s",
-                                                             o.disk.dirs[0], io::ErrnoText(errno)));
-      }
-      disk = std::min<uint64_t>(uint64_t{vfs.f_bavail} * vfs.f_frsize / 4, 256ull << 30);
-      KVTIER_LOG(kInfo, "disk.capacity auto: ", disk >> 20, " MiB");
-    }
-    const uint64_t unit = c.disk_chunk * o.disk.dirs.size();
-    o.disk.capacity_bytes = disk / unit * unit;
+    absl::StatusOr<uint64_t> disk = DiskTierBytes(c, &note);
+    if (!disk.ok()) return disk.status();
+    if (!note.empty()) KVTIER_LOG(kInfo, note);
+    o.disk.capacity_bytes = *disk;
     o.disk.chunk_bytes = c.disk_chunk;
     o.disk.queue_depth = c.disk_queue_depth;
-    if (o.disk.capacity_bytes == 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "disk.capacity %d is below one disk.chunk per directory (%d bytes); use 0 for no "
-          "disk tier",
-          disk, unit));
-    }
     o.max_block_bytes = std::min(c.host_chunk, c.disk_chunk);
   }
   o.admission = c.disk_admission == "all" ? store::DiskAdmission::kAll
@@ -302,10 +255,17 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   // Files the daemon creates are its own (0600, directories 0700) whatever the caller's umask;
   // the socket is made 0660 explicitly (unix_listener.cc).
   umask(077);
+  // The state directory's lock first: a second daemon on it is told so, before anything else.
   if (absl::Status st = PrepareStateDir(config.state_dir); !st.ok()) return st;
   absl::StatusOr<int> state_lock = LockStateDir(config.state_dir);
   if (!state_lock.ok()) return state_lock.status();
   absl::Cleanup unlock_state = [fd = *state_lock] { close(fd); };
+  // What can be checked in milliseconds (ports, TLS pair, directories, sizes), before the store
+  // takes its time over recovery and pinning.
+  if (absl::Status st = CheckStartable(config, {.socket_activated = activated_fd >= 0}); !st.ok()) {
+    if (activated_fd >= 0) close(activated_fd);
+    return st;
+  }
   if (activated_fd < 0) {
     const std::string socket_dir = std::filesystem::path(config.socket).parent_path().string();
     if (!socket_dir.empty()) {
@@ -503,9 +463,10 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
                           int64_t{now.tv_sec} * 1000000 + now.tv_nsec / 1000));
       absl::StatusOr<Config> reloaded = LoadConfig(source.file, source.overrides);
       if (!reloaded.ok()) {
-        KVTIER_LOG(kError, "SIGHUP: configuration not reloaded: ", reloaded.status().message());
-        notify(absl::StrCat("READY=1\nSTATUS=serving on ", serving,
-                            "; the last reload failed: ", reloaded.status().message()));
+        KVTIER_LOG(kError, "SIGHUP: configuration not reloaded: ",
+                   absl::StrReplaceAll(reloaded.status().message(), {{"\n", "; "}}));
+        notify(absl::StrCat("READY=1\nSTATUS=serving on ", serving, "; the last reload failed: ",
+                            absl::StrReplaceAll(reloaded.status().message(), {{"\n", "; "}})));
         continue;
       }
       SetMinLogSeverity(ParseLevel(reloaded->log_level));

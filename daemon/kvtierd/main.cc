@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "daemon/kvtierd/config.h"
 #include "daemon/kvtierd/daemon.h"
+#include "daemon/kvtierd/startup_checks.h"
 
 namespace {
 
@@ -21,7 +23,9 @@ constexpr const char* kUsage = R"(usage: kvtierd [options]
   --socket=PATH            same as --set=server.socket=PATH
   --state-dir=DIR          same as --set=state_dir=DIR
   --print-default-config   print the default configuration, with every field explained, and exit
-  --check-config           load and validate the configuration, then exit
+  --check-config           check the configuration and what a start with it needs (listen
+                           addresses free, TLS certificate and key a pair, tokens file,
+                           directories, tier sizes), report every problem, then exit
   --repair-index           repair a damaged index (or set it aside when it cannot be), then exit;
                            needs the configuration the daemon runs with, and no daemon running
   --version                print the version and exit
@@ -71,10 +75,21 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<kvtier::kvtierd::Config> config = kvtier::kvtierd::LoadConfig(file, overrides);
   if (!config.ok()) {
-    std::cerr << "kvtierd: " << config.status().message() << "\n";
+    for (absl::string_view line : absl::StrSplit(config.status().message(), '\n')) {
+      std::cerr << "kvtierd: " << line << "\n";
+    }
     return 1;
   }
   if (check_only) {
+    if (absl::Status st = kvtier::kvtierd::CheckStartable(*config); !st.ok()) {
+      for (absl::string_view line : absl::StrSplit(st.message(), '\n')) {
+        std::cerr << "kvtierd: " << line << "\n";
+      }
+      return 1;
+    }
+    for (const std::string& warning : kvtier::kvtierd::ConfigWarnings(*config)) {
+      std::cerr << "kvtierd: warning: " << warning << "\n";
+    }
     std::cout << "kvtierd: configuration is valid\n";
     return 0;
   }
@@ -91,7 +106,9 @@ int main(int argc, char** argv) {
   kvtier::kvtierd::BlockShutdownSignals();  // before any thread starts
   absl::Status st = kvtier::kvtierd::Run(*config, {file, overrides});
   if (!st.ok()) {
-    KVTIER_LOG(kError, "kvtierd: ", st.message());
+    for (absl::string_view line : absl::StrSplit(st.message(), '\n')) {
+      KVTIER_LOG(kError, "kvtierd: ", line);
+    }
     return 1;
   }
   return 0;

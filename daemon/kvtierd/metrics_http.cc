@@ -10,6 +10,7 @@
 #include "daemon/kvtierd/metrics_http.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -30,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "daemon/io/posix_file.h"
+#include "daemon/kvtierd/tcp_listen.h"
 
 namespace kvtier::kvtierd {
 namespace {
@@ -279,49 +281,16 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& listen, store::BlockStore* store, service::KvTierService* service,
     DaemonProbes* probes) {
-  const size_t colon = listen.rfind(':');
-  uint32_t port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("metrics.listen '%s' is not host:port", listen));
-  }
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* result = nullptr;
-  const std::string port_text = std::to_string(port);
-  if (int err =
-          getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
-      err != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("metrics.listen '%s': %s", listen, gai_strerror(err)));
-  }
-  int listen_fd = -1;
-  int last_errno = 0;
-  for (addrinfo* ai = result; ai != nullptr && listen_fd < 0; ai = ai->ai_next) {
-    // Non-blocking: the event loop's threads all accept on it.
-    const int fd =
-        socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, kListenBacklog) == 0) {
-      listen_fd = fd;
-    } else {
-      last_errno = errno;
-      close(fd);
-    }
-  }
-  freeaddrinfo(result);
-  if (listen_fd < 0) {
-    return absl::UnavailableError(absl::StrFormat("metrics.listen '%s': cannot listen: %s", listen,
-                                                  io::ErrnoText(last_errno)));
+  absl::StatusOr<int> bound_fd = ListenTcp("metrics.listen", listen);
+  if (!bound_fd.ok()) return bound_fd.status();
+  const int listen_fd = *bound_fd;
+  // Non-blocking, with a deeper backlog: the event loop's threads all accept on it.
+  if (fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK) != 0 ||
+      ::listen(listen_fd, kListenBacklog) != 0) {
+    const int err = errno;
+    close(listen_fd);
+    return absl::UnavailableError(
+        absl::StrFormat("metrics.listen '%s': cannot listen: %s", listen, io::ErrnoText(err)));
   }
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   sockaddr_storage bound{};

@@ -30,7 +30,7 @@ struct ReadinessInputs {
   // Whether the index takes writes (IndexHealth::ToStatus: a full state drive, a lost index
   // directory, an index open read-only).
   absl::Status index_writable = absl::OkStatus();
-  uint64_t host_capacity_bytes = 0;       // every block passes through the host tier
+  uint64_t host_capacity_bytes = 0;  // every block passes through the host tier
 };
 
 // One line per reason the daemon does not accept work, in the order of ReadinessInputs:

@@ -267,7 +267,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Drain(grpc::CallbackServerContext*
   }
   service_->BeginDrain();
   KVTIER_LOG(kInfo, "admin: draining",
-             req->flush_to_disk() ? " (writing the host tier to disk)" : "");
+             req->flush_to_disk() ? " (copying the host tier to disk)" : "");
   // The wait for in-flight work must not run on the workers it waits for: a thread of its own.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::MutexLock lock(&mu_);
@@ -283,9 +283,11 @@ grpc::ServerUnaryReactor* KvTierAdminService::Drain(grpc::CallbackServerContext*
                               ? absl::OkStatus()
                               : absl::DeadlineExceededError(
                                     "in-flight requests are still running; draining continues");
-        const uint64_t before = store_->Stats().evictions_host_to_disk;
-        if (st.ok()) st = flush ? store_->DemoteAll() : store_->Flush();
-        resp->set_flushed_blocks(store_->Stats().evictions_host_to_disk - before);
+        // flush_to_disk copies the host tier to disk and keeps it: a cancelled drain (an aborted
+        // upgrade) still reads from host memory.
+        const uint64_t before = store_->Stats().blocks_written_to_disk;
+        if (st.ok()) st = flush ? store_->FlushToDisk() : store_->Flush();
+        resp->set_flushed_blocks(store_->Stats().blocks_written_to_disk - before);
         resp->set_drained(st.ok());
         resp->set_registered_engines(static_cast<uint32_t>(service_->engine_count()));
         SetDuration(absl::Now() - start, resp->mutable_elapsed());

@@ -3,8 +3,6 @@
 
 #include <openssl/sha.h>
 
-#include <fstream>
-
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
@@ -13,9 +11,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_reading.h"
 
 namespace kvtier::service {
 namespace {
+
+constexpr uint64_t kMaxTokensFileBytes = uint64_t{16} << 20;
 
 std::string Hex(const unsigned char* p, size_t n) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -37,12 +38,12 @@ std::string TokenAuth::HashToken(absl::string_view token) {
 
 absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Load(const std::string& path,
                                                            std::vector<std::string> admin_tenants) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrFormat("auth.tokens_file %s cannot be read", path));
+  absl::StatusOr<std::string> contents =
+      ReadRegularFile(path, kMaxTokensFileBytes, "auth.tokens_file");
+  if (!contents.ok()) return contents.status();
   auto auth = std::make_unique<TokenAuth>();
-  std::string line;
   int number = 0;
-  while (std::getline(in, line)) {
+  for (absl::string_view line : absl::StrSplit(*contents, '\n')) {
     ++number;
     absl::string_view text = line;
     if (size_t hash = text.find('#'); hash != absl::string_view::npos) text = text.substr(0, hash);

@@ -20,8 +20,11 @@ namespace kvtier::service {
 
 class TokenAuth {
  public:
-  // NotFound when the file is missing; InvalidArgument naming the line for a malformed entry or a
-  // hash listed twice.
+  // Reads the tokens file `path` (at most 16 MiB). NotFound when the file is missing,
+  // PermissionDenied when it cannot be read, InvalidArgument when it is not a regular file (a
+  // FIFO, socket, device or directory is refused without being read, so the call never waits on
+  // it) or names the line of a malformed entry or of a hash listed twice. Blocks on the file
+  // system.
   static absl::StatusOr<std::unique_ptr<TokenAuth>> Load(const std::string& path,
                                                          std::vector<std::string> admin_tenants);
   // The caller's tenant. Unauthenticated when the metadata is missing, malformed or names no

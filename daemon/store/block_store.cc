@@ -903,6 +903,7 @@ StoreStats BlockStore::Stats() const {
   out.evictions_host_dropped = c.host_dropped;
   out.evictions_host_copy_freed = c.host_copy_freed;
   out.evictions_disk_dropped = c.disk_dropped;
+  out.blocks_written_to_disk = c.disk_writes;
   out.evictions_quota = c.quota_evictions;
   out.removed = c.removed;
   out.io_errors = c.io_errors;

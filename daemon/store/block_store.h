@@ -348,8 +348,18 @@ class BlockStore {
   absl::Status Flush();
 
   // Moves every GPU-tier page to the host tier and every host block that the disk admits down to
-  // disk now (kvtierctl drain); then Flush.
+  // disk now, freeing the host copies (counted as evictions); then Flush. Blocks.
   absl::Status DemoteAll();
+
+  // Gives every host block that the disk admits (DiskAdmission) and that has no disk copy one,
+  // keeping its host copy, so that the blocks survive a restart while reads keep coming from host
+  // memory (kvtierctl drain --flush-to-disk). GPU-tier pages are first encoded into the host tier
+  // (they leave the GPU tier, as under pressure). Blocks are written least recently used first;
+  // when the disk tier cannot hold them all, its own least recently used blocks make room as
+  // usual, so the most recently used end up on disk. Counts no eviction of its own (only what
+  // making room on disk evicts); StoreStats::blocks_written_to_disk counts the writes. Then
+  // Flush. Blocks until done; Unavailable when the store stops meanwhile.
+  absl::Status FlushToDisk();
 
   // Reads back and verifies stored blocks (kvtierctl verify): host copies in place, disk copies
   // through the disk tier (GPU-tier pages have no stored block yet and are skipped), each against

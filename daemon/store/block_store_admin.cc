@@ -1,4 +1,4 @@
-// BlockStore's operator paths: Clear, Evict, Verify, Snapshot, Remove, DemoteAll.
+// BlockStore's operator paths: Clear, Evict, Verify, Snapshot, Remove, DemoteAll, FlushToDisk.
 #include <algorithm>
 #include <chrono>
 
@@ -181,6 +181,39 @@ absl::Status BlockStore::DemoteAll() {
     absl::MutexLock lock(&state_->mu);
     state_->demote_all = true;
     state_->work_cv.Signal();
+  }
+  return Flush();
+}
+
+absl::Status BlockStore::FlushToDisk() {
+  State& s = *state_;
+  if (s.gpu != nullptr) {
+    {
+      absl::MutexLock lock(&s.mu);
+      s.demote_gpu_all = true;
+      s.work_cv.Signal();
+    }
+    KVTIER_RETURN_IF_ERROR(Flush());
+  }
+  {
+    absl::MutexLock lock(&s.mu);
+    if (s.disk->file_count() > 0) {
+      // Least recently used first: when the disk cannot take them all, the later writes push the
+      // earlier ones out, and the most recently used stay.
+      for (Entry* e = s.host_lru.back(); e != nullptr; e = HostLru::Prev(e)) {
+        const bool admitted =
+            options_.admission == DiskAdmission::kAll ||
+            (e->rec.flags & (index::kBlockFlagReused | index::kBlockFlagDurable)) != 0;
+        if (e->removed || e->writing || e->migrating || e->disk.has_value() ||
+            e->queued_write_through || !admitted) {
+          continue;
+        }
+        e->durable_result.reset();
+        e->queued_write_through = true;
+        s.write_through.push_back(e);
+      }
+      s.work_cv.Signal();
+    }
   }
   return Flush();
 }

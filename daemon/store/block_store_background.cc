@@ -271,7 +271,7 @@ void BlockStore::BackgroundLoop() {
     const bool gpu_pressure =
         s.gpu != nullptr && !s.gpu_lru.empty() &&
         (static_cast<double>(s.gpu_used) > options_.gpu.watermarks.high * gpu_capacity ||
-         s.gpu_room_waiters > 0 || s.demote_all ||
+         s.gpu_room_waiters > 0 || s.demote_all || s.demote_gpu_all ||
          (s.gpu_evict_target.has_value() && s.gpu_used > *s.gpu_evict_target));
     if (!gpu_pressure) s.host_wanted_by_gpu = 0;
     const bool host_pressure =
@@ -302,6 +302,7 @@ void BlockStore::BackgroundLoop() {
     if (!work || s.stop) {
       if (s.stop && (!pending || !index_writable)) break;
       s.demote_all = false;
+      s.demote_gpu_all = false;
       if (!pending) {
         s.idle = true;
         s.changed_cv.SignalAll();
@@ -320,14 +321,16 @@ void BlockStore::BackgroundLoop() {
 
     // (5) before (3): GPU pages go to the host tier, whose own pressure is handled next round.
     if (gpu_pressure) {
-      uint64_t target =
-          s.demote_all ? 0 : static_cast<uint64_t>(options_.gpu.watermarks.low * gpu_capacity);
+      uint64_t target = s.demote_all || s.demote_gpu_all
+                            ? 0
+                            : static_cast<uint64_t>(options_.gpu.watermarks.low * gpu_capacity);
       if (s.gpu_room_waiters > 0 && s.gpu_used <= target) {
         target = s.gpu_used - std::min(s.gpu_used, s.gpu->slots().chunk_bytes());
       }
       if (s.gpu_evict_target.has_value()) target = std::min(target, *s.gpu_evict_target);
       if (DemoteGpu(s, target, options_.demotion_batch, persistent_host)) continue;
-      s.gpu_evict_target.reset();  // nothing left to move
+      s.gpu_evict_target.reset();                               // nothing left to move
+      if (s.host_wanted_by_gpu == 0) s.demote_gpu_all = false;  // (not: waiting for host room)
     }
 
     // (2) and (3): choose the blocks to write.
@@ -361,8 +364,9 @@ void BlockStore::BackgroundLoop() {
       }
       std::optional<DiskSlot> slot = allocate(e);
       if (!slot.has_value()) {
-        if (evicted == 0 && s.quarantine.empty()) {
-          // Nothing can make room (every disk block pinned or in motion): fail the durable put.
+        if (evicted == 0 && s.quarantine.empty() && moves.empty()) {
+          // Nothing can make room (every disk block pinned or in motion, none of it this round's
+          // writes, which can be evicted once done): fail the durable put.
           s.write_through.pop_front();
           e->queued_write_through = false;
           e->durable_result = absl::ResourceExhaustedError(absl::StrFormat(
@@ -424,7 +428,9 @@ void BlockStore::BackgroundLoop() {
       s.demote_all = false;  // nothing can make room: DemoteAll moves what fits
     }
     if (moves.empty()) {
-      if (pending && index_writable) {
+      // Read again: this round's evictions may have queued deletions.
+      if (index_writable &&
+          (!s.pending.empty() || !s.unsaved_namespaces.empty() || !s.unsaved_meta.empty())) {
         CommitPending(s, policy);
         oldest_pending = absl::InfiniteFuture();
       } else {
@@ -525,6 +531,7 @@ void BlockStore::BackgroundLoop() {
       }
       s.disk_lru.PushFront(e);
       s.counters.bytes_in[static_cast<int>(Tier::kDisk)] += e->rec.size;
+      ++s.counters.disk_writes;
       if ((m.victim || e->evict_host_after_write) && committed.ok()) {
         e->evict_host_after_write = false;
         ++s.counters.host_to_disk;

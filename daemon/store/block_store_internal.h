@@ -85,6 +85,7 @@ struct Counters {
   std::atomic<uint64_t> misses{0}, puts{0}, duplicate_puts{0}, put_rejected{0};
   std::atomic<uint64_t> gpu_to_host{0}, gpu_dropped{0};
   std::atomic<uint64_t> host_to_disk{0}, host_dropped{0}, host_copy_freed{0}, disk_dropped{0};
+  std::atomic<uint64_t> disk_writes{0};  // disk copies made (not evictions: see host_to_disk)
   std::atomic<uint64_t> quota_evictions{0}, removed{0}, io_errors{0};
 };
 
@@ -156,6 +157,7 @@ struct BlockStore::State {
   uint32_t migrating ABSL_GUARDED_BY(mu) = 0;
   uint64_t pinned ABSL_GUARDED_BY(mu) = 0;
   bool demote_all ABSL_GUARDED_BY(mu) = false;
+  bool demote_gpu_all ABSL_GUARDED_BY(mu) = false;  // FlushToDisk: every GPU page to the host
   bool stop ABSL_GUARDED_BY(mu) = false;
   bool idle ABSL_GUARDED_BY(mu) = false;  // the background thread found nothing to do
 

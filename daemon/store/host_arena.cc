@@ -144,8 +144,7 @@ HostArena::MemoryLimit HostArena::ReadMemoryLimit() {
   return limit;
 }
 
-absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
+absl::Status HostArena::CheckOptions(const HostArenaOptions& options) {
   if (options.capacity_bytes == 0 || options.capacity_bytes % kPageBytes != 0) {
     return absl::InvalidArgumentError(absl::StrCat("host capacity ", options.capacity_bytes,
                                                    " bytes must be a positive multiple of 4096"));
@@ -159,15 +158,32 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
         SizeAndHow(options.capacity_bytes), options.max_memory_fraction * 100,
         SizeAndHow(limit.bytes), limit.source));
   }
+  if (!options.shm_name.empty() && (options.shm_name.find('/') != std::string::npos ||
+                                    options.shm_name == "." || options.shm_name == "..")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host shm name '", options.shm_name, "' must be a plain file name"));
+  }
+  if (options.pin == HostPinMode::kMlock) {
+    rlimit memlock{};
+    getrlimit(RLIMIT_MEMLOCK, &memlock);
+    if (memlock.rlim_cur != RLIM_INFINITY && memlock.rlim_cur < options.capacity_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "host tier of ", SizeAndHow(options.capacity_bytes),
+          " cannot be locked: RLIMIT_MEMLOCK is ", memlock.rlim_cur,
+          " bytes; raise it (LimitMEMLOCK=infinity in the systemd unit, ulimit -l unlimited, or "
+          "IPC_LOCK for a container) or use pin mode 'none'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  KVTIER_RETURN_IF_ERROR(CheckOptions(options));
 
   std::unique_ptr<HostArena> arena(new HostArena());
   arena->size_ = options.capacity_bytes;
   if (!options.shm_name.empty()) {
-    if (options.shm_name.find('/') != std::string::npos || options.shm_name == "." ||
-        options.shm_name == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("host shm name '", options.shm_name, "' must be a plain file name"));
-    }
     const std::string path = absl::StrCat(options.shm_dir, "/", options.shm_name);
     // No symlink, and only a file of the daemon's own user: /dev/shm is writable by everyone.
     const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -51,6 +51,10 @@ class HostArena {
   //   Internal            any other system error, with errno's text.
   // Blocks while pinning (seconds for hundreds of GiB).
   static absl::StatusOr<std::unique_ptr<HostArena>> Create(const HostArenaOptions& options);
+  // What Create checks before it maps anything (the first three codes above, but not whether
+  // mmap, CUDA or mlock succeed), for a start-up check that must not allocate the tier. Reads
+  // /proc and /sys; does not block otherwise.
+  static absl::Status CheckOptions(const HostArenaOptions& options);
   ~HostArena();  // unpins and unmaps; a persistent arena's file stays
 
   HostArena(const HostArena&) = delete;

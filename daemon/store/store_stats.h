@@ -38,13 +38,14 @@ struct StoreStats {
   uint64_t evictions_host_dropped = 0;     // left host without going to disk (not admitted/full)
   uint64_t evictions_host_copy_freed = 0;  // host copy freed, disk copy kept
   uint64_t evictions_disk_dropped = 0;
-  uint64_t evictions_quota = 0;        // removed to bring a namespace under its quota
-  uint64_t removed = 0;                // Remove() and ClearNamespace()
-  uint64_t checksum_failures = 0;      // blocks that failed verification when read (all tiers)
-  uint64_t io_errors = 0;              // disk reads or writes that failed
-  uint64_t pinned_blocks = 0;          // gauge
-  uint64_t migrating_blocks = 0;       // gauge: disk writes in flight
-  uint64_t unsynced_index_writes = 0;  // gauge
+  uint64_t blocks_written_to_disk = 0;  // disk copies made: demotions, durable puts, flushes
+  uint64_t evictions_quota = 0;         // removed to bring a namespace under its quota
+  uint64_t removed = 0;                 // Remove() and ClearNamespace()
+  uint64_t checksum_failures = 0;       // blocks that failed verification when read (all tiers)
+  uint64_t io_errors = 0;               // disk reads or writes that failed
+  uint64_t pinned_blocks = 0;           // gauge
+  uint64_t migrating_blocks = 0;        // gauge: disk writes in flight
+  uint64_t unsynced_index_writes = 0;   // gauge
   uint64_t quarantined_slots = 0;      // gauge: freed disk (and persistent host) slots awaiting the
                                        // commit of their index record's deletion
   uint64_t index_commit_failures = 0;  // index writes that failed (they are retried)

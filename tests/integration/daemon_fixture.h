@@ -153,6 +153,11 @@ class DaemonFixture : public ::testing::Test {
     FAIL() << "kvtierd did not answer within 30 s:\n" << Log();
   }
 
+  // kvtierd with Args() plus `extra`, run to its exit, its stdout and stderr in `out`; returns the
+  // exit status, or 137 when it ran past `timeout_s` and got SIGKILL (kvtierd blocks SIGTERM,
+  // which is timeout's default). Defined below RunCommand.
+  int RunKvtierd(const std::vector<std::string>& extra, std::string* out, int timeout_s = 60) const;
+
   // Sends `sig` and waits for the exit; returns the exit status (-1 when killed by a signal).
   int StopDaemon(int sig = SIGTERM) {
     kill(pid_, sig);
@@ -307,6 +312,15 @@ inline int CorruptDiskFiles(const std::string& disk_dir) {
   }
   closedir(dir);
   return flipped;
+}
+
+inline int DaemonFixture::RunKvtierd(const std::vector<std::string>& extra, std::string* out,
+                                     int timeout_s) const {
+  std::vector<std::string> args = Args();
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::string cmd = "timeout -s KILL " + std::to_string(timeout_s);
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  return RunCommand(cmd, out);
 }
 
 // RPC helpers: each call gets Context()'s deadline and must succeed.

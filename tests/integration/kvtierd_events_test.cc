@@ -126,7 +126,9 @@ TEST_F(KvtierdEventsTest, AStreamReportsOffloadsMovesAndClears) {
   EXPECT_EQ(stored.block_stored().block_bytes(), reg.cold_block_bytes());
   EXPECT_EQ(StoredHashes(watcher.events()), ChainHashes(1, 8));
 
-  // Drain with flush_to_disk moves every block to disk: the events say so, and lookups agree.
+  // Drain with flush_to_disk copies the blocks to disk and keeps them in the host tier: the
+  // fastest tier holding each does not change, so no event is reported and lookups still say
+  // host.
   auto admin = v1::KvTierAdmin::NewStub(channel_);
   {
     grpc::ClientContext ctx;
@@ -134,6 +136,24 @@ TEST_F(KvtierdEventsTest, AStreamReportsOffloadsMovesAndClears) {
     req.set_flush_to_disk(true);
     v1::DrainResponse resp;
     ASSERT_TRUE(admin->Drain(Context(&ctx), req, &resp).ok());
+    EXPECT_EQ(resp.flushed_blocks(), 8u);
+  }
+  {
+    const v1::LookupResponse look = Lookup(*stub_, reg.engine_id(), 1, 8);
+    ASSERT_EQ(look.tiers_size(), 8);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(look.tiers(i), v1::TIER_HOST);
+  }
+  // Evicting the host tier moves every block to disk (the copies are there already): the events
+  // say so, and lookups agree.
+  {
+    grpc::ClientContext ctx;
+    v1::EvictRequest req;
+    req.mutable_namespaces()->set_namespace_id(reg.namespace_id());
+    req.set_tier(v1::TIER_HOST);
+    req.set_block_count(8);
+    v1::EvictResponse resp;
+    ASSERT_TRUE(admin->Evict(Context(&ctx), req, &resp).ok());
+    EXPECT_EQ(resp.demoted_blocks(), 8u);
   }
   auto moved = [](const std::vector<v1::Event>& ev) {
     std::set<std::string> out;

@@ -307,16 +307,6 @@ TEST_F(HardeningTest, AFullStateDriveKeepsTheDaemonServingAndAKilledOneRestartsO
   EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 2, 4).hit_pages(), 4u);
 }
 
-// Runs kvtierd with the fixture's arguments plus `extra` to its end; returns its exit status
-// (-1 for a signal) and its stderr.
-int RunToEnd(const std::vector<std::string>& base, const std::vector<std::string>& extra,
-             std::string* err) {
-  std::string cmd;
-  for (const std::string& a : base) cmd += "'" + a + "' ";
-  for (const std::string& a : extra) cmd += "'" + a + "' ";
-  return RunCommand(cmd, err);
-}
-
 TEST_F(HardeningTest, AnIndexThatDoesNotOpenExitsWithItsCauseAndCanBeRepaired) {
   StartDaemon();
   TestEngine engine(dir_->File("pool"), 4);
@@ -328,7 +318,7 @@ TEST_F(HardeningTest, AnIndexThatDoesNotOpenExitsWithItsCauseAndCanBeRepaired) {
   {
     std::string err;
     const int status =
-        RunToEnd(Args(), {"--socket=" + dir_->File("second.sock"), "--set=metrics.listen="}, &err);
+        RunKvtierd({"--socket=" + dir_->File("second.sock"), "--set=metrics.listen="}, &err);
     EXPECT_EQ(status, 1) << err;
     EXPECT_NE(err.find("another kvtierd (pid " + std::to_string(pid_) + ")"), std::string::npos)
         << err;
@@ -337,12 +327,12 @@ TEST_F(HardeningTest, AnIndexThatDoesNotOpenExitsWithItsCauseAndCanBeRepaired) {
   const std::string index = dir_->File("state/index");
   { std::ofstream(index + "/CURRENT", std::ios::trunc) << "MANIFEST-"; }  // truncated
   std::string err;
-  int status = RunToEnd(Args(), {}, &err);
+  int status = RunKvtierd({}, &err);
   EXPECT_EQ(status, 1) << "not a crash: " << err;
   EXPECT_NE(err.find(index), std::string::npos) << err;
   EXPECT_NE(err.find("--repair-index"), std::string::npos) << err;
   err.clear();
-  status = RunToEnd(Args(), {"--repair-index"}, &err);
+  status = RunKvtierd({"--repair-index"}, &err);
   EXPECT_EQ(status, 0) << err;
   EXPECT_NE(err.find(index), std::string::npos) << err;
   StartDaemon();
@@ -353,7 +343,7 @@ TEST_F(HardeningTest, AnIndexThatDoesNotOpenExitsWithItsCauseAndCanBeRepaired) {
   std::filesystem::remove_all(index);
   { std::ofstream(index) << "not a directory"; }
   err.clear();
-  status = RunToEnd(Args(), {}, &err);
+  status = RunKvtierd({}, &err);
   EXPECT_EQ(status, 1) << err;
   EXPECT_NE(err.find(index), std::string::npos) << err;
 }

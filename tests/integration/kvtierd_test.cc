@@ -438,7 +438,8 @@ TEST_F(KvtierdTest, KvtierctlDrainsVerifiesAndClears) {
   EXPECT_EQ(Offload(*stub_, reg.engine_id(), 3, 5, 1).stored_pages(), 1u);
   out.clear();
   ASSERT_EQ(RunCommand(ctl + " verify", &out), 0) << out;
-  EXPECT_NE(out.find("verified 5 blocks"), std::string::npos) << out;
+  // Every copy is checked: 5 in the host tier, and the 4 the flush copied to disk.
+  EXPECT_NE(out.find("verified 9 blocks"), std::string::npos) << out;
   EXPECT_NE(out.find("0 corrupt"), std::string::npos) << out;
   out.clear();
   ASSERT_EQ(RunCommand(ctl + " verify --tier=disk --max-blocks=2 --report-only", &out), 0) << out;
@@ -455,6 +456,80 @@ TEST_F(KvtierdTest, KvtierctlDrainsVerifiesAndClears) {
   out.clear();
   EXPECT_EQ(RunCommand(ctl + " clear --namespace=123", &out), 1) << out;
   EXPECT_NE(out.find("unknown"), std::string::npos) << out;
+}
+
+// drain --flush-to-disk copies the host tier to disk: the blocks stay in host memory (so a
+// cancelled drain, an aborted upgrade, still reads them from there), the disk holds them as well,
+// no tier counts an eviction for the copies, and after a restart (the host tier is not
+// persistent) they are read from disk, intact. The flush used to demote the blocks instead, and
+// counted each as an eviction.
+TEST_F(KvtierdTest, DrainFlushToDiskCopiesTheHostTierAndARestartReadsItFromDisk) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 16);
+  for (uint32_t i = 0; i < 6; ++i) engine.Fill(i, 40 + i);
+  v1::RegisterEngineResponse reg = Register(*stub_, engine.Request("team-a"));
+  ASSERT_EQ(Offload(*stub_, reg.engine_id(), 7, 0, 6).stored_pages(), 6u);
+  auto tier = [&](v1::Tier which) {
+    v1::StatsRequest req;
+    grpc::ClientContext ctx;
+    v1::StatsResponse resp;
+    EXPECT_TRUE(stub_->Stats(Context(&ctx), req, &resp).ok());
+    for (const v1::TierStats& t : resp.tiers()) {
+      if (t.tier() == which) return t;
+    }
+    ADD_FAILURE() << "no tier " << which;
+    return v1::TierStats();
+  };
+  ASSERT_EQ(tier(v1::TIER_HOST).blocks(), 6u);
+  ASSERT_EQ(tier(v1::TIER_DISK).blocks(), 0u);
+
+  const std::string ctl = std::string(KVTIERCTL_PATH) + " --socket=" + Socket();
+  std::string out;
+  ASSERT_EQ(RunCommand(ctl + " drain --flush-to-disk --json", &out), 0) << out;
+  EXPECT_NE(out.find("\"flushed_blocks\": 6"), std::string::npos) << out;
+  EXPECT_EQ(tier(v1::TIER_HOST).blocks(), 6u) << "the host copies stay";
+  EXPECT_EQ(tier(v1::TIER_DISK).blocks(), 6u) << "and the disk holds the blocks too";
+  EXPECT_EQ(tier(v1::TIER_HOST).evicted_blocks(), 0u);
+  EXPECT_EQ(tier(v1::TIER_DISK).evicted_blocks(), 0u);
+  {
+    const std::string metrics = HttpGet(metrics_port_, "/metrics");
+    size_t samples = 0;
+    for (size_t at = metrics.find("\nkvtier_evictions_total{"); at != std::string::npos;
+         at = metrics.find("\nkvtier_evictions_total{", at + 1)) {
+      const std::string line = metrics.substr(at + 1, metrics.find('\n', at + 1) - at - 1);
+      EXPECT_EQ(line.substr(line.rfind(' ')), " 0") << "a copy counted as an eviction: " << line;
+      ++samples;
+    }
+    EXPECT_GT(samples, 0u) << metrics;
+  }
+  const v1::LookupResponse drained = Lookup(*stub_, reg.engine_id(), 7, 6);
+  ASSERT_EQ(drained.tiers_size(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(drained.tiers(i), v1::TIER_HOST) << "block " << i;
+
+  // An aborted upgrade: the drain is cancelled and the blocks are read from host memory.
+  out.clear();
+  ASSERT_EQ(RunCommand(ctl + " drain --cancel", &out), 0) << out;
+  const v1::OnboardResponse from_host = Onboard(*stub_, reg.engine_id(), 7, 6, 8);
+  EXPECT_EQ(from_host.onboarded_pages(), 6u);
+  for (const v1::ItemResult& r : from_host.results()) EXPECT_EQ(r.tier(), v1::TIER_HOST);
+
+  // The upgrade after all: a restart loses the host tier, and the disk serves every block.
+  ASSERT_EQ(StopDaemon(SIGTERM), 0) << Log();
+  StartDaemon();
+  reg = Register(*stub_, engine.Request("team-a"));
+  EXPECT_EQ(tier(v1::TIER_HOST).blocks(), 0u);
+  EXPECT_EQ(tier(v1::TIER_DISK).blocks(), 6u);
+  const v1::LookupResponse restarted = Lookup(*stub_, reg.engine_id(), 7, 6);
+  ASSERT_EQ(restarted.tiers_size(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(restarted.tiers(i), v1::TIER_DISK) << "block " << i;
+  const v1::OnboardResponse from_disk = Onboard(*stub_, reg.engine_id(), 7, 6, 8);
+  EXPECT_EQ(from_disk.onboarded_pages(), 6u);
+  for (uint32_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(from_disk.results(i).code(), v1::ITEM_CODE_OK) << from_disk.results(i).message();
+    EXPECT_EQ(from_disk.results(i).tier(), v1::TIER_DISK);
+    EXPECT_TRUE(engine.Bytes(8 + i) == engine.RoundTrip(i)) << "page " << i;
+  }
+  EXPECT_EQ(StopDaemon(SIGTERM), 0) << Log();
 }
 
 TEST_F(KvtierdTest, TenantTokensDecideTheNamespaceAndGuardEngines) {

@@ -12,7 +12,9 @@ BlockHasher), then runs the kvtierctl binary:
     watch (a live event and a snapshot), evict (by blocks, bytes and hashes), verify (clean, then
     a corrupted disk file: exit status 3, the bad blocks listed, kept with --report-only and
     removed without it), drain and drain --cancel (offloads refused in between), clear,
-    config default and config validate (valid, invalid, --set);
+    config default and config validate (valid, invalid with every error listed, --set, a
+    directory or FIFO refused); input files that are FIFOs or directories refused at once; drain
+    --flush-to-disk copies the host tier to disk, keeping it and counting no eviction;
   - SIGTERM stops the daemon with status 0.
 
 Usage: test_kvtierctl.py --kvtierd PATH --kvtierctl PATH [unittest options], with the module's
@@ -268,6 +270,20 @@ class KvtierctlTest(daemon_fixture.DaemonTestCase):
         _, err = self.ctl("lookup", f"--namespace={self.ns}", f"--tokens={bad_tokens}",
                           "--page-tokens=1", rc=1)
         self.assertIn("'three' is not a token id", err)
+        # Input files that are not regular files are refused at once (a FIFO used to hang
+        # kvtierctl until something wrote to it; ctl's 60 s timeout turns a hang into a failure).
+        fifo = os.path.join(self.dir, "hashes.fifo")
+        os.mkfifo(fifo)
+        _, err = self.ctl("lookup", f"--namespace={self.ns}", f"--hash-file={fifo}", rc=1)
+        self.assertIn(f"--hash-file file {fifo} is a FIFO (named pipe), not a regular file", err)
+        _, err = self.ctl("lookup", f"--namespace={self.ns}", f"--tokens={fifo}",
+                          f"--page-tokens={TOKENS}", rc=1)
+        self.assertIn(f"--tokens file {fifo} is a FIFO (named pipe)", err)
+        _, err = self.ctl("lookup", f"--namespace={self.ns}", f"--hash-file={self.dir}", rc=1)
+        self.assertIn(f"{self.dir} is a directory, not a regular file", err)
+        _, err = self.ctl("status", f"--token-file={fifo}", rc=1)
+        self.assertIn(f"--token-file file {fifo} is a FIFO (named pipe)", err)
+        os.unlink(fifo)
 
     def test_06_watch(self):
         cmd = [KVTIERCTL, f"--socket={self.socket}", "watch", "--json", "--count=1",
@@ -369,9 +385,25 @@ class KvtierctlTest(daemon_fixture.DaemonTestCase):
         with self.assertRaises(kvtier.Error) as refused:
             self.client.offload(self.engine, self.hasher.hash(self.tokens[:TOKENS] + 1), [31])
         self.assertEqual(refused.exception.code, "UNAVAILABLE")
+        before = self.ctl_json("stats")["tiers"]
         flushed = self.ctl_json("drain", "--flush-to-disk")
         self.assertTrue(flushed["drained"])
         self.assertEqual(flushed["registered_engines"], 1)
+        # The host tier is copied to disk, not moved: its blocks stay (an aborted upgrade still
+        # reads from host memory), and no tier counts an eviction for the copies.
+        after = self.ctl_json("stats")["tiers"]
+        host_blocks = self.tier(before, "TIER_HOST")["blocks"]
+        self.assertGreater(host_blocks, 0)
+        self.assertEqual(self.tier(after, "TIER_HOST")["blocks"], host_blocks)
+        self.assertGreaterEqual(self.tier(after, "TIER_DISK")["blocks"], host_blocks)
+        for name in ("TIER_HOST", "TIER_DISK"):
+            self.assertEqual(self.tier(after, name)["evicted_blocks"],
+                             self.tier(before, name)["evicted_blocks"], name)
+        self.assertEqual(flushed["flushed_blocks"],
+                         self.tier(after, "TIER_DISK")["blocks"] -
+                         self.tier(before, "TIER_DISK")["blocks"])
+        found = self.ctl_json("lookup", f"--namespace={self.ns}", self.hashes[0].hex())
+        self.assertEqual([b["tier"] for b in found["blocks"]], ["TIER_HOST"])
         out, _ = self.ctl("drain", "--cancel")
         self.assertIn("drain cancelled: accepting work again (1 engines registered)", out)
         self.assertTrue(self.ctl_json("stats")["draining"] is False)
@@ -453,6 +485,26 @@ class KvtierctlTest(daemon_fixture.DaemonTestCase):
         self.assertIn("missing.yaml", err)
         _, err = self.ctl("config", "validate", good, "--set=no.such.field=1", rc=1)
         self.assertIn("no.such.field", err)
+        # Every error of a run is reported, each on its own line, not only the first.
+        worse = os.path.join(self.dir, "worse.yaml")
+        with open(worse, "w") as f:
+            f.write("host:\n  capacity: lots\n  colour: blue\nindex:\n  sync: sometimes\n")
+        _, err = self.ctl("config", "validate", worse, "--set=host.pin=bogus", rc=1)
+        self.assertIn(f"{worse} is not valid (4 errors):", err)
+        for part in (f"config file {worse}: unknown field 'host.colour' (line 3)",
+                     "field 'host.capacity': 'lots'",
+                     "field 'index.sync': 'sometimes'", "field 'host.pin': 'bogus'"):
+            self.assertIn("\n  " + part, err)
+        checked = self.ctl_json("config", "validate", worse, "--set=host.pin=bogus", rc=1)
+        self.assertEqual(len(checked["errors"]), 4, checked)
+        # A directory (or a FIFO) is not a configuration file: exit status 1, at once.
+        _, err = self.ctl("config", "validate", self.dir, rc=1)
+        self.assertIn(f"config file {self.dir} is a directory, not a regular file", err)
+        fifo = os.path.join(self.dir, "config.fifo")
+        os.mkfifo(fifo)
+        _, err = self.ctl("config", "validate", fifo, rc=1)
+        self.assertIn(f"config file {fifo} is a FIFO (named pipe), not a regular file", err)
+        os.unlink(fifo)
 
     def test_12_sigterm_stops_the_daemon(self):
         self.client.close()

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/file_reading.h"
 
 namespace kvtier::tools {
 namespace {
@@ -33,19 +34,10 @@ absl::Status ErrnoStatus(int err, absl::string_view path, absl::string_view what
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(std::string path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, path, "cannot open");
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoStatus(err, path, "cannot stat");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  return std::unique_ptr<InputFile>(new InputFile(std::move(path), fd, st.st_size));
+  absl::StatusOr<RegularFile> file = RegularFile::Open(path, "input file");
+  if (!file.ok()) return file.status();
+  const uint64_t size = file->size();
+  return std::unique_ptr<InputFile>(new InputFile(std::move(path), file->Release(), size));
 }
 
 InputFile::~InputFile() { ::close(fd_); }
@@ -119,16 +111,12 @@ absl::Status OutputFile::Commit() {
 }
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  auto file = InputFile::Open(path);
+  absl::StatusOr<RegularFile> file = RegularFile::Open(path, "input file");
   if (!file.ok()) return file.status();
-  const uint64_t size = (*file)->size();
+  const uint64_t size = file->size();
   if (size == 0) return std::unique_ptr<MappedFile>(new MappedFile({}));
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, path, "cannot open");
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) return ErrnoStatus(err, path, "cannot map");
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file->fd(), 0);
+  if (p == MAP_FAILED) return ErrnoStatus(errno, path, "cannot map");
   return std::unique_ptr<MappedFile>(
       new MappedFile(absl::MakeConstSpan(static_cast<const uint8_t*>(p), size)));
 }

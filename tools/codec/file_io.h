@@ -18,7 +18,9 @@ namespace kvtier::tools {
 
 class InputFile {
  public:
-  // Opens `path` for reading. NotFound / PermissionDenied / Internal name the path and the errno.
+  // Opens `path` for reading. NotFound / PermissionDenied / Internal name the path and the errno;
+  // InvalidArgument when it is not a regular file (a FIFO, socket, device or directory is refused
+  // without being read, see common/file_reading.h).
   static absl::StatusOr<std::unique_ptr<InputFile>> Open(std::string path);
   ~InputFile();
   InputFile(const InputFile&) = delete;
@@ -69,7 +71,8 @@ class OutputFile {
 // known (see ProbeFirstBlockHeader). Pages are read only when touched.
 class MappedFile {
  public:
-  // Maps `path`; errors name the path and errno. An empty file maps to an empty span.
+  // Maps `path` (a regular file, as InputFile::Open requires); errors name the path and errno. An
+  // empty file maps to an empty span.
   static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_reading.h"
 #include "kvtier/client.h"
 #include "kvtier/compression.h"
 #include "kvtier/layout.h"
@@ -62,14 +63,9 @@ std::string EnvOr(const char* name, const std::string& fallback) {
 absl::StatusOr<PageLayout> LayoutFromFlag(const std::string& name, uint32_t tokens_per_page) {
   if (name == "tiny") return PageLayout::Gqa({2, 1, 64, tokens_per_page, DType::kBf16, 0, 0});
   if (name.size() > 5 && name.substr(name.size() - 5) == ".json") {
-    FILE* f = std::fopen(name.c_str(), "rb");
-    if (f == nullptr) return absl::NotFoundError(absl::StrCat("layout file '", name, "'"));
-    std::string text;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-    std::fclose(f);
-    return PageLayout::FromJson(text);
+    absl::StatusOr<std::string> text = ReadRegularFile(name, uint64_t{16} << 20, "layout file");
+    if (!text.ok()) return text.status();
+    return PageLayout::FromJson(*text);
   }
   return PageLayout::Preset(name, tokens_per_page);
 }

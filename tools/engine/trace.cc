@@ -3,11 +3,12 @@
 // hashes of the client are computed over realistic-looking ids.
 #include "tools/engine/trace.h"
 
-#include <fstream>
 #include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file_reading.h"
 #include "nlohmann/json.hpp"
 
 namespace kvtier::engine {
@@ -42,12 +43,13 @@ std::vector<uint32_t> GeneratedTokens(uint64_t session, uint32_t turn, uint32_t 
 }
 
 absl::StatusOr<std::vector<Session>> LoadMooncakeTrace(const std::string& path, uint64_t limit) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("trace '", path, "': cannot open"));
+  constexpr uint64_t kMaxTraceBytes = uint64_t{1} << 30;
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxTraceBytes, "trace");
+  if (!text.ok()) return text.status();
   std::vector<Session> sessions;
-  std::string line;
   uint64_t line_no = 0;
-  while (std::getline(in, line) && (limit == 0 || sessions.size() < limit)) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (limit != 0 && sessions.size() >= limit) break;
     ++line_no;
     if (line.empty()) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -3,14 +3,15 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/file_reading.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/reflection.h"
@@ -43,20 +44,21 @@ std::vector<std::string> Invocation::GetAll(const std::string& name) const {
 
 namespace {
 
-bool ReadFlagFile(const char* flag, const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "kvtierctl: cannot read the " << flag << " file " << path << ": "
-              << std::strerror(errno) << "\n";
-    return false;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  *out = text.str();
-  return true;
-}
+constexpr uint64_t kMaxPemBytes = uint64_t{1} << 20;
+constexpr uint64_t kMaxTokenFileBytes = uint64_t{64} << 10;
 
 }  // namespace
+
+bool ReadInputFile(const std::string& flag, const std::string& path, uint64_t max_bytes,
+                   std::string* out) {
+  absl::StatusOr<std::string> text = ReadRegularFile(path, max_bytes, flag + " file");
+  if (!text.ok()) {
+    std::cerr << "kvtierctl: " << text.status().message() << "\n";
+    return false;
+  }
+  *out = std::move(*text);
+  return true;
+}
 
 std::unique_ptr<Connection> Connection::Open(const Invocation& inv, double default_timeout_s,
                                              int* exit_status) {
@@ -106,9 +108,13 @@ std::unique_ptr<Connection> Connection::Open(const Invocation& inv, double defau
   grpc::ChannelArguments channel_args;
   if (tcp && !insecure) {
     grpc::SslCredentialsOptions ssl;
-    if ((!tls_ca.empty() && !ReadFlagFile("--tls-ca", tls_ca, &ssl.pem_root_certs)) ||
-        (!tls_cert.empty() && !ReadFlagFile("--tls-cert", tls_cert, &ssl.pem_cert_chain)) ||
-        (!tls_key.empty() && !ReadFlagFile("--tls-key", tls_key, &ssl.pem_private_key))) {
+    if ((!tls_ca.empty() &&
+         !ReadInputFile("--tls-ca", tls_ca, kMaxPemBytes, &ssl.pem_root_certs)) ||
+        (!tls_cert.empty() &&
+         !ReadInputFile("--tls-cert", tls_cert, kMaxPemBytes, &ssl.pem_cert_chain)) ||
+        (!tls_key.empty() &&
+         !ReadInputFile("--tls-key", tls_key, kMaxPemBytes, &ssl.pem_private_key))) {
+      *exit_status = kExitFailed;  // an unreadable input file, not a usage error
       return nullptr;
     }
     credentials = grpc::SslCredentials(ssl);
@@ -118,9 +124,17 @@ std::unique_ptr<Connection> Connection::Open(const Invocation& inv, double defau
   const std::string token_file =
       inv.Get("token-file").value_or(token_env != nullptr ? token_env : "");
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in || !std::getline(in, conn->token_) || conn->token_.empty()) {
-      std::cerr << "kvtierctl: cannot read a token from " << token_file << "\n";
+    std::string text;
+    if (!ReadInputFile("--token-file", token_file, kMaxTokenFileBytes, &text)) {
+      *exit_status = kExitFailed;
+      return nullptr;
+    }
+    conn->token_ = text.substr(0, text.find('\n'));
+    if (!conn->token_.empty() && conn->token_.back() == '\r') conn->token_.pop_back();
+    if (conn->token_.empty()) {
+      std::cerr << "kvtierctl: cannot read a token from " << token_file
+                << ": its first line is empty\n";
+      *exit_status = kExitFailed;
       return nullptr;
     }
   }

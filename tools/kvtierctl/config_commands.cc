@@ -1,8 +1,11 @@
 // kvtierctl config validate and config default: kvtierd's configuration, without a daemon.
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "daemon/kvtierd/config.h"
 #include "tools/kvtierctl/kvtierctl.h"
 #include "yaml-cpp/yaml.h"
@@ -58,6 +61,8 @@ int RunConfigValidate(const Invocation& inv) {
     json["valid"] = config.ok();
     if (!config.ok()) {
       json["error"] = std::string(config.status().message());
+      const std::vector<std::string> errors = absl::StrSplit(config.status().message(), '\n');
+      json["errors"] = errors;
     } else {
       json["socket"] = config->socket;
       json["state_dir"] = config->state_dir;
@@ -74,7 +79,13 @@ int RunConfigValidate(const Invocation& inv) {
     return config.ok() ? kExitOk : kExitFailed;
   }
   if (!config.ok()) {
-    std::cerr << "kvtierctl: " << file << " is not valid: " << config.status().message() << "\n";
+    const std::vector<std::string> errors = absl::StrSplit(config.status().message(), '\n');
+    if (errors.size() == 1) {
+      std::cerr << "kvtierctl: " << file << " is not valid: " << errors[0] << "\n";
+    } else {
+      std::cerr << "kvtierctl: " << file << " is not valid (" << errors.size() << " errors):\n";
+      for (const std::string& error : errors) std::cerr << "  " << error << "\n";
+    }
     return kExitFailed;
   }
   auto capacity = [](uint64_t bytes) { return bytes == 0 ? std::string("auto") : Bytes(bytes); };

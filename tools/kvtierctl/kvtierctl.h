@@ -50,6 +50,13 @@ struct Invocation {
 // Prints "kvtierctl: MESSAGE" and the command's usage to stderr; returns kExitUsage.
 int UsageError(const Invocation& inv, const std::string& message);
 
+// Reads the input file `path` that flag `flag` names ("--hash-file") into `out`, at most
+// `max_bytes`. A FIFO, socket, device or directory is refused without being read (see
+// common/file_reading.h). False after "kvtierctl: MESSAGE" on stderr (the message names the flag,
+// the path and why). Blocks on the file system.
+bool ReadInputFile(const std::string& flag, const std::string& path, uint64_t max_bytes,
+                   std::string* out);
+
 // The connection to kvtierd built from the global flags (--socket, --address, TLS, --token-file,
 // --timeout).
 class Connection {

@@ -107,9 +107,10 @@ const std::vector<Command>& Commands() {
        "drain [--flush-to-disk] [--cancel]",
        "Before a restart or upgrade: stops admitting registrations, offloads and parks (lookups,\n"
        "onboards and resumes go on), waits for in-flight work and queued disk writes, and\n"
-       "reports. --flush-to-disk also writes every host-tier block without a disk copy to disk.\n"
-       "--cancel accepts work again. Exit status 4 when --timeout passes first (draining goes\n"
-       "on; run it again to wait).",
+       "reports. --flush-to-disk also copies every host-tier block without a disk copy to disk,\n"
+       "keeping the host copy (a cancelled drain still serves from host memory). --cancel\n"
+       "accepts work again. Exit status 4 when --timeout passes first (draining goes on; run it\n"
+       "again to wait).",
        {{"flush-to-disk"}, {"cancel"}},
        RunDrain},
       {"watch", "follow cache events",
@@ -124,8 +125,9 @@ const std::vector<Command>& Commands() {
        "check a kvtierd configuration file",
        "config validate FILE [--set=FIELD=VALUE ...]",
        "Loads FILE as kvtierd would (defaults, the file, then each --set) and reports whether\n"
-       "it is valid, with the effective socket and tier sizes; exit status 1 when it is not.\n"
-       "Does not contact the daemon.",
+       "it is valid, with the effective socket and tier sizes, or lists every error; exit\n"
+       "status 1 when it is not (also for a FILE that is a directory, FIFO or device). Does not\n"
+       "contact the daemon.",
        {{"set", true, true}},
        RunConfigValidate},
       {"config default",

@@ -25,17 +25,7 @@ namespace {
 
 constexpr int kMaxLookupHashes = 4096;  // LookupRequest.block_hashes
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "kvtierctl: cannot read " << path << ": " << std::strerror(errno) << "\n";
-    return false;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  *out = text.str();
-  return true;
-}
+constexpr uint64_t kMaxInputFileBytes = uint64_t{64} << 20;
 
 // Token ids separated by whitespace or commas, optionally inside one JSON array.
 bool ParseTokens(const std::string& path, const std::string& text, std::vector<uint32_t>* out) {
@@ -77,7 +67,7 @@ int RunLookup(const Invocation& inv) {
     if (int rc = ParseHashes(inv, inv.positional, &hashes); rc != kExitOk) return rc;
   } else if (auto file = inv.Get("hash-file")) {
     std::string text;
-    if (!ReadFile(*file, &text)) return kExitFailed;
+    if (!ReadInputFile("--hash-file", *file, kMaxInputFileBytes, &text)) return kExitFailed;
     std::vector<std::string> lines =
         absl::StrSplit(text, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty());
     if (int rc = ParseHashes(inv, lines, &hashes); rc != kExitOk) return rc;
@@ -88,7 +78,10 @@ int RunLookup(const Invocation& inv) {
   std::vector<uint32_t> tokens;
   if (auto file = inv.Get("tokens")) {
     std::string text;
-    if (!ReadFile(*file, &text) || !ParseTokens(*file, text, &tokens)) return kExitFailed;
+    if (!ReadInputFile("--tokens", *file, kMaxInputFileBytes, &text) ||
+        !ParseTokens(*file, text, &tokens)) {
+      return kExitFailed;
+    }
     // The namespace's hash root, so that the chain is the one its engines compute.
     kvtier::v1::StatsRequest sreq;
     sreq.set_include_namespaces(true);

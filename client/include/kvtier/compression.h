@@ -61,7 +61,10 @@ struct CompressionConfig {
 // algorithm is left to the factory, but a number that is not a number, or budget / beta < 1, is
 // rejected here.
 absl::StatusOr<CompressionConfig> ParseCompressionConfig(std::string_view text);
-// Reads and parses a file; NotFound / InvalidArgument name the path.
+// Reads (at most 16 MiB) and parses a file. NotFound when it does not exist; InvalidArgument for
+// everything else, naming the path: a file that cannot be read, one that is not a regular file (a
+// FIFO, socket, device or directory is refused without being read, so the call never waits on
+// it), and the parser's errors. Blocks on the file system.
 absl::StatusOr<CompressionConfig> LoadCompressionConfig(const std::string& path);
 
 // What a method sees of the engine, fixed for the engine's lifetime.

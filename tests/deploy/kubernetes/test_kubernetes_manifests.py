@@ -7,11 +7,13 @@ pod template, probes on the metrics port that the ConfigMap's kvtierd.yaml liste
 requests == limits and large enough for the configured host tier, no privileged mode or host
 namespaces, hostPath volumes for the state, socket and pool directories, the Service and
 ServiceMonitor selecting the pods and their port, and kustomization.yaml listing exactly the files
-there are. The ConfigMap's kvtierd.yaml must pass `kvtierd --check-config`.
+there are. The ConfigMap's kvtierd.yaml must pass `kvtierctl config validate` (kvtierd's own
+loader; not `kvtierd --check-config`, which also checks this machine: its memory, ports and
+directories, not the node's).
 
 Every failed check is printed; the exit status is 1 when any failed.
 
-usage: test_kubernetes_manifests.py --manifests DIR --kvtierd PATH
+usage: test_kubernetes_manifests.py --manifests DIR --kvtierctl PATH
 """
 
 import argparse
@@ -148,8 +150,8 @@ def check_namespaces(c, objects):
                     f"{d['kind']}/{name_of(d)}: namespace {ns} is not {namespaces}")
 
 
-def load_config(c, configmap, kvtierd):
-    """The ConfigMap's kvtierd.yaml, parsed, after `kvtierd --check-config` accepted it."""
+def load_config(c, configmap, kvtierctl):
+    """The ConfigMap's kvtierd.yaml, parsed, after `kvtierctl config validate` accepted it."""
     data = configmap.get("data") or {}
     text = data.get("kvtierd.yaml")
     if not c.check(isinstance(text, str), "ConfigMap: no data key kvtierd.yaml"):
@@ -158,12 +160,12 @@ def load_config(c, configmap, kvtierd):
         f.write(text)
         path = f.name
     try:
-        run = subprocess.run([kvtierd, "--check-config", f"--config={path}"],
+        run = subprocess.run([kvtierctl, "config", "validate", path],
                              capture_output=True, text=True, timeout=30)
     finally:
         os.unlink(path)
     c.check(run.returncode == 0,
-            f"kvtierd --check-config refuses the ConfigMap's kvtierd.yaml (exit "
+            f"kvtierctl config validate refuses the ConfigMap's kvtierd.yaml (exit "
             f"{run.returncode}): {run.stderr.strip() or run.stdout.strip()}")
     try:
         config = yaml.safe_load(text) or {}
@@ -404,7 +406,7 @@ def check_servicemonitor(c, sm, svc):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--manifests", required=True)
-    parser.add_argument("--kvtierd", required=True)
+    parser.add_argument("--kvtierctl", required=True)
     args = parser.parse_args()
     c = Checker()
     docs = load_manifests(c, args.manifests)
@@ -414,7 +416,7 @@ def main():
     configmap = one(c, objects, "ConfigMap")
     config = None
     if configmap is not None:
-        config, _ = load_config(c, configmap, args.kvtierd)
+        config, _ = load_config(c, configmap, args.kvtierctl)
     ds = one(c, objects, "DaemonSet")
     pod_labels, daemon = ({}, None)
     if ds is not None:

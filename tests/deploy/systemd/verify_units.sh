@@ -1,11 +1,14 @@
 #!/bin/sh
 # Checks deploy/systemd: `systemd-analyze verify` accepts the units (with ExecStart= pointing at
 # the built kvtierd) without a single warning, systemd-sysusers accepts the sysusers.d file, and
-# kvtierd accepts the example configuration. Exit 77 (skipped) without systemd-analyze.
-# usage: verify_units.sh DEPLOY_SYSTEMD_DIR KVTIERD
+# `kvtierctl config validate` accepts the example configuration (kvtierd's own loader; not
+# `kvtierd --check-config`, which also checks this machine's ports, directories and memory).
+# Exit 77 (skipped) without systemd-analyze.
+# usage: verify_units.sh DEPLOY_SYSTEMD_DIR KVTIERD KVTIERCTL
 set -u
 src=$1
 kvtierd=$(realpath "$2")
+kvtierctl=$(realpath "$3")
 if ! command -v systemd-analyze >/dev/null 2>&1; then
   echo "SKIP: systemd-analyze not installed"
   exit 77
@@ -74,10 +77,10 @@ fi
 grep -q '^  allowed_dirs: \[/dev/shm/kvtier\]$' "$src/kvtierd.yaml" ||
   { echo "FAIL: kvtierd.yaml's pools.allowed_dirs is not the tmpfiles directory"; fail=1; }
 
-out=$("$kvtierd" --check-config --config="$src/kvtierd.yaml" 2>&1)
+out=$("$kvtierctl" config validate "$src/kvtierd.yaml" 2>&1)
 rc=$?
 if [ $rc -ne 0 ]; then
-  echo "FAIL: kvtierd --check-config (exit $rc): $out"
+  echo "FAIL: kvtierctl config validate (exit $rc): $out"
   fail=1
 else
   echo "ok: $out"

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/layout.h"
+#include "tests/testing/special_files.h"
 #include "tests/testing/triattention_files.h"
 #include "triattention/calibration.h"
 #include "triattention/evictor.h"
@@ -165,6 +167,21 @@ TEST(CompressionConfigTest, LoadNamesThePath) {
   EXPECT_THAT(loaded.status().message(), HasSubstr(missing));
   std::remove(good.c_str());
   std::remove(bad.c_str());
+
+  // A FIFO is refused at once (the loader used to wait in open() for a writer), a directory too.
+  const std::string fifo = dir + "/compression_test.fifo";
+  std::remove(fifo.c_str());
+  ASSERT_TRUE(kvtier::testing::MakeFifo(fifo));
+  std::optional<absl::Status> st =
+      kvtier::testing::CallGuardingFifo(fifo, [&] { return LoadCompressionConfig(fifo).status(); });
+  std::remove(fifo.c_str());
+  ASSERT_TRUE(st.has_value()) << "LoadCompressionConfig blocked on a FIFO";
+  EXPECT_EQ(st->code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st->message(),
+            "compression config " + fifo + " is a FIFO (named pipe), not a regular file");
+  loaded = LoadCompressionConfig(dir);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(loaded.status().message(), HasSubstr("is a directory, not a regular file"));
 }
 
 // ---- Registry and chain ----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 // user sees: files and their sizes, stdout JSON, exit codes and error messages.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -282,6 +283,30 @@ TEST_F(KvtierCodecToolTest, BlocksOfAnotherLayoutFailDecode) {
                            "--out", Path("x.pages")});
   EXPECT_EQ(decode.exit_code, 1);
   EXPECT_THAT(decode.err, AllOf(HasSubstr("blocks.bin"), HasSubstr("fingerprint")));
+}
+
+// A FIFO or a directory given as an input is refused at once, naming it (the tool used to wait
+// in open() for a writer to the FIFO; the timeout turns such a hang into a failure).
+TEST_F(KvtierCodecToolTest, InputsThatAreNotRegularFilesAreRefusedAtOnce) {
+  const std::string fifo = Path("input.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"inspect", "--in", fifo},
+        std::vector<std::string>{"decode", "--layout", fifo, "--in", fifo, "--out",
+                                 Path("out.bin")}}) {
+    std::string cmd = "timeout -s KILL 20 " + std::string(kBinary);
+    for (const std::string& arg : args) cmd += " '" + arg + "'";
+    cmd += " > '" + Path("output.txt") + "' 2>&1";
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << cmd;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << cmd << " (137: it hung on the FIFO)";
+    EXPECT_THAT(ReadFile(Path("output.txt")),
+                HasSubstr("input file " + fifo + " is a FIFO (named pipe), not a regular file"))
+        << cmd;
+  }
+  ToolResult directory = Run({"inspect", "--in", dir_.string()});
+  EXPECT_EQ(directory.exit_code, 1);
+  EXPECT_THAT(directory.err, HasSubstr(dir_.string() + " is a directory, not a regular file"));
 }
 
 TEST_F(KvtierCodecToolTest, UsageErrorsExitWithCodeTwo) {

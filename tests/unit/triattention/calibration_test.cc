@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/special_files.h"
 
 extern char** environ;
 
@@ -336,7 +338,34 @@ TEST_F(CalibrationFilesTest, LoadReportsFileSystemErrors) {
   EXPECT_THAT(c.status().ToString(), HasSubstr("does_not_exist.pt"));
   c = LoadCalibration(*dir_);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().ToString(), HasSubstr("is not a regular file"));
+  EXPECT_THAT(c.status().ToString(), HasSubstr("is a directory, not a regular file"));
+}
+
+// A FIFO, a socket and a device are refused at once, without waiting for a writer (the loader used
+// to open a FIFO for reading and hang there until one came).
+TEST_F(CalibrationFilesTest, LoadRefusesFilesThatAreNotRegularWithoutBlocking) {
+  const std::string fifo = Path("calibration.fifo");
+  ASSERT_TRUE(kvtier::testing::MakeFifo(fifo));
+  std::optional<absl::Status> st =
+      kvtier::testing::CallGuardingFifo(fifo, [&] { return LoadCalibration(fifo).status(); });
+  ::unlink(fifo.c_str());
+  ASSERT_TRUE(st.has_value()) << "LoadCalibration blocked on a FIFO";
+  EXPECT_EQ(st->code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st->message(),
+            "calibration file " + fifo + " is a FIFO (named pipe), not a regular file");
+
+  const std::string socket_path = Path("calibration.sock");
+  const int fd = kvtier::testing::BindUnixSocket(socket_path);
+  ASSERT_GE(fd, 0);
+  const absl::Status socket_status = LoadCalibration(socket_path).status();
+  ::close(fd);
+  ::unlink(socket_path.c_str());
+  EXPECT_EQ(socket_status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(socket_status.message(), HasSubstr("is a socket, not a regular file"));
+
+  const absl::Status device = LoadCalibration("/dev/zero").status();
+  EXPECT_EQ(device.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(device.message(), HasSubstr("/dev/zero is a character device, not a regular file"));
 }
 
 TEST(CheckGeometryTest, AcceptsTheMatchingModel) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/special_files.h"
 
 namespace kvtier::triattention {
 namespace {
@@ -610,6 +612,28 @@ TEST(LoadRopeTablesTest, ReadsFileOrModelDirectory) {
   const absl::Status bad = LoadRopeTables((dir / "bad.json").string()).status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.message(), AllOf(HasSubstr("bad.json"), HasSubstr("'num_attention_heads'")));
+  std::filesystem::remove_all(dir);
+}
+
+// A config.json that is a FIFO (also inside a model directory) is refused at once: the loader used
+// to open it for reading and wait there for a writer.
+TEST(LoadRopeTablesTest, RefusesAFifoWithoutBlocking) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "rope_test_fifo";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "config.json").string();
+  ASSERT_TRUE(kvtier::testing::MakeFifo(fifo));
+  for (const std::string& path : {fifo, dir.string()}) {
+    std::optional<absl::Status> st =
+        kvtier::testing::CallGuardingFifo(fifo, [&] { return LoadRopeTables(path).status(); });
+    ASSERT_TRUE(st.has_value()) << "LoadRopeTables(" << path << ") blocked on a FIFO";
+    EXPECT_EQ(st->code(), absl::StatusCode::kInvalidArgument) << *st;
+    EXPECT_EQ(st->message(),
+              "model config " + fifo + " is a FIFO (named pipe), not a regular file");
+  }
+  const absl::Status device = LoadRopeTables("/dev/null").status();
+  EXPECT_EQ(device.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(device.message(), HasSubstr("is a character device"));
   std::filesystem::remove_all(dir);
 }
 

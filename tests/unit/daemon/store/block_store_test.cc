@@ -287,6 +287,62 @@ TEST_F(BlockStoreTest, DemoteAllMovesEverythingToDisk) {
   for (uint64_t id = 0; id < 20; ++id) EXPECT_EQ(ExpectBlock(*store, id), Tier::kDisk);
 }
 
+// FlushToDisk (kvtierctl drain --flush-to-disk) copies: the host copies stay and are read, the
+// disk copies survive a restart, and nothing counts as an eviction.
+TEST_F(BlockStoreTest, FlushToDiskCopiesTheHostTierAndCountsNoEviction) {
+  auto store = Open().value();
+  for (uint64_t id = 0; id < 20; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+  ASSERT_TRUE(store->FlushToDisk().ok());
+  StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.tiers[1].blocks, 20u);
+  EXPECT_EQ(stats.tiers[2].blocks, 20u);
+  EXPECT_EQ(stats.blocks_written_to_disk, 20u);
+  EXPECT_EQ(stats.evictions_host_to_disk, 0u);
+  EXPECT_EQ(stats.evictions_host_copy_freed, 0u);
+  EXPECT_EQ(stats.evictions_host_dropped, 0u);
+  EXPECT_EQ(stats.evictions_disk_dropped, 0u);
+  for (uint64_t id = 0; id < 20; ++id) EXPECT_EQ(ExpectBlock(*store, id), Tier::kHost);
+  ASSERT_TRUE(store->FlushToDisk().ok());
+  EXPECT_EQ(store->Stats().blocks_written_to_disk, 20u) << "a second flush has nothing to write";
+  store.reset();
+  store = Open().value();  // a volatile host tier: only the disk copies come back
+  stats = store->Stats();
+  EXPECT_EQ(stats.tiers[1].blocks, 0u);
+  EXPECT_EQ(stats.tiers[2].blocks, 20u);
+  for (uint64_t id = 0; id < 20; ++id) EXPECT_EQ(ExpectBlock(*store, id), Tier::kDisk);
+}
+
+// A disk tier smaller than the host tier: the flush ends, keeps every host copy, and the disk
+// keeps the most recently used blocks (the least recently used are written first and make room
+// for the later ones).
+TEST_F(BlockStoreTest, FlushToDiskIntoASmallerDiskKeepsTheMostRecentlyUsed) {
+  options_.disk.dirs = {dir_->File("disk0")};
+  options_.disk.capacity_bytes = 2ull << 20;
+  auto store = Open().value();
+  constexpr uint64_t kBlocks = 150;  // about 6 MB: three times the disk tier
+  for (uint64_t id = 0; id < kBlocks; ++id) ASSERT_TRUE(store->Put(Key(id), Block(id)).ok());
+  ASSERT_TRUE(store->FlushToDisk().ok());
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.tiers[1].blocks, kBlocks);
+  EXPECT_GT(stats.tiers[2].blocks, 0u);
+  EXPECT_LT(stats.tiers[2].blocks, kBlocks);
+  EXPECT_EQ(
+      stats.evictions_host_to_disk + stats.evictions_host_copy_freed + stats.evictions_host_dropped,
+      0u);
+  EXPECT_EQ(stats.blocks_written_to_disk, kBlocks) << "every block was written once";
+  const uint64_t on_disk = stats.tiers[2].blocks;
+  store.reset();
+  store = Open().value();
+  // What survived is the most recent blocks, all of them intact.
+  for (uint64_t id = 0; id < kBlocks; ++id) {
+    if (id < kBlocks - on_disk) {
+      EXPECT_EQ(store->LookupChain(1, {kvtier::testing::TestHash(id)}), 0u) << "block " << id;
+    } else {
+      EXPECT_EQ(ExpectBlock(*store, id), Tier::kDisk) << "block " << id;
+    }
+  }
+}
+
 TEST_F(BlockStoreTest, ManyThreadsNeverSeeWrongBytes) {
   auto store = Open().value();
   std::atomic<bool> failed{false};

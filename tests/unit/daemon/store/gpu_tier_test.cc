@@ -257,6 +257,38 @@ TEST_F(GpuTierTest, DemotionEncodesIntoTheHostTier) {
   EXPECT_EQ(verified->failed, 0u);
 }
 
+// FlushToDisk (kvtierctl drain --flush-to-disk) encodes GPU-tier pages into the host tier (they
+// leave the GPU tier: counted as gpu->host evictions), then gives every host block a disk copy
+// and keeps the host copy (no host eviction counted); a restart finds them all on disk.
+TEST_F(GpuTierTest, FlushToDiskMovesGpuPagesToHostAndCopiesThemToDisk) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  options_.disk.dirs = {dir_->File("disk0"), dir_->File("disk1")};
+  DeviceBuffer staging(page_bytes_), out(page_bytes_);
+  {
+    auto store = OpenWithLayout();
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(PutHot(**store, id, staging).ok());
+    ASSERT_TRUE((*store)->FlushToDisk().ok());
+    const StoreStats stats = (*store)->Stats();
+    EXPECT_EQ(stats.tiers[0].blocks, 0u);
+    EXPECT_EQ(stats.tiers[1].blocks, 10u);
+    EXPECT_EQ(stats.tiers[2].blocks, 10u);
+    EXPECT_EQ(stats.evictions_gpu_to_host, 10u);
+    EXPECT_EQ(stats.evictions_host_to_disk + stats.evictions_host_copy_freed +
+                  stats.evictions_host_dropped,
+              0u);
+    EXPECT_EQ(stats.blocks_written_to_disk, 10u);
+    for (uint64_t id = 0; id < 10; ++id) EXPECT_EQ(ExpectHot(**store, id, out), Tier::kHost);
+  }
+  auto store = OpenWithLayout();
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->recovery().disk_blocks, 10u);
+  for (uint64_t id = 0; id < 10; ++id) {
+    EXPECT_EQ(ExpectCold(**store, id), Tier::kDisk);
+    EXPECT_EQ(ExpectHot(**store, id, out), Tier::kDisk);
+  }
+}
+
 TEST_F(GpuTierTest, WatermarksMakeRoomWhilePagesKeepComing) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   options_.gpu.capacity_bytes = 2ull << 20;  // two 1 MiB chunks of 8 pages

@@ -1,0 +1,185 @@
+// kvtierd's configuration and start-up checks as an operator meets them: every configuration
+// error of a run is reported together (not only the first); a directory or a FIFO given as the
+// configuration file is refused at once; --check-config finds what a start would fail on (a busy
+// port, a state directory that cannot be created, a socket path taken by a file, a missing tokens
+// file, a host tier larger than the memory limit) without creating anything; and a start with a
+// busy metrics port fails before it opens the store (no index directory appears). Label
+// integration; every kvtierd run is under a timeout, so a hang fails instead of blocking.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/daemon_fixture.h"
+
+namespace kvtier::integration {
+namespace {
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// A TCP socket listening on a free port of 127.0.0.1, closed on destruction.
+class BusyPort {
+ public:
+  BusyPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(fd_, 1), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  }
+  ~BusyPort() { close(fd_); }
+  const std::string& address() const { return address_; }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+};
+
+using KvtierdStartupTest = DaemonFixture;
+
+TEST_F(KvtierdStartupTest, EveryConfigurationErrorIsReportedInOneRun) {
+  // (Fields Args() does not --set, or its overrides would replace the file's values.)
+  std::ofstream(dir_->File("bad.yaml")) << "server:\n  max_request_bytes: lots\n"
+                                           "host:\n  colour: blue\n"
+                                           "index:\n  sync: sometimes\n";
+  std::string out;
+  EXPECT_EQ(RunKvtierd({"--config=" + dir_->File("bad.yaml"), "--set=host.pin=bogus",
+                        "--set=engines.lease_seconds=-1", "--set=nonsense", "--check-config"},
+                       &out),
+            1)
+      << out;
+  for (const std::string& line : {
+           "kvtierd: config file " + dir_->File("bad.yaml") +
+               ": unknown field 'host.colour' (line 4)",
+           std::string("kvtierd: field 'server.max_request_bytes': 'lots' is not a size"),
+           std::string("kvtierd: field 'index.sync': 'sometimes' is not none, batch or always"),
+           std::string("kvtierd: field 'host.pin': 'bogus' is not auto, cuda, mlock or none"),
+           std::string("kvtierd: field 'engines.lease_seconds': -1 is outside"),
+           std::string("kvtierd: --set 'nonsense': expected field.path=value"),
+       }) {
+    EXPECT_TRUE(Contains(out, line)) << line << "\nnot in:\n" << out;
+  }
+  // One line per field: a value that failed is not reported again by the checks that follow it
+  // (here: the range of server.max_request_bytes).
+  size_t lines = 0;
+  for (size_t at = out.find("max_request_bytes"); at != std::string::npos;
+       at = out.find("max_request_bytes", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << out;
+  // A start reports the same, and exits 1 before it creates anything.
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--set=host.pin=bogus", "--set=index.sync=sometimes"}, &out), 1) << out;
+  EXPECT_TRUE(Contains(out, "field 'host.pin'") && Contains(out, "field 'index.sync'")) << out;
+  EXPECT_FALSE(Exists(dir_->File("state"))) << out;
+}
+
+TEST_F(KvtierdStartupTest, ADirectoryOrAFifoIsNotAConfigurationFile) {
+  std::string out;
+  // A directory used to load as an empty file: the defaults, silently.
+  EXPECT_EQ(RunKvtierd({"--config=" + dir_->path(), "--check-config"}, &out), 1) << out;
+  EXPECT_TRUE(
+      Contains(out, "kvtierd: config file " + dir_->path() + " is a directory, not a regular file"))
+      << out;
+  EXPECT_FALSE(Contains(out, "configuration is valid")) << out;
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--config=" + dir_->path()}, &out), 1) << out;
+  EXPECT_TRUE(Contains(out, "is a directory, not a regular file")) << out;
+
+  // A FIFO used to hang the loader until something wrote to it (here: until the timeout).
+  const std::string fifo = dir_->File("kvtierd.yaml");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--config=" + fifo, "--check-config"}, &out, 20), 1)
+      << "137: kvtierd hung on the FIFO\n"
+      << out;
+  EXPECT_TRUE(
+      Contains(out, "kvtierd: config file " + fifo + " is a FIFO (named pipe), not a regular file"))
+      << out;
+
+  // A tokens file that is a FIFO or a device is refused the same way, by the start-up checks.
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--set=auth.tokens_file=" + fifo, "--check-config"}, &out, 20), 1) << out;
+  EXPECT_TRUE(Contains(out, "auth.tokens_file " + fifo + " is a FIFO (named pipe)")) << out;
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--set=auth.tokens_file=/dev/zero", "--check-config"}, &out, 20), 1) << out;
+  EXPECT_TRUE(Contains(out, "auth.tokens_file /dev/zero is a character device")) << out;
+}
+
+TEST_F(KvtierdStartupTest, ABusyMetricsPortFailsTheStartBeforeTheStoreOpens) {
+  BusyPort busy;
+  std::string out;
+  EXPECT_EQ(RunKvtierd({"--set=metrics.listen=" + busy.address()}, &out), 1) << out;
+  EXPECT_TRUE(Contains(out, "kvtierd: metrics.listen: cannot listen on " + busy.address() +
+                                ": Address already in use"))
+      << out;
+  // The store was not opened (it used to be: index recovery, then the port failed).
+  EXPECT_FALSE(Exists(dir_->File("state/index"))) << out;
+  EXPECT_FALSE(Contains(out, "recovered")) << out;
+  EXPECT_FALSE(Exists(Socket())) << out;
+
+  // --check-config says the same; a free port passes.
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--set=metrics.listen=" + busy.address(), "--check-config"}, &out), 1)
+      << out;
+  EXPECT_TRUE(Contains(out, "metrics.listen: cannot listen on " + busy.address())) << out;
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--check-config"}, &out), 0) << out;
+  EXPECT_TRUE(Contains(out, "kvtierd: configuration is valid")) << out;
+}
+
+TEST_F(KvtierdStartupTest, CheckConfigFindsWhatAStartWouldFailOnAndCreatesNothing) {
+  // state_dir below a regular file; server.socket taken by a regular file; no tokens file; a host
+  // tier larger than any memory limit.
+  std::ofstream(dir_->File("a-file")) << "x";
+  std::ofstream(dir_->File("taken.sock")) << "x";
+  std::string out;
+  EXPECT_EQ(RunKvtierd({"--set=state_dir=" + dir_->File("a-file/state"),
+                        "--socket=" + dir_->File("taken.sock"),
+                        "--set=auth.tokens_file=" + dir_->File("no-tokens"),
+                        "--set=host.capacity=64TiB", "--check-config"},
+                       &out),
+            1)
+      << out;
+  for (const std::string& line : {
+           "kvtierd: state_dir " + dir_->File("a-file/state") + " cannot be created: " +
+               dir_->File("a-file") + " is a regular file, not a directory",
+           "kvtierd: server.socket " + dir_->File("taken.sock") +
+               " exists and is a regular file, not a socket",
+           "kvtierd: cannot open auth.tokens_file " + dir_->File("no-tokens") +
+               ": No such file or directory",
+           std::string("exceeds 90% of the memory limit"),
+       }) {
+    EXPECT_TRUE(Contains(out, line)) << line << "\nnot in:\n" << out;
+  }
+
+  // Nothing was created or removed: not the state directory, not the disk tier's, and the file in
+  // the socket's place is still there.
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--check-config"}, &out), 0) << out;
+  EXPECT_FALSE(Exists(dir_->File("state"))) << "--check-config created state_dir";
+  EXPECT_TRUE(Exists(dir_->File("taken.sock")));
+
+  // A daemon serving on the socket: a second one is told so before it opens the store.
+  StartDaemon();
+  out.clear();
+  EXPECT_EQ(RunKvtierd({"--check-config"}, &out), 1) << out;
+  EXPECT_TRUE(Contains(out, "another process is serving on " + Socket())) << out;
+  EXPECT_TRUE(Contains(out, "metrics.listen: cannot listen on")) << out;
+  EXPECT_EQ(StopDaemon(SIGTERM), 0) << Log();
+}
+
+}  // namespace
+}  // namespace kvtier::integration
