@@ -22,20 +22,6 @@
 namespace kvtier {
 namespace {
 
-absl::Status ErrnoStatus(int err, absl::string_view message) {
-  const std::string text = absl::StrCat(message, ": ", ErrnoText(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(text);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(text);
-    default:
-      return absl::InternalError(text);
-  }
-}
-
 absl::Status NotRegular(absl::string_view subject, uint32_t mode) {
   return absl::InvalidArgumentError(
       absl::StrCat(subject, " is ", FileTypeName(mode), ", not a regular file"));

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/errno_text.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
@@ -39,19 +40,6 @@ int OpenBeneath(const std::string& dir, const std::string& subdir) {
   close(root);
   errno = err;
   return fd;
-}
-
-absl::Status ErrnoStatus(int err, const std::string& what) {
-  const std::string text = absl::StrCat(what, ": ", io::ErrnoText(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(text);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(text);
-    default:
-      return absl::InternalError(text);
-  }
 }
 
 }  // namespace

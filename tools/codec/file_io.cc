@@ -9,26 +9,17 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/errno_text.h"
 #include "common/file_reading.h"
 
 namespace kvtier::tools {
 namespace {
 
 absl::Status ErrnoStatus(int err, absl::string_view path, absl::string_view what) {
-  std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InternalError(message);
-  }
+  return ::kvtier::ErrnoStatus(err, absl::StrCat(path, ": ", what));
 }
 
 }  // namespace
