@@ -324,6 +324,24 @@ TEST(RocksDbBlockIndexTest, MetaPutGetAndReservedKey) {
 }
 
 // A format-1 index as the previous version wrote it: 4-byte namespace ids, 36-byte block keys.
+// Creates a database at `path` with the index's column families and nothing in them (what an
+// interrupted creation leaves, before the format version is written).
+void CreateEmptyFamilies(const std::string& path) {
+  rocksdb::DBOptions options;
+  options.create_if_missing = true;
+  options.create_missing_column_families = true;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, {}}, {"blocks", {}}, {"namespaces", {}}, {"meta", {}}};
+  rocksdb::DB* db = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  ASSERT_TRUE(rocksdb::DB::Open(options, path, descriptors, &handles, &db).ok());
+  for (rocksdb::ColumnFamilyHandle* handle : handles) {
+    ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
+  }
+  ASSERT_TRUE(db->Close().ok());
+  delete db;
+}
+
 std::string LegacyNamespaceKey(uint32_t id) {
   std::string out;
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(id >> shift));
@@ -336,21 +354,7 @@ std::string LegacyBlockKey(uint32_t ns, uint64_t id) {
 
 TEST(RocksDbBlockIndexTest, MigratesFormat1NamespaceIdsAndResumesAfterACrash) {
   TempDir dir;
-  {
-    rocksdb::DBOptions options;
-    options.create_if_missing = true;
-    options.create_missing_column_families = true;
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
-        {rocksdb::kDefaultColumnFamilyName, {}}, {"blocks", {}}, {"namespaces", {}}, {"meta", {}}};
-    rocksdb::DB* db = nullptr;
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), descriptors, &handles, &db).ok());
-    for (rocksdb::ColumnFamilyHandle* handle : handles) {
-      ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
-    }
-    ASSERT_TRUE(db->Close().ok());
-    delete db;
-  }
+  CreateEmptyFamilies(dir.path());
   RawPut(dir.path(), "meta", kIndexFormatMetaKey, "1");
   RawPut(dir.path(), "namespaces", LegacyNamespaceKey(7), "seven");
   RawPut(dir.path(), "namespaces", LegacyNamespaceKey(9), "nine");
@@ -504,21 +508,7 @@ TEST(RocksDbBlockIndexTest, EmptyIndexWithoutFormatVersionIsAdopted) {
   // Simulates a creation interrupted before the format version was written: a database with the
   // three families and nothing in them.
   TempDir empty;
-  {
-    rocksdb::DBOptions options;
-    options.create_if_missing = true;
-    options.create_missing_column_families = true;
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
-        {rocksdb::kDefaultColumnFamilyName, {}}, {"blocks", {}}, {"namespaces", {}}, {"meta", {}}};
-    rocksdb::DB* db = nullptr;
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    ASSERT_TRUE(rocksdb::DB::Open(options, empty.path(), descriptors, &handles, &db).ok());
-    for (rocksdb::ColumnFamilyHandle* handle : handles) {
-      ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
-    }
-    ASSERT_TRUE(db->Close().ok());
-    delete db;
-  }
+  CreateEmptyFamilies(empty.path());
   std::unique_ptr<BlockIndex> index = OpenOrDie(empty.path());
   ASSERT_NE(index, nullptr);
   EXPECT_EQ(index->GetMeta(kIndexFormatMetaKey).value(), std::optional<std::string>("2"));
