@@ -49,17 +49,24 @@ inline int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-// GET http://127.0.0.1:port/path; returns "" on failure.
-inline std::string HttpGet(int port, const std::string& path, int* code = nullptr) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+// A TCP connection to 127.0.0.1:port; -1 when it fails.
+inline int ConnectLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
+  return fd;
+}
+
+// GET http://127.0.0.1:port/path; returns "" on failure.
+inline std::string HttpGet(int port, const std::string& path, int* code = nullptr) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
   const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
   (void)!write(fd, req.data(), req.size());
   std::string resp;

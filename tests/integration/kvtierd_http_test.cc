@@ -22,26 +22,12 @@ struct HttpResponse {
   std::string body;
 };
 
-// A TCP connection to 127.0.0.1:port; -1 when it fails.
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Sends `request` on a new connection and reads until the server closes it, for at most
 // `timeout` in all.
 HttpResponse Exchange(int port, const std::string& request, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   HttpResponse out;
-  const int fd = Connect(port);
+  const int fd = ConnectLoopback(port);
   if (fd < 0) return out;
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
@@ -83,9 +69,9 @@ TEST_F(KvtierdHttpTest, ProbesAnswerWithinTheirTimeoutWhileOtherConnectionsWait)
   // that send half a request and stop: more than a server with a pool of threads, each keeping one
   // connection, would have (five were enough to hold the first server's only thread for 10 s).
   std::vector<int> held;
-  for (int i = 0; i < 10; ++i) held.push_back(Connect(metrics_port_));
+  for (int i = 0; i < 10; ++i) held.push_back(ConnectLoopback(metrics_port_));
   for (int i = 0; i < 10; ++i) {
-    const int fd = Connect(metrics_port_);
+    const int fd = ConnectLoopback(metrics_port_);
     const std::string partial = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n";
     EXPECT_EQ(send(fd, partial.data(), partial.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(partial.size()));
