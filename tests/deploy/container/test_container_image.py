@@ -249,15 +249,19 @@ def ensure_base(b, cache):
     if all(n in have for n in BASE_NAMES):
         return
     tar = os.path.join(cache, "debian-bookworm-minbase.tar")
-    if not os.path.exists(tar):
+    # mmdebstrap picks the output format by the name's extension: .tar, also while unfinished.
+    part = os.path.join(cache, "debian-bookworm-minbase.part.tar")
+    if not os.path.isfile(tar):
+        if os.path.isdir(tar):
+            shutil.rmtree(tar)
         print("== mmdebstrap: a Debian 12 minbase root file system (once per cache)", flush=True)
         t0 = time.time()
         # As the slim images: no manual pages, documentation or translations.
         sh(["mmdebstrap", "--variant=minbase", "--quiet",
             "--dpkgopt=path-exclude=/usr/share/man/*", "--dpkgopt=path-exclude=/usr/share/doc/*",
             "--dpkgopt=path-include=/usr/share/doc/*/copyright",
-            "--dpkgopt=path-exclude=/usr/share/locale/*", "bookworm", tar + ".part"])
-        os.rename(tar + ".part", tar)
+            "--dpkgopt=path-exclude=/usr/share/locale/*", "bookworm", part])
+        os.rename(part, tar)
         print(f"   {time.time() - t0:.0f} s", flush=True)
     ctr = b("from", "scratch").stdout.strip()
     b("add", ctr, tar, "/")
