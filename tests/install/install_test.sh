@@ -3,8 +3,10 @@
 # kvtierd from that prefix on a scratch socket, then every code example of docs/QUICKSTART.md and
 # docs/CLIENT.md (extracted by extract_examples.py) built and run against it: the C++ ones through
 # find_package(kvtier) and again through pkg-config, the C ones through pkg-config, the Python ones
-# with the installed module. Fails on any build error, any example's non-zero exit, or a daemon
-# that does not stop cleanly on SIGTERM.
+# with the installed module. Also checks the systemd units (ExecStart= in the prefix; systemd-analyze
+# verify where installed), the sysusers and tmpfiles files, the example configuration and the
+# documentation in the prefix. Fails on any build error, any example's non-zero exit, a missing
+# or wrong installed file, or a daemon that does not stop cleanly on SIGTERM.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -24,6 +26,36 @@ libdir=$(dirname "$(find "$prefix" -name 'libkvtier.so' | head -1)")
 test -f "$prefix/include/kvtier/client.h"
 test -f "$libdir/cmake/kvtier/kvtierConfig.cmake"
 test -f "$libdir/pkgconfig/kvtier.pc"
+
+echo "== systemd units, example configuration and documentation in the prefix"
+for f in lib/systemd/system/kvtierd.service lib/systemd/system/kvtierd.socket \
+    lib/sysusers.d/kvtier.conf lib/tmpfiles.d/kvtier.conf share/kvtier/kvtierd.yaml \
+    share/doc/kvtier/README.md share/doc/kvtier/systemd/README.md \
+    share/doc/kvtier/kubernetes/README.md; do
+  [ -f "$prefix/$f" ] || { echo "not installed: $prefix/$f"; exit 1; }
+done
+for f in "$src"/docs/*.md; do
+  [ -f "$prefix/share/doc/kvtier/$(basename "$f")" ] ||
+    { echo "not installed: share/doc/kvtier/$(basename "$f") (deploy/CMakeLists.txt)"; exit 1; }
+done
+unit=$prefix/lib/systemd/system/kvtierd.service
+grep -qx "ExecStart=$prefix/bin/kvtierd --config=/etc/kvtier/kvtierd.yaml" "$unit" ||
+  { grep '^ExecStart=' "$unit"; echo "the installed unit does not start $prefix/bin/kvtierd"; exit 1; }
+grep -qx "Documentation=file://$prefix/share/doc/kvtier/systemd/README.md" "$unit" ||
+  { grep '^Documentation=' "$unit"; echo "the installed unit's Documentation= is not installed"; exit 1; }
+cmp -s "$src/deploy/systemd/kvtierd.socket" "$prefix/lib/systemd/system/kvtierd.socket"
+cmp -s "$src/deploy/systemd/kvtier.sysusers.conf" "$prefix/lib/sysusers.d/kvtier.conf"
+cmp -s "$src/deploy/systemd/kvtier.tmpfiles.conf" "$prefix/lib/tmpfiles.d/kvtier.conf"
+# The installed example as a configuration (kvtierd --check-config would check this machine's
+# ports, directories and memory instead of the file).
+"$prefix/bin/kvtierctl" config validate "$prefix/share/kvtier/kvtierd.yaml"
+if command -v systemd-analyze >/dev/null 2>&1; then
+  out=$(cd "$prefix/lib/systemd/system" &&
+    systemd-analyze verify --man=no "$unit" "$prefix/lib/systemd/system/kvtierd.socket" 2>&1) ||
+    { echo "$out"; echo "systemd-analyze verify refuses the installed units"; exit 1; }
+  [ -z "$out" ] || { echo "$out"; echo "systemd-analyze verify warns about the installed units"; exit 1; }
+  echo "ok: systemd-analyze verify of the installed units"
+fi
 
 echo "== kvtierd from the prefix"
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -150,14 +150,19 @@ def check_namespaces(c, objects):
                     f"{d['kind']}/{name_of(d)}: namespace {ns} is not {namespaces}")
 
 
-def load_config(c, configmap, kvtierctl):
-    """The ConfigMap's kvtierd.yaml, parsed, after `kvtierctl config validate` accepted it."""
+def load_config(c, configmap, kvtierctl, files=None):
+    """The ConfigMap's kvtierd.yaml, parsed, after `kvtierctl config validate` accepted it. `files`
+    maps paths the pod mounts (Secrets the configuration names) to local files that stand in for
+    them in the check."""
     data = configmap.get("data") or {}
     text = data.get("kvtierd.yaml")
     if not c.check(isinstance(text, str), "ConfigMap: no data key kvtierd.yaml"):
         return None, None
+    checked = text
+    for pod_path, local in (files or {}).items():
+        checked = checked.replace(pod_path, local)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(text)
+        f.write(checked)
         path = f.name
     try:
         run = subprocess.run([kvtierctl, "config", "validate", path],
@@ -403,6 +408,36 @@ def check_servicemonitor(c, sm, svc):
                 f"ServiceMonitor endpoint path {e.get('path')} is not /metrics")
 
 
+def check_objects(c, objects, kvtierctl, files=None, servicemonitor=True):
+    """Every check of the objects of one deployment (also used by tests/deploy/helm on the chart's
+    renders); returns the ConfigMap's parsed kvtierd.yaml and the DaemonSet."""
+    check_namespaces(c, objects)
+    configmap = one(c, objects, "ConfigMap")
+    config = None
+    if configmap is not None:
+        config, _ = load_config(c, configmap, kvtierctl, files)
+    ds = one(c, objects, "DaemonSet")
+    pod_labels, daemon = ({}, None)
+    if ds is not None:
+        pod_labels, daemon = check_daemonset(c, ds, config, configmap)
+    services = by_kind(objects, "Service")
+    for svc in services:
+        check_service(c, svc, pod_labels, daemon)
+    # The metrics Service: the one with the port named metrics, which the ServiceMonitor scrapes.
+    metrics = [s for s in services
+               if any(p.get("name") == "metrics" for p in (s.get("spec") or {}).get("ports") or [])]
+    c.check(len(metrics) == 1, f"expected one Service with a port named metrics, found "
+                               f"{len(metrics)}")
+    monitors = by_kind(objects, "ServiceMonitor")
+    if servicemonitor:
+        sm = one(c, objects, "ServiceMonitor")
+        if sm is not None and metrics:
+            check_servicemonitor(c, sm, metrics[0])
+    else:
+        c.check(not monitors, f"expected no ServiceMonitor, found {len(monitors)}")
+    return config, ds
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--manifests", required=True)
@@ -412,21 +447,7 @@ def main():
     docs = load_manifests(c, args.manifests)
     objects = check_common(c, docs)
     check_kustomization(c, args.manifests, docs, objects)
-    check_namespaces(c, objects)
-    configmap = one(c, objects, "ConfigMap")
-    config = None
-    if configmap is not None:
-        config, _ = load_config(c, configmap, args.kvtierctl)
-    ds = one(c, objects, "DaemonSet")
-    pod_labels, daemon = ({}, None)
-    if ds is not None:
-        pod_labels, daemon = check_daemonset(c, ds, config, configmap)
-    svc = one(c, objects, "Service")
-    if svc is not None:
-        check_service(c, svc, pod_labels, daemon)
-    sm = one(c, objects, "ServiceMonitor")
-    if sm is not None and svc is not None:
-        check_servicemonitor(c, sm, svc)
+    check_objects(c, objects, args.kvtierctl)
     for f in c.failures:
         print("FAIL:", f)
     print(f"{c.passed} checks passed, {len(c.failures)} failed "
