@@ -21,12 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "client/src/c_api_internal.h"
 #include "kvtier/block_hasher.h"
 #include "kvtier/client.h"
 #include "kvtier/layout.h"
 #include "kvtier/pools.h"
 #include "kvtier/types.h"
-#include "client/src/c_api_internal.h"
 
 static_assert(static_cast<int>(kvtier::Event::Kind::kBlockStored) + KVTIER_EVENT_BLOCK_STORED ==
                       KVTIER_EVENT_BLOCK_STORED &&
@@ -137,8 +137,9 @@ int kvtier_layout_from_preset(const char* name, uint32_t tokens_per_page, int dt
     if (layout == nullptr) return Missing("layout");
     *layout = nullptr;
     if (name == nullptr) return Missing("name");
-    return kvtier::c_api::Emplace(layout, kvtier::PageLayout::Preset(name, tokens_per_page,
-                                                              static_cast<kvtier::DType>(dtype)));
+    return kvtier::c_api::Emplace(
+        layout,
+        kvtier::PageLayout::Preset(name, tokens_per_page, static_cast<kvtier::DType>(dtype)));
   });
 }
 
@@ -200,7 +201,8 @@ int kvtier_layout_to_json(const kvtier_layout* layout, char* json, size_t capaci
                           size_t* required, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (layout == nullptr) return Missing("layout");
-    return kvtier::c_api::WriteString(layout->impl.ToJson(), json, capacity, required, "layout JSON");
+    return kvtier::c_api::WriteString(layout->impl.ToJson(), json, capacity, required,
+                                      "layout JSON");
   });
 }
 
@@ -257,7 +259,8 @@ int kvtier_shm_pool_create(const char* path, const char* name, uint32_t slots, u
     *pool = nullptr;
     if (path == nullptr) return Missing("path");
     if (name == nullptr) return Missing("name");
-    return kvtier::c_api::Emplace(pool, kvtier::SharedMemoryPool::Create(path, name, slots, slot_bytes));
+    return kvtier::c_api::Emplace(pool,
+                                  kvtier::SharedMemoryPool::Create(path, name, slots, slot_bytes));
   });
 }
 
@@ -401,7 +404,8 @@ int kvtier_client_pin(kvtier_client* client, const char* engine_id, const uint8_
     if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     absl::StatusOr<std::vector<std::string>> h = kvtier::c_api::Hashes(hashes, hash_len, count);
     if (!h.ok()) return h.status();
-    absl::StatusOr<kvtier::PinResult> r = client->impl->Pin(engine_id, *h, kvtier::c_api::Millis(ttl_ms));
+    absl::StatusOr<kvtier::PinResult> r =
+        client->impl->Pin(engine_id, *h, kvtier::c_api::Millis(ttl_ms));
     if (!r.ok()) return r.status();
     kvtier::c_api::WriteCodes(r->results, count, codes, nullptr);
     return absl::OkStatus();
@@ -465,8 +469,9 @@ int kvtier_client_resume(kvtier_client* client, const char* engine_id, const cha
     if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (request_id == nullptr) return Missing("request_id");
     if (count > 0 && page_indices == nullptr) return Missing("page_indices");
-    absl::StatusOr<kvtier::ResumeResult> r = client->impl->Resume(
-        engine_id, request_id, kvtier::c_api::Indices(page_indices, count), first_page, keep_parked != 0);
+    absl::StatusOr<kvtier::ResumeResult> r =
+        client->impl->Resume(engine_id, request_id, kvtier::c_api::Indices(page_indices, count),
+                             first_page, keep_parked != 0);
     if (!r.ok()) return r.status();
     if (user_data != nullptr) {
       std::memcpy(user_data, r->user_data.data(), std::min(capacity, r->user_data.size()));

@@ -71,8 +71,8 @@ absl::StatusOr<ta::KvCacheView> ToView(const kvtier_kv_cache_view* in) {
   ta::KvCacheView v;
   v.layers.reserve(in->num_layers);
   for (size_t i = 0; i < in->num_layers; ++i) {
-    v.layers.push_back(ta::KvLayerPools{
-        .k = in->k_pools[i], .v = in->v_pools == nullptr ? nullptr : in->v_pools[i]});
+    v.layers.push_back(ta::KvLayerPools{.k = in->k_pools[i],
+                                        .v = in->v_pools == nullptr ? nullptr : in->v_pools[i]});
   }
   v.num_pages = in->num_pages;
   v.page_tokens = in->page_tokens;
@@ -165,8 +165,7 @@ int kvtier_evictor_create(const kvtier_evictor_config* config,
     if (config == nullptr) return Missing("config");
     absl::StatusOr<kvtier::triattention::KvCacheView> v = kvtier::c_api::ToView(view);
     if (!v.ok()) return v.status();
-    absl::StatusOr<kvtier::triattention::Calibration> c =
-        kvtier::c_api::ToCalibration(calibration);
+    absl::StatusOr<kvtier::triattention::Calibration> c = kvtier::c_api::ToCalibration(calibration);
     if (!c.ok()) return c.status();
     return kvtier::c_api::Install(
         evictor,
@@ -186,9 +185,9 @@ int kvtier_evictor_create_from_files(const kvtier_evictor_config* config,
     if (model_config_path == nullptr) return Missing("model_config_path");
     absl::StatusOr<kvtier::triattention::KvCacheView> v = kvtier::c_api::ToView(view);
     if (!v.ok()) return v.status();
-    return kvtier::c_api::Install(evictor, kvtier::triattention::Evictor::CreateFromFiles(
-                                               kvtier::c_api::ToConfig(*config), calibration_path,
-                                               model_config_path, *v));
+    return kvtier::c_api::Install(
+        evictor, kvtier::triattention::Evictor::CreateFromFiles(
+                     kvtier::c_api::ToConfig(*config), calibration_path, model_config_path, *v));
   });
 }
 
@@ -272,8 +271,8 @@ int kvtier_evictor_state(const kvtier_evictor* evictor, uint64_t id, kvtier_roun
   });
 }
 
-int kvtier_evictor_info(const kvtier_evictor* evictor, kvtier_evictor_config* config,
-                        int* on_gpu, int64_t* num_requests, kvtier_error* err) {
+int kvtier_evictor_info(const kvtier_evictor* evictor, kvtier_evictor_config* config, int* on_gpu,
+                        int64_t* num_requests, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (evictor == nullptr) return Missing("evictor");
     if (config != nullptr) kvtier::c_api::FromConfig(evictor->impl->config(), *config);

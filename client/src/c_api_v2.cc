@@ -164,9 +164,8 @@ int kvtier_client_keep_alive(kvtier_client* client, const char* engine_id, kvtie
   });
 }
 
-int kvtier_client_register_engine_v2(kvtier_client* client,
-                                     const kvtier_engine_options_v2* options, char* engine_id,
-                                     size_t capacity, uint8_t* hash_root,
+int kvtier_client_register_engine_v2(kvtier_client* client, const kvtier_engine_options_v2* options,
+                                     char* engine_id, size_t capacity, uint8_t* hash_root,
                                      kvtier_engine_info* info, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (client == nullptr) return Missing("client");
@@ -211,15 +210,13 @@ int kvtier_client_register_engine_v2(kvtier_client* client,
       info->lease_ttl_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(engine->lease_ttl));
       kvtier::c_api::CopyFixed(engine->codec, info->codec);
     }
-    return kvtier::c_api::WriteString(engine->engine_id, engine_id, capacity, nullptr,
-                                      "engine id");
+    return kvtier::c_api::WriteString(engine->engine_id, engine_id, capacity, nullptr, "engine id");
   });
 }
 
 int kvtier_client_lookup_v2(kvtier_client* client, const char* engine_id, const uint8_t* hashes,
-                            size_t hash_len, size_t count, uint32_t pin_ttl_ms,
-                            uint32_t* hit_pages, int* tiers, int64_t* pin_expires_at_unix_ms,
-                            kvtier_error* err) {
+                            size_t hash_len, size_t count, uint32_t pin_ttl_ms, uint32_t* hit_pages,
+                            int* tiers, int64_t* pin_expires_at_unix_ms, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (hit_pages == nullptr) return Missing("hit_pages");
@@ -245,9 +242,8 @@ int kvtier_client_lookup_v2(kvtier_client* client, const char* engine_id, const 
 
 int kvtier_client_offload_v2(kvtier_client* client, const char* engine_id, const uint8_t* hashes,
                              size_t hash_len, const uint32_t* page_indices, size_t count,
-                             const kvtier_offload_options* options,
-                             kvtier_transfer_result* result, kvtier_item* items,
-                             kvtier_error* err) {
+                             const kvtier_offload_options* options, kvtier_transfer_result* result,
+                             kvtier_item* items, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (result != nullptr) *result = kvtier_transfer_result{};

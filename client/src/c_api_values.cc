@@ -82,8 +82,8 @@ int kvtier_dtype_from_name(const char* name, int* dtype, kvtier_error* err) {
         return absl::OkStatus();
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown dtype '", name, "' (expected bf16, fp16, fp8_e4m3, fp32 or bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown dtype '", name, "' (expected bf16, fp16, fp8_e4m3, fp32 or bytes)"));
   });
 }
 
@@ -131,8 +131,8 @@ int kvtier_layout_hybrid(uint32_t num_layers, const uint32_t* attention_layers,
 
 int kvtier_layout_preset_names(char* names, size_t capacity, size_t* required, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    return kvtier::c_api::WriteString(absl::StrJoin(kvtier::PageLayout::PresetNames(), "\n"),
-                                      names, capacity, required, "preset names");
+    return kvtier::c_api::WriteString(absl::StrJoin(kvtier::PageLayout::PresetNames(), "\n"), names,
+                                      capacity, required, "preset names");
   });
 }
 
@@ -177,8 +177,8 @@ int kvtier_layout_buffer(const kvtier_layout* layout, size_t index, kvtier_buffe
 int kvtier_hasher_hash_v2(const kvtier_hasher* hasher, const uint8_t* parent, size_t parent_len,
                           const uint32_t* tokens, size_t num_tokens,
                           const uint8_t* const* extra_keys, const size_t* extra_key_lens,
-                          size_t num_extra_keys, uint8_t* hashes, size_t max_hashes,
-                          size_t* count, kvtier_error* err) {
+                          size_t num_extra_keys, uint8_t* hashes, size_t max_hashes, size_t* count,
+                          kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (hasher == nullptr) return Missing("hasher");
     if (count == nullptr) return Missing("count");
@@ -295,8 +295,8 @@ int kvtier_compression_config_option(const kvtier_compression_config* config, si
     const auto it = std::next(options.begin(), static_cast<std::ptrdiff_t>(index));
     absl::Status k =
         kvtier::c_api::WriteString(it->first, key, key_capacity, key_required, "option key");
-    absl::Status v = kvtier::c_api::WriteString(it->second, value, value_capacity,
-                                                value_required, "option value");
+    absl::Status v = kvtier::c_api::WriteString(it->second, value, value_capacity, value_required,
+                                                "option value");
     return k.ok() ? v : k;
   });
 }
@@ -304,22 +304,21 @@ int kvtier_compression_config_option(const kvtier_compression_config* config, si
 int kvtier_compression_method_names(char* names, size_t capacity, size_t* required,
                                     kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    return kvtier::c_api::WriteString(absl::StrJoin(kvtier::CompressionMethodNames(), "\n"),
-                                      names, capacity, required, "compression method names");
+    return kvtier::c_api::WriteString(absl::StrJoin(kvtier::CompressionMethodNames(), "\n"), names,
+                                      capacity, required, "compression method names");
   });
 }
 
 int kvtier_cuda_available(void) { return kvtier::CudaAvailable() ? 1 : 0; }
 
 int kvtier_cuda_export_pool(const char* name, uint32_t slots, int device, const void* pointer,
-                            uint64_t offset_bytes, uint64_t size_bytes,
-                            kvtier_cuda_ipc_pool* pool, kvtier_error* err) {
+                            uint64_t offset_bytes, uint64_t size_bytes, kvtier_cuda_ipc_pool* pool,
+                            kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (name == nullptr) return Missing("name");
     if (pool == nullptr) return Missing("pool");
-    absl::StatusOr<kvtier::PoolRegistration> r =
-        kvtier::ExportCudaPool(name, slots, device, const_cast<void*>(pointer), offset_bytes,
-                               size_bytes);
+    absl::StatusOr<kvtier::PoolRegistration> r = kvtier::ExportCudaPool(
+        name, slots, device, const_cast<void*>(pointer), offset_bytes, size_bytes);
     if (!r.ok()) return r.status();
     kvtier::c_api::WriteCudaPool(*r->cuda_ipc, *pool);
     return absl::OkStatus();
@@ -332,7 +331,8 @@ int kvtier_device_pool_create(int device, const char* name, uint32_t slots, uint
     if (pool == nullptr) return Missing("pool");
     *pool = nullptr;
     if (name == nullptr) return Missing("name");
-    return kvtier::c_api::Emplace(pool, kvtier::DevicePool::Create(device, name, slots, slot_bytes));
+    return kvtier::c_api::Emplace(pool,
+                                  kvtier::DevicePool::Create(device, name, slots, slot_bytes));
   });
 }
 

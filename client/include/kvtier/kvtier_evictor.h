@@ -50,10 +50,10 @@ typedef struct kvtier_kv_cache_view {
   int page_tokens;
   int num_kv_heads;
   int head_dim;
-  int dtype;     /* KVTIER_DTYPE_* */
-  int layout;    /* KVTIER_KV_HND / NHD */
-  int pool_kind; /* KVTIER_KV_SEPARATE / COMBINED */
-  int memory;    /* KVTIER_KV_HOST / DEVICE */
+  int dtype;                  /* KVTIER_DTYPE_* */
+  int layout;                 /* KVTIER_KV_HND / NHD */
+  int pool_kind;              /* KVTIER_KV_SEPARATE / COMBINED */
+  int memory;                 /* KVTIER_KV_HOST / DEVICE */
   uint64_t page_stride_bytes; /* 0: the page itself */
 } kvtier_kv_cache_view;
 
@@ -141,8 +141,8 @@ int kvtier_evictor_state(const kvtier_evictor* evictor, uint64_t id, kvtier_roun
                          kvtier_error* err);
 /* The evictor's config, whether it runs on the GPU, and how many requests it tracks;
  * out-parameters may be NULL. */
-int kvtier_evictor_info(const kvtier_evictor* evictor, kvtier_evictor_config* config,
-                        int* on_gpu, int64_t* num_requests, kvtier_error* err);
+int kvtier_evictor_info(const kvtier_evictor* evictor, kvtier_evictor_config* config, int* on_gpu,
+                        int64_t* num_requests, kvtier_error* err);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -91,8 +91,8 @@ int kvtier_cuda_available(void);
  * UNIMPLEMENTED in builds without CUDA; INVALID_ARGUMENT for a device that does not exist, a
  * pointer in no allocation, or a pool that does not fit in its allocation. */
 int kvtier_cuda_export_pool(const char* name, uint32_t slots, int device, const void* pointer,
-                            uint64_t offset_bytes, uint64_t size_bytes,
-                            kvtier_cuda_ipc_pool* pool, kvtier_error* err);
+                            uint64_t offset_bytes, uint64_t size_bytes, kvtier_cuda_ipc_pool* pool,
+                            kvtier_error* err);
 
 /* A GPU pool allocated and exported by libkvtier (kvtier::DevicePool): slots x slot_bytes of
  * device memory on `device`. UNIMPLEMENTED without CUDA, UNAVAILABLE without the device or the
@@ -108,11 +108,11 @@ int kvtier_device_pool_info(const kvtier_device_pool* pool, void** data, uint64_
 /* ---- Engines ---- */
 
 typedef struct kvtier_engine_options_v2 {
-  const char* model;       /* required */
-  const char* engine_name; /* NULL: "" */
-  const char* tenant;      /* NULL: the authenticated tenant or "default" */
-  const char* partition;   /* NULL: unsharded */
-  const char* codec;       /* NULL: the daemon's */
+  const char* model;                     /* required */
+  const char* engine_name;               /* NULL: "" */
+  const char* tenant;                    /* NULL: the authenticated tenant or "default" */
+  const char* partition;                 /* NULL: unsharded */
+  const char* codec;                     /* NULL: the daemon's */
   const kvtier_layout* layout;           /* required */
   const kvtier_pool_registration* pools; /* one per layout pool */
   size_t num_pools;
@@ -122,9 +122,8 @@ typedef struct kvtier_engine_options_v2 {
 
 /* kvtier_client_register_engine with pools of any kind (the memory stays the caller's: it must
  * outlive the engine's registration). Same results and errors. */
-int kvtier_client_register_engine_v2(kvtier_client* client,
-                                     const kvtier_engine_options_v2* options, char* engine_id,
-                                     size_t capacity, uint8_t* hash_root,
+int kvtier_client_register_engine_v2(kvtier_client* client, const kvtier_engine_options_v2* options,
+                                     char* engine_id, size_t capacity, uint8_t* hash_root,
                                      kvtier_engine_info* info, kvtier_error* err);
 
 /* ---- The cache, with whole results ---- */
@@ -141,9 +140,8 @@ typedef struct kvtier_item {
 /* kvtier_client_lookup, and *pin_expires_at_unix_ms (may be NULL): when pinned hits expire,
  * 0 when nothing was pinned. */
 int kvtier_client_lookup_v2(kvtier_client* client, const char* engine_id, const uint8_t* hashes,
-                            size_t hash_len, size_t count, uint32_t pin_ttl_ms,
-                            uint32_t* hit_pages, int* tiers, int64_t* pin_expires_at_unix_ms,
-                            kvtier_error* err);
+                            size_t hash_len, size_t count, uint32_t pin_ttl_ms, uint32_t* hit_pages,
+                            int* tiers, int64_t* pin_expires_at_unix_ms, kvtier_error* err);
 
 /* What an offload or onboard moved: pages stored (offload) or onboarded (the usable prefix),
  * hot bytes read from (offload) or written to (onboard) the pools, cold bytes written or read. */
@@ -157,9 +155,8 @@ typedef struct kvtier_transfer_result {
  * entries) may be NULL. */
 int kvtier_client_offload_v2(kvtier_client* client, const char* engine_id, const uint8_t* hashes,
                              size_t hash_len, const uint32_t* page_indices, size_t count,
-                             const kvtier_offload_options* options,
-                             kvtier_transfer_result* result, kvtier_item* items,
-                             kvtier_error* err);
+                             const kvtier_offload_options* options, kvtier_transfer_result* result,
+                             kvtier_item* items, kvtier_error* err);
 int kvtier_client_onboard_v2(kvtier_client* client, const char* engine_id, const uint8_t* hashes,
                              size_t hash_len, const uint32_t* page_indices, size_t count,
                              int continue_after_miss, kvtier_transfer_result* result,
@@ -254,8 +251,8 @@ int kvtier_layout_buffer(const kvtier_layout* layout, size_t index, kvtier_buffe
 int kvtier_hasher_hash_v2(const kvtier_hasher* hasher, const uint8_t* parent, size_t parent_len,
                           const uint32_t* tokens, size_t num_tokens,
                           const uint8_t* const* extra_keys, const size_t* extra_key_lens,
-                          size_t num_extra_keys, uint8_t* hashes, size_t max_hashes,
-                          size_t* count, kvtier_error* err);
+                          size_t num_extra_keys, uint8_t* hashes, size_t max_hashes, size_t* count,
+                          kvtier_error* err);
 /* One link of the chain (kvtier::BlockHasher::Next): the 32-byte hash of the page `tokens` (any
  * length) after `parent` (any length), with an optional extra key. */
 int kvtier_hash_next(const uint8_t* parent, size_t parent_len, const uint32_t* tokens,
