@@ -18,6 +18,9 @@ U64_MAX = 0xFFFFFFFFFFFFFFFF
 I64_MAX = 0x7FFFFFFFFFFFFFFF
 
 IntLike = Union[int, numbers.Integral]
+# Page indices and token ids: a sequence or range of ints, or a 1-D NumPy integer array (an
+# Iterable of NumPy integers).
+IntArray = Iterable[IntLike]
 
 
 def integer(value: Any, name: str, low: int, high: int) -> int:

@@ -19,6 +19,7 @@ from ctypes import POINTER, byref, c_char_p, c_int, c_int64, c_size_t, c_uint32,
 from typing import Any, Callable, Iterable, List, Optional, Sequence, TypeVar, Union
 
 from kvtier import _args, _capi
+from kvtier._args import IntArray
 from kvtier._capi import lib
 from kvtier._errors import check, invalid, make_error, precondition
 from kvtier._layout import PageLayout
@@ -388,14 +389,14 @@ class Client:
         return _capi.OffloadOptions(int(bool(durable)), int(Priority(priority)),
                                     int(WriteAck(ack)))
 
-    def offload(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: Any, *,
+    def offload(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: IntArray, *,
                 durable: bool = False, priority: Priority = Priority.default,
                 ack: WriteAck = WriteAck.default) -> OffloadResult:
         """Stores page page_indices[i] under hashes[i]."""
         return self._offload(_engine_id(engine), _pages(hashes, page_indices),
                              self._offload_options(durable, priority, ack))
 
-    def offload_async(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: Any, *,
+    def offload_async(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: IntArray, *,
                       durable: bool = False, priority: Priority = Priority.default,
                       ack: WriteAck = WriteAck.default
                       ) -> "concurrent.futures.Future[OffloadResult]":
@@ -417,13 +418,13 @@ class Client:
                              cold_bytes_read=result.cold_bytes,
                              hot_bytes_written=result.hot_bytes)
 
-    def onboard(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: Any, *,
+    def onboard(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: IntArray, *,
                 continue_after_miss: bool = False) -> OnboardResult:
         """Writes block hashes[i] into page page_indices[i]."""
         return self._onboard(_engine_id(engine), _pages(hashes, page_indices),
                              continue_after_miss)
 
-    def onboard_async(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: Any, *,
+    def onboard_async(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: IntArray, *,
                       continue_after_miss: bool = False
                       ) -> "concurrent.futures.Future[OnboardResult]":
         eid, pages = _engine_id(engine), _pages(hashes, page_indices)
@@ -466,7 +467,7 @@ class Client:
         return ParkResult(parked_pages=result.parked_pages, cold_bytes=result.cold_bytes,
                           expires_at=result.expires_at_unix_ms / 1000.0, tier=Tier(result.tier))
 
-    def _park_args(self, engine: EngineRef, request_id: str, page_indices: Any, append: bool,
+    def _park_args(self, engine: EngineRef, request_id: str, page_indices: IntArray, append: bool,
                    num_tokens: int, user_data: bytes, ttl: float, priority: Priority,
                    ack: WriteAck) -> Any:
         data = _args.bytes_arg(user_data, "user_data")
@@ -478,7 +479,7 @@ class Client:
         return (_engine_id(engine), _args.text_arg(request_id, "request_id").encode(),
                 _args.u32_array(page_indices, "page_indices"), o, buf)
 
-    def park(self, engine: EngineRef, request_id: str, page_indices: Any, *,
+    def park(self, engine: EngineRef, request_id: str, page_indices: IntArray, *,
              append: bool = False, num_tokens: int = 0, user_data: bytes = b"", ttl: float = 0.0,
              priority: Priority = Priority.default,
              ack: WriteAck = WriteAck.default) -> ParkResult:
@@ -486,7 +487,7 @@ class Client:
         return self._park(*self._park_args(engine, request_id, page_indices, append, num_tokens,
                                            user_data, ttl, priority, ack))
 
-    def park_async(self, engine: EngineRef, request_id: str, page_indices: Any, *,
+    def park_async(self, engine: EngineRef, request_id: str, page_indices: IntArray, *,
                    append: bool = False, num_tokens: int = 0, user_data: bytes = b"",
                    ttl: float = 0.0, priority: Priority = Priority.default,
                    ack: WriteAck = WriteAck.default) -> "concurrent.futures.Future[ParkResult]":
@@ -511,18 +512,18 @@ class Client:
                             num_tokens=result.num_tokens, user_data=user_data,
                             released=bool(result.released))
 
-    def _resume_args(self, engine: EngineRef, request_id: str, page_indices: Any,
+    def _resume_args(self, engine: EngineRef, request_id: str, page_indices: IntArray,
                      first_page: int) -> Any:
         return (_engine_id(engine), _args.text_arg(request_id, "request_id").encode(),
                 _args.u32_array(page_indices, "page_indices"), _args.u32(first_page, "first_page"))
 
-    def resume(self, engine: EngineRef, request_id: str, page_indices: Any, *,
+    def resume(self, engine: EngineRef, request_id: str, page_indices: IntArray, *,
                first_page: int = 0, keep_parked: bool = False) -> ResumeResult:
         """Writes parked pages first_page.. into page_indices (the result has user_data)."""
         return self._resume(*self._resume_args(engine, request_id, page_indices, first_page),
                             keep_parked)
 
-    def resume_async(self, engine: EngineRef, request_id: str, page_indices: Any, *,
+    def resume_async(self, engine: EngineRef, request_id: str, page_indices: IntArray, *,
                      first_page: int = 0, keep_parked: bool = False
                      ) -> "concurrent.futures.Future[ResumeResult]":
         args = self._resume_args(engine, request_id, page_indices, first_page)

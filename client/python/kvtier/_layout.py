@@ -7,6 +7,7 @@ from ctypes import byref, c_int, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 from typing import Any, List, Optional, Sequence, Union
 
 from kvtier import _args, _capi
+from kvtier._args import IntArray
 from kvtier._capi import lib
 from kvtier._errors import check
 from kvtier._types import KvEnum
@@ -249,7 +250,8 @@ class BlockHasher:
         if handle is not None:
             lib.kvtier_hasher_destroy(handle)
 
-    def _hash(self, parent: Optional[bytes], tokens: Any, extra_keys: Sequence[bytes]) -> List[bytes]:
+    def _hash(self, parent: Optional[bytes], tokens: IntArray,
+              extra_keys: Sequence[bytes]) -> List[bytes]:
         toks = _args.u32_array(tokens, "tokens", check_range=False)
         pages = toks.count // self._tokens_per_page
         out = (c_uint8 * max(pages * BLOCK_HASH_BYTES, 1))()
@@ -266,18 +268,18 @@ class BlockHasher:
                                         out, pages, byref(count), byref(err)), err)
         return _args.split_hashes(bytes(out), count.value)
 
-    def hash(self, tokens: Any, extra_keys: Sequence[bytes] = ()) -> List[bytes]:
+    def hash(self, tokens: IntArray, extra_keys: Sequence[bytes] = ()) -> List[bytes]:
         """The hashes (32 bytes each) of the full pages of `tokens`; `extra_keys`, when given,
         has one key per page."""
         return self._hash(None, tokens, extra_keys)
 
-    def hash_after(self, parent: bytes, tokens: Any,
+    def hash_after(self, parent: bytes, tokens: IntArray,
                    extra_keys: Sequence[bytes] = ()) -> List[bytes]:
         """Continues a chain after `parent` (a previous page's hash)."""
         return self._hash(parent, tokens, extra_keys)
 
     @staticmethod
-    def next(parent: bytes, tokens: Any, extra_key: bytes = b"") -> bytes:
+    def next(parent: bytes, tokens: IntArray, extra_key: bytes = b"") -> bytes:
         """One link of the chain: the hash of the page `tokens` (any length) after `parent`."""
         parent = _args.bytes_arg(parent, "parent")
         extra_key = _args.bytes_arg(extra_key, "extra_key")
