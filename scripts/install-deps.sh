@@ -17,7 +17,8 @@ packages=(
   python3-grpcio python3-grpc-tools prometheus
   systemd yamllint python3-yaml
   buildah runc mmdebstrap
-  pybind11-dev python3-dev python3-numpy
+  python3-numpy python3-protobuf python3-venv python3-setuptools python3-wheel
+  python3-setuptools-whl python3-wheel-whl
 )
 
 missing=()

@@ -1,7 +1,8 @@
 // The C ABI (kvtier/kvtier.h) over the C++ API. Each handle is a struct owning the C++ object; each
 // function validates its pointers, converts the C arrays to the C++ types, calls the C++ API and
-// writes the results back. Nothing throws across the boundary: every body runs under Guard(),
-// which turns a C++ exception (std::bad_alloc, in practice) into KVTIER_INTERNAL.
+// writes the results back. Nothing throws across the boundary: every body runs under Guard()
+// (c_api_internal.h), which turns a C++ exception (std::bad_alloc, in practice) into
+// KVTIER_INTERNAL. The _v2 functions (kvtier/kvtier_v2.h) live in c_api_v2.cc and c_api_values.cc.
 #include "kvtier/kvtier.h"
 
 #include <algorithm>
@@ -20,27 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "client/src/c_api_internal.h"
 #include "kvtier/block_hasher.h"
 #include "kvtier/client.h"
 #include "kvtier/layout.h"
 #include "kvtier/pools.h"
 #include "kvtier/types.h"
-
-struct kvtier_client {
-  std::unique_ptr<kvtier::Client> impl;
-};
-struct kvtier_layout {
-  kvtier::PageLayout impl;
-};
-struct kvtier_hasher {
-  kvtier::BlockHasher impl;
-};
-struct kvtier_shm_pool {
-  std::unique_ptr<kvtier::SharedMemoryPool> impl;
-};
-struct kvtier_watch {
-  std::unique_ptr<kvtier::EventWatch> impl;
-};
 
 static_assert(static_cast<int>(kvtier::Event::Kind::kBlockStored) + KVTIER_EVENT_BLOCK_STORED ==
                       KVTIER_EVENT_BLOCK_STORED &&
@@ -49,129 +35,9 @@ static_assert(static_cast<int>(kvtier::Event::Kind::kBlockStored) + KVTIER_EVENT
                       KVTIER_EVENT_SNAPSHOT_COMPLETE,
               "KVTIER_EVENT_* follow kvtier::Event::Kind");
 
-namespace kvtier {
-namespace {
-
-// Copies `text` into a fixed array, truncated and NUL-terminated.
-template <size_t N>
-void CopyFixed(std::string_view text, char (&out)[N]) {
-  const size_t n = std::min(text.size(), N - 1);
-  std::memcpy(out, text.data(), n);
-  out[n] = '\0';
-}
-
-int Report(const absl::Status& status, kvtier_error* err) {
-  if (err != nullptr) {
-    err->code = static_cast<int>(status.code());
-    CopyFixed(std::string_view(status.message().data(), status.message().size()), err->message);
-  }
-  return static_cast<int>(status.code());
-}
-
-// Runs `body` (returning absl::Status) and reports its status; no exception escapes.
-template <typename Body>
-int Guard(kvtier_error* err, Body&& body) {
-  try {
-    return Report(body(), err);
-  } catch (const std::exception& e) {
-    return Report(absl::InternalError(absl::StrCat("libkvtier: ", e.what())), err);
-  } catch (...) {
-    return Report(absl::InternalError("libkvtier: unknown C++ exception"), err);
-  }
-}
-
-absl::Status Missing(const char* what) {
-  return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
-}
-
-std::string Str(const char* s) { return s == nullptr ? std::string() : std::string(s); }
-
-// The caller-buffer convention of kvtier.h for a string result.
-absl::Status WriteString(std::string_view value, char* out, size_t capacity, size_t* required,
-                         const char* what) {
-  if (required != nullptr) *required = value.size() + 1;
-  if (out == nullptr) {
-    if (capacity == 0) return absl::OkStatus();
-    return Missing(what);
-  }
-  if (capacity < value.size() + 1) {
-    if (capacity > 0) out[0] = '\0';
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what, " needs ", value.size() + 1, " bytes; the buffer has ", capacity));
-  }
-  std::memcpy(out, value.data(), value.size());
-  out[value.size()] = '\0';
-  return absl::OkStatus();
-}
-
-absl::Status CheckEngine(kvtier_client* client, const char* engine_id) {
-  if (client == nullptr) return Missing("client");
-  if (engine_id == nullptr) return Missing("engine_id");
-  return absl::OkStatus();
-}
-
-// `count` hashes of `hash_len` bytes end to end.
-absl::StatusOr<std::vector<std::string>> Hashes(const uint8_t* hashes, size_t hash_len,
-                                                size_t count) {
-  std::vector<std::string> out;
-  if (count == 0) return out;
-  if (hashes == nullptr) return Missing("hashes");
-  if (hash_len == 0 || hash_len > kBlockHashBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hash_len ", hash_len, " is not 1 to ", kBlockHashBytes));
-  }
-  out.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    out.emplace_back(reinterpret_cast<const char*>(hashes + i * hash_len), hash_len);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<PageRef>> Pages(const uint8_t* hashes, size_t hash_len,
-                                           const uint32_t* page_indices, size_t count) {
-  absl::StatusOr<std::vector<std::string>> h = Hashes(hashes, hash_len, count);
-  if (!h.ok()) return h.status();
-  if (count > 0 && page_indices == nullptr) return Missing("page_indices");
-  std::vector<PageRef> pages(count);
-  for (size_t i = 0; i < count; ++i) {
-    pages[i].block_hash = std::move((*h)[i]);
-    pages[i].page_index = page_indices[i];
-  }
-  return pages;
-}
-
-std::vector<uint32_t> Indices(const uint32_t* page_indices, size_t count) {
-  return count == 0 ? std::vector<uint32_t>()
-                    : std::vector<uint32_t>(page_indices, page_indices + count);
-}
-
-void WriteCodes(const std::vector<ItemResult>& results, size_t count, int* codes, int* tiers) {
-  for (size_t i = 0; i < count; ++i) {
-    const bool have = i < results.size();
-    if (codes != nullptr) {
-      codes[i] = static_cast<int>(have ? results[i].code : ItemCode::kSkipped);
-    }
-    if (tiers != nullptr) {
-      tiers[i] = static_cast<int>(have ? results[i].tier : Tier::kUnspecified);
-    }
-  }
-}
-
-absl::Duration Millis(uint64_t ms) { return absl::Milliseconds(static_cast<int64_t>(ms)); }
-
-template <typename Handle, typename Value>
-absl::Status Emplace(Handle** out, absl::StatusOr<Value> value) {
-  if (!value.ok()) return value.status();
-  *out = new Handle{*std::move(value)};
-  return absl::OkStatus();
-}
-
-}  // namespace
-}  // namespace kvtier
-
-using kvtier::Guard;
-using kvtier::Missing;
-using kvtier::Str;
+using kvtier::c_api::Guard;
+using kvtier::c_api::Missing;
+using kvtier::c_api::Str;
 
 extern "C" {
 
@@ -222,10 +88,10 @@ int kvtier_client_connect(const char* socket_path, const char* client_name, uint
     options.socket_path = Str(socket_path);
     options.client_name = Str(client_name);
     if (timeout_ms > 0) {
-      options.rpc_timeout = kvtier::Millis(timeout_ms);
-      options.connect_timeout = kvtier::Millis(timeout_ms);
+      options.rpc_timeout = kvtier::c_api::Millis(timeout_ms);
+      options.connect_timeout = kvtier::c_api::Millis(timeout_ms);
     }
-    return kvtier::Emplace(client, kvtier::Client::Connect(options));
+    return kvtier::c_api::Emplace(client, kvtier::Client::Connect(options));
   });
 }
 
@@ -247,9 +113,9 @@ int kvtier_client_server_info(kvtier_client* client, int refresh, kvtier_server_
     *info = kvtier_server_info{};
     info->api_version = s.api_version;
     info->incarnation_id = s.incarnation_id;
-    kvtier::CopyFixed(s.server_version, info->server_version);
-    kvtier::CopyFixed(s.node_name, info->node_name);
-    kvtier::CopyFixed(absl::StrJoin(s.codecs, ","), info->codecs);
+    kvtier::c_api::CopyFixed(s.server_version, info->server_version);
+    kvtier::c_api::CopyFixed(s.node_name, info->node_name);
+    kvtier::c_api::CopyFixed(absl::StrJoin(s.codecs, ","), info->codecs);
     for (kvtier::Tier t : s.tiers) {
       const int bit = static_cast<int>(t);
       if (bit > 0 && bit < 32) info->tier_mask |= 1u << bit;  // a newer server's tiers: ignored
@@ -271,8 +137,9 @@ int kvtier_layout_from_preset(const char* name, uint32_t tokens_per_page, int dt
     if (layout == nullptr) return Missing("layout");
     *layout = nullptr;
     if (name == nullptr) return Missing("name");
-    return kvtier::Emplace(layout, kvtier::PageLayout::Preset(name, tokens_per_page,
-                                                              static_cast<kvtier::DType>(dtype)));
+    return kvtier::c_api::Emplace(
+        layout,
+        kvtier::PageLayout::Preset(name, tokens_per_page, static_cast<kvtier::DType>(dtype)));
   });
 }
 
@@ -290,7 +157,7 @@ int kvtier_layout_gqa(uint32_t num_layers, uint32_t kv_heads, uint32_t head_dim,
     o.dtype = static_cast<kvtier::DType>(dtype);
     o.rope_start = rope_start;
     o.rope_len = rope_len;
-    return kvtier::Emplace(layout, kvtier::PageLayout::Gqa(o));
+    return kvtier::c_api::Emplace(layout, kvtier::PageLayout::Gqa(o));
   });
 }
 
@@ -299,7 +166,7 @@ int kvtier_layout_from_json(const char* json, kvtier_layout** layout, kvtier_err
     if (layout == nullptr) return Missing("layout");
     *layout = nullptr;
     if (json == nullptr) return Missing("json");
-    return kvtier::Emplace(layout, kvtier::PageLayout::FromJson(json));
+    return kvtier::c_api::Emplace(layout, kvtier::PageLayout::FromJson(json));
   });
 }
 
@@ -326,7 +193,7 @@ int kvtier_layout_pool(const kvtier_layout* layout, size_t index, char* name, si
           absl::StrCat("pool index ", index, " out of range (", pools.size(), " pools)"));
     }
     if (slot_bytes != nullptr) *slot_bytes = pools[index].slot_bytes;
-    return kvtier::WriteString(pools[index].name, name, capacity, required, "pool name");
+    return kvtier::c_api::WriteString(pools[index].name, name, capacity, required, "pool name");
   });
 }
 
@@ -334,7 +201,8 @@ int kvtier_layout_to_json(const kvtier_layout* layout, char* json, size_t capaci
                           size_t* required, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (layout == nullptr) return Missing("layout");
-    return kvtier::WriteString(layout->impl.ToJson(), json, capacity, required, "layout JSON");
+    return kvtier::c_api::WriteString(layout->impl.ToJson(), json, capacity, required,
+                                      "layout JSON");
   });
 }
 
@@ -344,7 +212,7 @@ int kvtier_hasher_create(const uint8_t* root, size_t root_len, uint32_t tokens_p
     if (hasher == nullptr) return Missing("hasher");
     *hasher = nullptr;
     if (root == nullptr) return Missing("root");
-    return kvtier::Emplace(
+    return kvtier::c_api::Emplace(
         hasher,
         kvtier::BlockHasher::Create(std::string_view(reinterpret_cast<const char*>(root), root_len),
                                     tokens_per_page));
@@ -391,7 +259,8 @@ int kvtier_shm_pool_create(const char* path, const char* name, uint32_t slots, u
     *pool = nullptr;
     if (path == nullptr) return Missing("path");
     if (name == nullptr) return Missing("name");
-    return kvtier::Emplace(pool, kvtier::SharedMemoryPool::Create(path, name, slots, slot_bytes));
+    return kvtier::c_api::Emplace(pool,
+                                  kvtier::SharedMemoryPool::Create(path, name, slots, slot_bytes));
   });
 }
 
@@ -428,7 +297,7 @@ int kvtier_client_register_engine(kvtier_client* client, const kvtier_engine_opt
       }
       o.pools.push_back(options->pools[i]->impl->Registration());
     }
-    o.lease_ttl = kvtier::Millis(options->lease_ttl_ms);
+    o.lease_ttl = kvtier::c_api::Millis(options->lease_ttl_ms);
     // Checked before registering: an engine whose id the caller never learns could not be
     // unregistered.
     if (engine_id == nullptr || capacity < KVTIER_ENGINE_ID_BYTES) {
@@ -450,15 +319,15 @@ int kvtier_client_register_engine(kvtier_client* client, const kvtier_engine_opt
       info->cold_block_bytes = engine->cold_block_bytes;
       info->incarnation_id = engine->incarnation_id;
       info->lease_ttl_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(engine->lease_ttl));
-      kvtier::CopyFixed(engine->codec, info->codec);
+      kvtier::c_api::CopyFixed(engine->codec, info->codec);
     }
-    return kvtier::WriteString(engine->engine_id, engine_id, capacity, nullptr, "engine id");
+    return kvtier::c_api::WriteString(engine->engine_id, engine_id, capacity, nullptr, "engine id");
   });
 }
 
 int kvtier_client_unregister(kvtier_client* client, const char* engine_id, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     return client->impl->Unregister(engine_id);
   });
 }
@@ -467,13 +336,13 @@ int kvtier_client_lookup(kvtier_client* client, const char* engine_id, const uin
                          size_t hash_len, size_t count, uint32_t pin_ttl_ms, uint32_t* hit_pages,
                          int* tiers, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (hit_pages == nullptr) return Missing("hit_pages");
     *hit_pages = 0;
-    absl::StatusOr<std::vector<std::string>> h = kvtier::Hashes(hashes, hash_len, count);
+    absl::StatusOr<std::vector<std::string>> h = kvtier::c_api::Hashes(hashes, hash_len, count);
     if (!h.ok()) return h.status();
     absl::StatusOr<kvtier::LookupResult> r =
-        client->impl->Lookup(engine_id, *h, kvtier::Millis(pin_ttl_ms));
+        client->impl->Lookup(engine_id, *h, kvtier::c_api::Millis(pin_ttl_ms));
     if (!r.ok()) return r.status();
     *hit_pages = r->hit_pages;
     if (tiers != nullptr) {
@@ -490,10 +359,10 @@ int kvtier_client_offload(kvtier_client* client, const char* engine_id, const ui
                           const kvtier_offload_options* options, uint32_t* stored_pages, int* codes,
                           kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (stored_pages != nullptr) *stored_pages = 0;
     absl::StatusOr<std::vector<kvtier::PageRef>> pages =
-        kvtier::Pages(hashes, hash_len, page_indices, count);
+        kvtier::c_api::Pages(hashes, hash_len, page_indices, count);
     if (!pages.ok()) return pages.status();
     kvtier::OffloadOptions o;
     if (options != nullptr) {
@@ -504,7 +373,7 @@ int kvtier_client_offload(kvtier_client* client, const char* engine_id, const ui
     absl::StatusOr<kvtier::OffloadResult> r = client->impl->Offload(engine_id, *pages, o);
     if (!r.ok()) return r.status();
     if (stored_pages != nullptr) *stored_pages = r->stored_pages;
-    kvtier::WriteCodes(r->results, count, codes, nullptr);
+    kvtier::c_api::WriteCodes(r->results, count, codes, nullptr);
     return absl::OkStatus();
   });
 }
@@ -514,16 +383,16 @@ int kvtier_client_onboard(kvtier_client* client, const char* engine_id, const ui
                           int continue_after_miss, uint32_t* onboarded_pages, int* codes,
                           int* tiers, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (onboarded_pages != nullptr) *onboarded_pages = 0;
     absl::StatusOr<std::vector<kvtier::PageRef>> pages =
-        kvtier::Pages(hashes, hash_len, page_indices, count);
+        kvtier::c_api::Pages(hashes, hash_len, page_indices, count);
     if (!pages.ok()) return pages.status();
     absl::StatusOr<kvtier::OnboardResult> r =
         client->impl->Onboard(engine_id, *pages, continue_after_miss != 0);
     if (!r.ok()) return r.status();
     if (onboarded_pages != nullptr) *onboarded_pages = r->onboarded_pages;
-    kvtier::WriteCodes(r->results, count, codes, tiers);
+    kvtier::c_api::WriteCodes(r->results, count, codes, tiers);
     return absl::OkStatus();
   });
 }
@@ -532,12 +401,13 @@ int kvtier_client_pin(kvtier_client* client, const char* engine_id, const uint8_
                       size_t hash_len, size_t count, uint32_t ttl_ms, int* codes,
                       kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
-    absl::StatusOr<std::vector<std::string>> h = kvtier::Hashes(hashes, hash_len, count);
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
+    absl::StatusOr<std::vector<std::string>> h = kvtier::c_api::Hashes(hashes, hash_len, count);
     if (!h.ok()) return h.status();
-    absl::StatusOr<kvtier::PinResult> r = client->impl->Pin(engine_id, *h, kvtier::Millis(ttl_ms));
+    absl::StatusOr<kvtier::PinResult> r =
+        client->impl->Pin(engine_id, *h, kvtier::c_api::Millis(ttl_ms));
     if (!r.ok()) return r.status();
-    kvtier::WriteCodes(r->results, count, codes, nullptr);
+    kvtier::c_api::WriteCodes(r->results, count, codes, nullptr);
     return absl::OkStatus();
   });
 }
@@ -545,12 +415,12 @@ int kvtier_client_pin(kvtier_client* client, const char* engine_id, const uint8_
 int kvtier_client_unpin(kvtier_client* client, const char* engine_id, const uint8_t* hashes,
                         size_t hash_len, size_t count, int* codes, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
-    absl::StatusOr<std::vector<std::string>> h = kvtier::Hashes(hashes, hash_len, count);
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
+    absl::StatusOr<std::vector<std::string>> h = kvtier::c_api::Hashes(hashes, hash_len, count);
     if (!h.ok()) return h.status();
     absl::StatusOr<kvtier::PinResult> r = client->impl->Unpin(engine_id, *h);
     if (!r.ok()) return r.status();
-    kvtier::WriteCodes(r->results, count, codes, nullptr);
+    kvtier::c_api::WriteCodes(r->results, count, codes, nullptr);
     return absl::OkStatus();
   });
 }
@@ -560,7 +430,7 @@ int kvtier_client_park(kvtier_client* client, const char* engine_id, const char*
                        const kvtier_park_options* options, kvtier_park_result* result,
                        kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (request_id == nullptr) return Missing("request_id");
     if (count > 0 && page_indices == nullptr) return Missing("page_indices");
     kvtier::ParkOptions o;
@@ -574,12 +444,12 @@ int kvtier_client_park(kvtier_client* client, const char* engine_id, const char*
         o.user_data.assign(reinterpret_cast<const char*>(options->user_data),
                            options->user_data_len);
       }
-      o.ttl = kvtier::Millis(options->ttl_ms);
+      o.ttl = kvtier::c_api::Millis(options->ttl_ms);
       o.priority = static_cast<kvtier::Priority>(options->priority);
       o.ack = static_cast<kvtier::WriteAck>(options->ack);
     }
     absl::StatusOr<kvtier::ParkResult> r =
-        client->impl->Park(engine_id, request_id, kvtier::Indices(page_indices, count), o);
+        client->impl->Park(engine_id, request_id, kvtier::c_api::Indices(page_indices, count), o);
     if (!r.ok()) return r.status();
     if (result != nullptr) {
       result->parked_pages = r->parked_pages;
@@ -596,11 +466,12 @@ int kvtier_client_resume(kvtier_client* client, const char* engine_id, const cha
                          int keep_parked, uint8_t* user_data, size_t capacity,
                          kvtier_resume_result* result, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (request_id == nullptr) return Missing("request_id");
     if (count > 0 && page_indices == nullptr) return Missing("page_indices");
-    absl::StatusOr<kvtier::ResumeResult> r = client->impl->Resume(
-        engine_id, request_id, kvtier::Indices(page_indices, count), first_page, keep_parked != 0);
+    absl::StatusOr<kvtier::ResumeResult> r =
+        client->impl->Resume(engine_id, request_id, kvtier::c_api::Indices(page_indices, count),
+                             first_page, keep_parked != 0);
     if (!r.ok()) return r.status();
     if (user_data != nullptr) {
       std::memcpy(user_data, r->user_data.data(), std::min(capacity, r->user_data.size()));
@@ -620,7 +491,7 @@ int kvtier_client_release(kvtier_client* client, const char* engine_id,
                           const char* const* request_ids, size_t count, int* codes,
                           uint64_t* freed_bytes, kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
-    if (absl::Status st = kvtier::CheckEngine(client, engine_id); !st.ok()) return st;
+    if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (count > 0 && request_ids == nullptr) return Missing("request_ids");
     std::vector<std::string> ids;
     for (size_t i = 0; i < count; ++i) {
@@ -629,7 +500,7 @@ int kvtier_client_release(kvtier_client* client, const char* engine_id,
     }
     absl::StatusOr<kvtier::ReleaseResult> r = client->impl->Release(engine_id, ids);
     if (!r.ok()) return r.status();
-    kvtier::WriteCodes(r->results, count, codes, nullptr);
+    kvtier::c_api::WriteCodes(r->results, count, codes, nullptr);
     if (freed_bytes != nullptr) *freed_bytes = r->freed_bytes;
     return absl::OkStatus();
   });
@@ -708,7 +579,7 @@ int kvtier_client_watch_events(kvtier_client* client, int snapshot, uint64_t nam
     if (on_done != nullptr) {
       done = [on_done, user_data](absl::Status status) {
         kvtier_error e{};
-        kvtier::Report(status, &e);
+        kvtier::c_api::Report(status, &e);
         on_done(&e, user_data);
       };
     }

@@ -21,11 +21,19 @@
 //   credentials on insecure channels, and the Unix socket is one.
 #include "kvtier/client.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -35,6 +43,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/src/client_convert.h"
@@ -844,6 +853,40 @@ class ClientImpl : public Client {
   std::thread keep_alive_thread_;
 };
 
+// The path of a Unix socket target ("unix:PATH" or "unix://PATH"), or nullopt for another target.
+std::optional<std::string> UnixSocketPath(absl::string_view target) {
+  if (absl::ConsumePrefix(&target, "unix://") || absl::ConsumePrefix(&target, "unix:")) {
+    return std::string(target);
+  }
+  return std::nullopt;
+}
+
+// Connects to the Unix socket at `path` once, without waiting, and closes the connection again:
+// OK when something listens there (also when its backlog is full); Unavailable with the system's
+// reason (no such file, connection refused, permission denied) otherwise, so that Connect fails
+// at once instead of waiting connect_timeout for a daemon that is not there.
+absl::Status ProbeUnixSocket(const std::string& path, const std::string& where) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: a Unix socket path has 1 to %d bytes; this one has %d", where,
+                        sizeof(addr.sun_path) - 1, path.size()));
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrFormat("cannot create a socket to reach %s: %s", where, std::strerror(errno)));
+  }
+  int err = 0;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) err = errno;
+  close(fd);
+  if (err == 0 || err == EAGAIN || err == EINPROGRESS) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s (is the daemon running?)",
+                                                where, std::strerror(err)));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
@@ -859,6 +902,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     where = absl::StrCat("socket ", socket);
   } else {
     where = absl::StrCat("target ", target);
+  }
+  if (std::optional<std::string> path = UnixSocketPath(target); path.has_value()) {
+    if (absl::Status st = ProbeUnixSocket(*path, where); !st.ok()) return st;
   }
   grpc::ChannelArguments args;
   // A local daemon that restarts is back within a second: reconnect quickly.

@@ -5,10 +5,14 @@
 // Stats, the event stream, lease renewal, destruction with calls in flight and tenant tokens.
 #include "kvtier/client.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -165,6 +169,40 @@ TEST_F(ClientTest, ConnectWithoutADaemonIsUnavailableAndNamesTheSocket) {
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
   EXPECT_NE(client.status().message().find(Socket()), std::string::npos) << client.status();
+}
+
+// With the default connect_timeout (10 s): nothing at the socket path, or a socket file nobody
+// listens on (a daemon that died), fails at once with the path and the system's reason.
+TEST_F(ClientTest, ConnectFailsAtOnceWithTheReasonWhenNothingListens) {
+  ClientOptions options = Options();
+  ASSERT_EQ(options.connect_timeout, absl::Seconds(10));
+  absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
+  EXPECT_NE(client.status().message().find(Socket()), std::string::npos) << client.status();
+  EXPECT_NE(client.status().message().find("No such file or directory"), std::string::npos)
+      << client.status();
+
+  // A socket file left behind: bound, never listened on, closed.
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, Socket().c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0)
+      << std::strerror(errno);
+  close(fd);
+  start = absl::Now();
+  client = Client::Connect(options);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
+  EXPECT_NE(client.status().message().find(Socket()), std::string::npos) << client.status();
+  EXPECT_NE(client.status().message().find("Connection refused"), std::string::npos)
+      << client.status();
+  unlink(Socket().c_str());
 }
 
 TEST_F(ClientTest, RegisterEngineChecksItsOptionsAndPassesTheDaemonsErrorsOn) {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The `kvtier` Python module's client (libkvtier through pybind11) against a real kvtierd.
+"""The `kvtier` Python package's client (ctypes over libkvtier's C ABI) against a real kvtierd.
 
 Starts kvtierd on a temporary state directory and Unix socket with small tiers (through
 daemon_fixture.py, shared with test_kvtierd_client.py and test_kvtierctl.py), then, through the

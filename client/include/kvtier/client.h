@@ -226,8 +226,12 @@ using Callback = std::function<void(absl::StatusOr<T>)>;
 
 class Client {
  public:
-  // Connects and says Hello. Unavailable when no daemon answers within connect_timeout (the
-  // message names the socket); FailedPrecondition when the API versions do not overlap.
+  // Connects and says Hello. For a Unix socket, Unavailable at once when nothing listens at the
+  // path (the message names the path and the system's reason: no such file, connection refused,
+  // permission denied) and InvalidArgument when the path is empty or too long for a socket;
+  // Unavailable when no daemon answers Hello within connect_timeout (the message names the
+  // socket or target); FailedPrecondition when the API versions do not overlap. Blocks until
+  // Hello is answered or connect_timeout has passed.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options = {});
   virtual ~Client() = default;
 

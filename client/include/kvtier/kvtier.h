@@ -124,7 +124,9 @@ const char* kvtier_item_code_name(int code);
  * /run/kvtier/kvtier.sock) and says Hello. `client_name` (may be NULL) is added to Hello's client
  * string; `timeout_ms` bounds the connect and every later call (0: 10 s to connect, 30 s per
  * call). Engines registered through the client keep their leases renewed until unregistered or
- * the client is closed. UNAVAILABLE when no daemon answers, naming the socket. */
+ * the client is closed. UNAVAILABLE naming the socket: at once, with the reason ("No such file
+ * or directory", "Connection refused"), when nothing listens on it; after the timeout when no
+ * daemon answers Hello. */
 int kvtier_client_connect(const char* socket_path, const char* client_name, uint32_t timeout_ms,
                           kvtier_client** client, kvtier_error* err);
 /* Closes the connection (outstanding leases are no longer renewed). NULL is a no-op.
