@@ -5,31 +5,36 @@
 //   - every block acknowledged as durable (an Offload item that came back ITEM_CODE_OK or
 //     ITEM_CODE_ALREADY_STORED with ack WRITE_ACK_DURABLE) is found by Lookup and onboarded with
 //     exactly the bytes that were offloaded, after every restart and whenever the workload reads
-//     it;
+//     it (a page's bytes are a function of its block's hash);
 //   - no onboard that returns ITEM_CODE_OK writes wrong bytes (codec raw: the page must come back
 //     byte for byte);
-//   - every restart answers Hello within 30 s, on a full drive too;
-//   - while the drive is full durable offloads fail with ITEM_CODE_RESOURCE_EXHAUSTED and volatile
-//     offloads and onboards go on; once space is back durable offloads are acknowledged again.
-// Usage: kvtier-daemon-crash-harness --kvtierd=PATH [--cycles=N] [--seed=S] [--dir=D]
-//                                    [--no-full-drive]
-// One line per cycle, then a PASS or FAIL summary; exit status 0 only on PASS. D (default: a new
-// temporary directory) holds the socket, the engine's pool file and the daemon's log.
+//   - every restart answers Hello within 30 s, on a full drive too, and the daemon never exits
+//     on its own;
+//   - while the drive is full durable offloads fail with ITEM_CODE_RESOURCE_EXHAUSTED and a
+//     message, and are not acknowledged; volatile offloads and onboards go on; once space is back
+//     durable offloads are acknowledged again, without a restart.
+// Usage: kvtier-daemon-crash-harness [--kvtierd=PATH] [--cycles=N] [--seed=S] [--dir=D]
+//                                    [--no-full-drive] [--corrupt-disk-at=CYCLE]
+// One line per cycle, then a PASS or FAIL summary; exit status 0 on PASS, 1 on FAIL, 77 (ctest's
+// skip) when the state drive cannot be mounted (not root) and --no-full-drive was not given.
+// PATH defaults to the kvtierd of the build; D (default: a new temporary directory) holds the
+// socket, the engine's pool file and the daemon's log. --corrupt-disk-at flips bytes in the disk
+// tier's files after the kill of that cycle, to show that the harness catches damage (the run
+// must FAIL with acknowledged blocks lost).
 //
 // Design:
-//  - The state directory lives on a 128 MiB tmpfs (SmallFileSystem; root only, else the run has
-//    no full-drive phase and says so) and the disk tier under it (<state_dir>/disk, the default
-//    layout), so a full drive is full for the index and the disk tier's file alike and every
-//    restart on it also reopens the disk tier there. At cycle N/3 the drive is filled completely
-//    while the engine works, at 2N/3 the space is given back; the harness waits each time until
-//    kvtier_index_writable says the daemon noticed, and holds the daemon to the rules above for
-//    the RPCs that start after that.
+//  - The state directory lives on a 128 MiB tmpfs (SmallFileSystem) and the disk tier under it
+//    (<state_dir>/disk, the default layout), so a full drive is full for the index and the disk
+//    tier's file alike and every restart on it also reopens the disk tier there. At cycle N/3 the
+//    drive is filled completely while the engine works, at 2N/3 the space is given back; the
+//    harness waits each time until kvtier_index_writable says the daemon noticed, and holds the
+//    daemon to the rules above for the RPCs that start after that.
 //  - Each cycle four client threads offload durable blocks (new hashes, ack WRITE_ACK_DURABLE),
 //    offload volatile ones (256 hashes reused), onboard acknowledged and volatile blocks into
-//    scratch pages and pause. The kill moment rotates: a durable offload in flight (a volatile
-//    one once the cycle's durable ids are used up), an onboard in flight, or every thread idle;
-//    it comes 50-800 ms into the cycle, then a random 0-2 ms after such an RPC was seen in
-//    flight.
+//    scratch pages and pause. The kill moment rotates with the cycle: a durable offload in flight,
+//    an onboard in flight, or every thread idle; it comes 50-800 ms into the cycle (sooner for an
+//    offload kill once most of the cycle's new durable ids are used), then a random 0-2 ms after
+//    such an RPC was seen in flight.
 //  - The data is bounded so that disk eviction can never drop an acknowledged block: see
 //    kLiveDurable. Blocks that stop being counted (older acknowledged ones, offloads that were not
 //    acknowledged) are removed with the admin Evict by hash while the index takes writes.
@@ -49,9 +54,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "tests/crash/kvtierd_process.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/testing/small_file_system.h"
@@ -81,6 +89,7 @@ constexpr uint32_t kSlots = kThreads * kThreadPages + kCheckPages;
 constexpr size_t kLiveDurable = 512;
 constexpr uint64_t kNewDurablePerCycle = 768;
 constexpr uint8_t kScratchFill = 0xEE;
+constexpr int kExitSkipped = 77;  // ctest's SKIP_RETURN_CODE
 
 struct Flags {
   int cycles = 20;
@@ -88,6 +97,7 @@ struct Flags {
   std::string kvtierd;
   std::string dir;
   bool full_drive = true;
+  int corrupt_disk_at = -1;  // the cycle whose restart finds the disk tier's files corrupted
 };
 
 // ---- Page contents: a function of the block's hash, so that every copy can be checked ----
@@ -140,10 +150,19 @@ struct Counters {
   std::atomic<uint64_t> onboarded{0};  // OK items, bytes compared
   std::atomic<uint64_t> onboarded_full{0};
   std::atomic<uint64_t> wrong_bytes{0};
-  std::atomic<uint64_t> lost{0};        // acknowledged blocks missing (workload or restart check)
+  std::atomic<uint64_t> lost{0};  // acknowledged blocks missing or damaged (workload or check)
+  std::atomic<uint64_t> onboard_failed{0};  // acknowledged blocks not served for other reasons
   std::atomic<uint64_t> rpc_errors{0};  // RPCs that failed while the daemon was not being killed
   std::atomic<uint64_t> reported{0};    // findings printed
+  absl::Mutex mu;
+  std::string first_refusal ABSL_GUARDED_BY(mu);  // a durable item refused on the full drive
 };
+
+// Whether an onboard item code says the block is gone (a miss, or a copy that failed its checks)
+// rather than that the daemon could not serve it just then.
+bool SaysLost(v1::ItemCode code) {
+  return code == v1::ITEM_CODE_NOT_FOUND || code == v1::ITEM_CODE_DATA_LOSS;
+}
 
 // Prints one finding (the first 20 of a run; later ones are only counted).
 void Report(Counters* counters, const std::string& line) {
@@ -221,10 +240,6 @@ class Ledger {
     auto it = to_drop_.find(id);
     if (it != to_drop_.end() && ++it->second >= 2) to_drop_.erase(it);
   }
-  size_t acknowledged_count() {
-    absl::MutexLock lock(&mu_);
-    return acked_.size();
-  }
 
  private:
   absl::Mutex mu_;
@@ -264,13 +279,15 @@ class Workload {
   bool all_idle() const { return idle_threads_.load() == static_cast<int>(threads_.size()); }
   int offloads_in_flight() const { return offloads_in_flight_.load(); }
   int durable_offloads_in_flight() const { return durable_in_flight_.load(); }
-  bool durable_budget_left() {
+  bool durable_budget_left() { return durable_issued() < kNewDurablePerCycle; }
+  uint64_t durable_issued() {
     absl::MutexLock lock(&mu_);
-    return issued_this_cycle_ < kNewDurablePerCycle;
+    return issued_this_cycle_;
   }
   int onboards_in_flight() const { return onboards_in_flight_.load(); }
   int rpcs_in_flight() const { return offloads_in_flight() + onboards_in_flight(); }
-  const std::string& first_error() {
+  // The first RPC failure that no kill explains ("" when none).
+  std::string first_error() {
     absl::MutexLock lock(&mu_);
     return first_error_;
   }
@@ -349,6 +366,8 @@ class Workload {
         if (phase == DrivePhase::kReturned) counters_->durable_acked_after++;
       } else if (code == v1::ITEM_CODE_RESOURCE_EXHAUSTED && DriveIsFull(phase)) {
         counters_->durable_refused_full++;
+        absl::MutexLock lock(&counters_->mu);
+        if (counters_->first_refusal.empty()) counters_->first_refusal = resp.results(i).message();
       } else {
         counters_->durable_failed++;
       }
@@ -427,9 +446,13 @@ class Workload {
                  absl::StrFormat("WRONG BYTES: onboard of %s block %d returned OK with other bytes",
                                  chain == kDurableChain ? "durable" : "volatile", id));
         }
-      } else if (chain == kDurableChain && ledger_->Lost(id)) {
+      } else if (chain == kDurableChain && SaysLost(code) && ledger_->Lost(id)) {
         counters_->lost++;
         Report(counters_, absl::StrFormat("LOST: acknowledged block %d: onboard item code %d %s",
+                                          id, static_cast<int>(code), resp.results(i).message()));
+      } else if (chain == kDurableChain && !SaysLost(code) && ledger_->IsAcknowledged(id)) {
+        counters_->onboard_failed++;
+        Report(counters_, absl::StrFormat("ONBOARD FAILED: acknowledged block %d: item code %d %s",
                                           id, static_cast<int>(code), resp.results(i).message()));
       }
     }
@@ -484,19 +507,23 @@ class Harness {
       return 1;
     }
     std::string state_dir = f_.dir + "/state";
-    if (f_.full_drive) {
+    if (f_.full_drive && f_.cycles < 3) {
+      std::printf("no full-drive phase: it needs 3 cycles or more\n");
+      f_.full_drive = false;
+    } else if (f_.full_drive) {
       absl::StatusOr<std::unique_ptr<kvtier::testing::SmallFileSystem>> fs =
           kvtier::testing::SmallFileSystem::Mount(128 * kMiB);
-      if (fs.ok()) {
-        drive_ = std::move(*fs);
-        state_dir = drive_->File("state");
-      } else {
-        std::printf("no full-drive phase: %s\n", fs.status().ToString().c_str());
-        f_.full_drive = false;
+      if (!fs.ok()) {
+        std::printf("SKIP: no state drive to fill (%s); --no-full-drive runs without one\n",
+                    fs.status().ToString().c_str());
+        return kExitSkipped;
       }
+      drive_ = std::move(*fs);
+      state_dir = drive_->File("state");
     } else {
       std::printf("no full-drive phase: --no-full-drive\n");
     }
+    state_dir_ = state_dir;
     const int fill_cycle = f_.full_drive ? f_.cycles / 3 : -1;
     const int unfill_cycle = f_.full_drive ? 2 * f_.cycles / 3 : -1;
     std::printf("kvtierd %s; state directory %s%s; %d cycles, seed %llu\n", f_.kvtierd.c_str(),
@@ -510,9 +537,9 @@ class Harness {
 
     engine_ = std::make_unique<TestEngine>(f_.dir + "/pool", kSlots);
     daemon_ = std::make_unique<KvtierdProcess>(f_.kvtierd, f_.dir, state_dir);
-    std::string why;
-    if (!daemon_->Start(&why) || !RegisterEngine(&why)) {
-      std::printf("FAIL: the first start: %s\n%s", why.c_str(), daemon_->LogTail(30).c_str());
+    if (const absl::Status st = StartAndRegister(); !st.ok()) {
+      std::printf("FAIL: the first start: %s\n%s", std::string(st.message()).c_str(),
+                  daemon_->LogTail(30).c_str());
       return 1;
     }
     bool fatal = false;
@@ -524,18 +551,20 @@ class Harness {
   }
 
  private:
-  bool RegisterEngine(std::string* why) {
+  // Starts the daemon and registers the engine (codec raw: pages come back byte for byte).
+  absl::Status StartAndRegister() {
+    KVTIER_RETURN_IF_ERROR(daemon_->Start());
     grpc::ClientContext ctx;
     v1::RegisterEngineResponse resp;
     const grpc::Status st =
         daemon_->stub().RegisterEngine(WithDeadline(&ctx), engine_->Request("", "raw"), &resp);
     if (!st.ok()) {
-      *why = absl::StrCat("RegisterEngine: ", st.error_code(), " ", st.error_message());
-      return false;
+      return absl::UnavailableError(
+          absl::StrCat("RegisterEngine: ", st.error_code(), " ", st.error_message()));
     }
     engine_id_ = resp.engine_id();
     namespace_id_ = resp.namespace_id();
-    return true;
+    return absl::OkStatus();
   }
 
   // Waits until kvtier_index_writable reads `value`; false after 30 s.
@@ -557,6 +586,7 @@ class Harness {
     std::string drive_note;
     Workload workload(daemon_.get(), engine_.get(), engine_id_, &ledger_, &counters_, &phase_,
                       f_.seed * 1000003 + static_cast<uint64_t>(cycle));
+    const auto started = Clock::now();
     workload.Start();
     if (fill || unfill) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50 + rng_() % 250));
@@ -581,13 +611,19 @@ class Harness {
       }
       phase_ = fill ? DrivePhase::kFull : DrivePhase::kReturned;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    // An offload kill must find new durable ids left to offload: the wait ends early once most
+    // of this cycle's are used.
+    const auto until = Clock::now() + std::chrono::milliseconds(delay_ms);
+    while (Clock::now() < until && (moment != KillMoment::kOffload ||
+                                    workload.durable_issued() < kNewDurablePerCycle * 3 / 4)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
 
     // The kill: at the moment an RPC of the chosen kind is in flight (after a random few
     // microseconds more), or once every client is idle.
     SampleDiskUse();
     bool caught = false;
-    std::string kind;
+    bool durable = false;  // an offload kill aims at a durable offload
     if (moment == KillMoment::kIdle) {
       workload.Pause();
       const auto deadline = Clock::now() + std::chrono::seconds(30);
@@ -598,7 +634,7 @@ class Harness {
       caught = workload.all_idle() && workload.rpcs_in_flight() == 0;
     } else {
       // An offload moment is a durable offload while this cycle has new durable ids left.
-      const bool durable = moment == KillMoment::kOffload && workload.durable_budget_left();
+      durable = moment == KillMoment::kOffload && workload.durable_budget_left();
       auto in_flight = [&] {
         if (moment == KillMoment::kOnboard) return workload.onboards_in_flight();
         return durable ? workload.durable_offloads_in_flight() : workload.offloads_in_flight();
@@ -612,7 +648,6 @@ class Harness {
         std::this_thread::sleep_for(std::chrono::microseconds(rng_() % 2000));
         caught = in_flight() > 0;
       }
-      if (moment == KillMoment::kOffload) kind = durable ? "durable, " : "volatile, ";
     }
     workload.ExpectKill();
     int status = 0;
@@ -623,15 +658,25 @@ class Harness {
     }
     const pid_t killed = daemon_->pid();
     daemon_->Kill();
+    const int killed_after_ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count());
     workload.Stop();
     kills_[static_cast<int>(moment)]++;
+    if (caught) caught_[static_cast<int>(moment)]++;
+    if (caught && durable) durable_offload_kills_++;
+    const std::string kind =
+        moment != KillMoment::kOffload ? "" : (durable ? "durable, " : "volatile, ");
+    if (cycle == f_.corrupt_disk_at) {
+      const int flipped = integration::CorruptDiskFiles(state_dir_ + "/disk");
+      std::printf("cycle %3d: --corrupt-disk-at: %d bytes of the disk tier's files flipped\n",
+                  cycle, flipped);
+    }
     const std::string rpc_error = workload.first_error();
 
     // The restart.
-    std::string why;
-    if (!daemon_->Start(&why) || !RegisterEngine(&why)) {
+    if (const absl::Status st = StartAndRegister(); !st.ok()) {
       failed_restarts_++;
-      std::printf("cycle %3d: FAILED RESTART: %s\n%s", cycle, why.c_str(),
+      std::printf("cycle %3d: FAILED RESTART: %s\n%s", cycle, std::string(st.message()).c_str(),
                   daemon_->LogTail(30).c_str());
       return false;
     }
@@ -658,7 +703,7 @@ class Harness {
         "checked: %llu lost, %llu wrong; this cycle: %llu durable acked, %llu refused (full), "
         "%llu volatile stored, %llu onboarded; disk %.0f%%%s%s\n",
         cycle, KillMomentName(moment), kind.c_str(), caught ? "caught" : "NOT CAUGHT",
-        static_cast<int>(killed), delay_ms, daemon_->start_seconds(), acked.size(),
+        static_cast<int>(killed), killed_after_ms, daemon_->start_seconds(), acked.size(),
         static_cast<unsigned long long>(counters_.lost.load() - lost_before),
         static_cast<unsigned long long>(counters_.wrong_bytes.load() - wrong_before),
         static_cast<unsigned long long>(after.durable_acked - before.durable_acked),
@@ -677,7 +722,8 @@ class Harness {
     const uint32_t first_page = kThreads * kThreadPages;
     for (size_t begin = 0; begin < ids.size(); begin += kCheckPages) {
       const size_t n = std::min<size_t>(kCheckPages, ids.size() - begin);
-      std::vector<bool> missing(n, false);
+      std::vector<bool> missed(n, false);          // Lookup answered without a hit
+      std::vector<std::string> lookup_failure(n);  // "" when Lookup hit the block
       for (size_t i = 0; i < n; ++i) {
         v1::LookupRequest req;
         req.set_engine_id(engine_id_);
@@ -685,7 +731,12 @@ class Harness {
         grpc::ClientContext ctx;
         v1::LookupResponse resp;
         const grpc::Status st = daemon_->stub().Lookup(WithDeadline(&ctx), req, &resp);
-        missing[i] = !st.ok() || resp.hit_pages() != 1;
+        if (!st.ok()) {
+          lookup_failure[i] = absl::StrCat("Lookup failed: ", st.error_message(), "; ");
+        } else if (resp.hit_pages() != 1) {
+          missed[i] = true;
+          lookup_failure[i] = "Lookup misses it; ";
+        }
       }
       v1::OnboardRequest req;
       req.set_engine_id(engine_id_);
@@ -702,30 +753,34 @@ class Harness {
       const grpc::Status st = daemon_->stub().Onboard(WithDeadline(&ctx), req, &resp);
       for (size_t i = 0; i < n; ++i) {
         const uint64_t id = ids[begin + i];
-        const bool ok = st.ok() && static_cast<int>(i) < resp.results_size() &&
-                        resp.results(static_cast<int>(i)).code() == v1::ITEM_CODE_OK;
-        if (missing[i] || !ok) {
-          if (!ledger_.Lost(id)) continue;
-          counters_.lost++;
-          std::string onboard = "Onboard: no result";
-          if (!st.ok()) {
-            onboard = absl::StrCat("Onboard: ", st.error_message());
-          } else if (static_cast<int>(i) < resp.results_size()) {
-            const v1::ItemResult& r = resp.results(static_cast<int>(i));
-            onboard =
-                absl::StrCat("Onboard item code ", static_cast<int>(r.code()), " ", r.message());
+        const int item = static_cast<int>(i);
+        const v1::ItemResult* r =
+            st.ok() && item < resp.results_size() ? &resp.results(item) : nullptr;
+        if (r != nullptr && r->code() == v1::ITEM_CODE_OK && lookup_failure[i].empty()) {
+          if (!PageHolds(engine_->page(first_page + static_cast<uint32_t>(i)),
+                         engine_->page_bytes(), kDurableChain, id)) {
+            counters_.wrong_bytes++;
+            Report(&counters_, absl::StrFormat("WRONG BYTES after the restart of cycle %d: "
+                                               "acknowledged block %d",
+                                               cycle, id));
           }
-          Report(&counters_,
-                 absl::StrFormat("LOST after the restart of cycle %d: acknowledged block %d (%s%s)",
-                                 cycle, id, missing[i] ? "Lookup misses it; " : "", onboard));
           continue;
         }
-        if (!PageHolds(engine_->page(first_page + static_cast<uint32_t>(i)), engine_->page_bytes(),
-                       kDurableChain, id)) {
-          counters_.wrong_bytes++;
+        const std::string onboard =
+            r != nullptr
+                ? absl::StrCat("Onboard item code ", static_cast<int>(r->code()), " ", r->message())
+                : absl::StrCat("Onboard failed: ", st.ok() ? "no result" : st.error_message());
+        const bool lost = missed[i] || (r != nullptr && SaysLost(r->code()));
+        if (lost && ledger_.Lost(id)) {
+          counters_.lost++;
           Report(&counters_,
-                 absl::StrFormat("WRONG BYTES after the restart of cycle %d: acknowledged block %d",
-                                 cycle, id));
+                 absl::StrFormat("LOST after the restart of cycle %d: acknowledged block %d (%s%s)",
+                                 cycle, id, lookup_failure[i], onboard));
+        } else if (!lost) {
+          counters_.onboard_failed++;
+          Report(&counters_, absl::StrFormat("CHECK FAILED after the restart of cycle %d: "
+                                             "acknowledged block %d (%s%s)",
+                                             cycle, id, lookup_failure[i], onboard));
         }
       }
     }
@@ -783,68 +838,84 @@ class Harness {
             counters_.volatile_stored.load(), counters_.onboarded.load()};
   }
 
+  // Prints the summary: the verdict line, the details, and one line per problem; returns the
+  // exit status (0 only without problems).
   int Summary(bool fatal) {
-    const uint64_t lost = counters_.lost.load(), wrong = counters_.wrong_bytes.load();
+    using ull = unsigned long long;
+    const Counters& c = counters_;
     std::vector<std::string> problems;
-    if (lost > 0) problems.push_back(absl::StrCat(lost, " acknowledged blocks lost"));
-    if (wrong > 0) problems.push_back(absl::StrCat(wrong, " onboards with wrong bytes"));
-    if (failed_restarts_ > 0)
-      problems.push_back(absl::StrCat(failed_restarts_, " failed restarts"));
-    if (unexpected_exits_ > 0) {
-      problems.push_back(absl::StrCat(unexpected_exits_, " daemon exits before a kill"));
+    auto expect = [&](bool ok, const std::string& problem) {
+      if (!ok) problems.push_back(problem);
+    };
+    expect(c.lost == 0, absl::StrCat(c.lost.load(), " acknowledged blocks lost"));
+    expect(c.wrong_bytes == 0, absl::StrCat(c.wrong_bytes.load(), " onboards with wrong bytes"));
+    expect(failed_restarts_ == 0, absl::StrCat(failed_restarts_, " failed restarts"));
+    expect(!fatal || failed_restarts_ > 0, "the run stopped early");
+    expect(unexpected_exits_ == 0,
+           absl::StrCat(unexpected_exits_, " daemon exits before a kill (see above)"));
+    expect(c.onboard_failed == 0,
+           absl::StrCat(c.onboard_failed.load(), " onboards of acknowledged blocks failed"));
+    expect(c.durable_failed == 0,
+           absl::StrCat(c.durable_failed.load(), " durable items failed on a writable drive"));
+    expect(c.rpc_errors == 0, absl::StrCat(c.rpc_errors.load(), " RPCs failed before a kill"));
+    for (int m = 0; m < 3 && f_.cycles >= 3; ++m) {
+      expect(caught_[m] > 0, absl::StrCat("no kill caught the moment \"",
+                                          KillMomentName(static_cast<KillMoment>(m)), "\""));
     }
-    if (fatal && failed_restarts_ == 0) problems.push_back("the run stopped early");
+    expect(f_.cycles < 3 || durable_offload_kills_ > 0, "no kill during a durable offload");
+    std::string first_refusal;
+    {
+      absl::MutexLock lock(&counters_.mu);
+      first_refusal = counters_.first_refusal;
+    }
     if (f_.full_drive) {
-      if (drive_failures_ > 0) {
-        problems.push_back("the daemon did not report a change of the drive");
-      }
-      if (counters_.durable_refused_full == 0) {
-        problems.push_back("no durable offload was refused while the drive was full");
-      }
-      if (counters_.durable_acked_full > 0) {
-        problems.push_back(absl::StrCat(counters_.durable_acked_full.load(),
-                                        " durable blocks acknowledged while the drive was full"));
-      }
-      if (counters_.volatile_stored_full == 0) {
-        problems.push_back("no volatile offload was stored while the drive was full");
-      }
-      if (counters_.onboarded_full == 0) {
-        problems.push_back("no onboard succeeded while the drive was full");
-      }
-      if (counters_.durable_acked_after == 0) {
-        problems.push_back("no durable offload was acknowledged after space returned");
-      }
-      if (restarts_full_ == 0) problems.push_back("no restart on the full drive");
+      expect(drive_failures_ == 0, "the daemon did not report a change of the drive");
+      expect(c.durable_refused_full > 0, "no durable offload was refused while the drive was full");
+      expect(!first_refusal.empty(), "a durable offload was refused without a message");
+      expect(c.durable_acked_full == 0,
+             absl::StrCat(c.durable_acked_full.load(),
+                          " durable blocks acknowledged while the drive was full"));
+      expect(c.volatile_stored_full > 0, "no volatile offload was stored while the drive was full");
+      expect(c.onboarded_full > 0, "no onboard succeeded while the drive was full");
+      expect(c.durable_acked_after > 0, "no durable offload was acknowledged after space returned");
+      expect(restarts_full_ > 0, "no restart on the full drive");
     }
-    const std::string drive =
-        f_.full_drive
-            ? absl::StrFormat(
-                  "; full drive: %llu durable blocks refused (%llu acknowledged), %llu volatile "
-                  "stored, %llu onboarded, %d restarts on it; %llu durable blocks acknowledged "
-                  "after space returned",
-                  static_cast<unsigned long long>(counters_.durable_refused_full.load()),
-                  static_cast<unsigned long long>(counters_.durable_acked_full.load()),
-                  static_cast<unsigned long long>(counters_.volatile_stored_full.load()),
-                  static_cast<unsigned long long>(counters_.onboarded_full.load()), restarts_full_,
-                  static_cast<unsigned long long>(counters_.durable_acked_after.load()))
-            : "; no full-drive phase";
     std::printf(
-        "%s: %d cycles (kills: %d offload, %d onboard, %d idle); %d restarts, %d failed, longest "
-        "%.2f s; %llu acknowledged-block checks after restarts, %llu lost, %llu wrong bytes; "
-        "%llu durable blocks acknowledged, %llu volatile stored, %llu onboards compared; %llu "
-        "other durable item failures, %llu volatile item failures, %llu RPC errors before kills; "
-        "disk tier peak %.0f%% (%llu blocks)%s\n",
-        problems.empty() ? "PASS" : "FAIL", kills_[0] + kills_[1] + kills_[2], kills_[0], kills_[1],
-        kills_[2], restarts_, failed_restarts_, longest_restart_,
-        static_cast<unsigned long long>(checked_), static_cast<unsigned long long>(lost),
-        static_cast<unsigned long long>(wrong),
-        static_cast<unsigned long long>(counters_.durable_acked.load()),
-        static_cast<unsigned long long>(counters_.volatile_stored.load()),
-        static_cast<unsigned long long>(counters_.onboarded.load()),
-        static_cast<unsigned long long>(counters_.durable_failed.load()),
-        static_cast<unsigned long long>(counters_.volatile_failed.load()),
-        static_cast<unsigned long long>(counters_.rpc_errors.load()), 100 * peak_disk_use_,
-        static_cast<unsigned long long>(peak_disk_blocks_), drive.c_str());
+        "%s: %d cycles, %llu durable blocks acknowledged, %llu lost, %llu wrong bytes, %d failed "
+        "restarts, %llu durable blocks refused while the drive was full\n",
+        problems.empty() ? "PASS" : "FAIL", kills_[0] + kills_[1] + kills_[2],
+        static_cast<ull>(c.durable_acked.load()), static_cast<ull>(c.lost.load()),
+        static_cast<ull>(c.wrong_bytes.load()), failed_restarts_,
+        static_cast<ull>(c.durable_refused_full.load()));
+    std::printf(
+        "  kills: %d during an offload (%d caught in a durable one), %d during an onboard (%d "
+        "caught), %d idle (%d caught)\n",
+        kills_[0], durable_offload_kills_, kills_[1], caught_[1], kills_[2], caught_[2]);
+    std::printf(
+        "  restarts: %d, %d failed, longest %.2f s; %llu acknowledged blocks looked up and "
+        "onboarded after them\n",
+        restarts_, failed_restarts_, longest_restart_, static_cast<ull>(checked_));
+    std::printf(
+        "  workload: %llu volatile blocks stored, %llu onboards compared byte for byte, %llu "
+        "onboards of acknowledged blocks failed, %llu durable and %llu volatile items failed, %llu "
+        "RPCs failed before a kill; disk tier peak %.0f%% (%llu blocks)\n",
+        static_cast<ull>(c.volatile_stored.load()), static_cast<ull>(c.onboarded.load()),
+        static_cast<ull>(c.onboard_failed.load()), static_cast<ull>(c.durable_failed.load()),
+        static_cast<ull>(c.volatile_failed.load()), static_cast<ull>(c.rpc_errors.load()),
+        100 * peak_disk_use_, static_cast<ull>(peak_disk_blocks_));
+    if (f_.full_drive) {
+      std::printf(
+          "  full drive: %llu durable blocks refused (%llu acknowledged), e.g. \"%s\"; %llu "
+          "volatile blocks stored, %llu onboarded, %d restarts on it; %llu durable blocks "
+          "acknowledged after space returned\n",
+          static_cast<ull>(c.durable_refused_full.load()),
+          static_cast<ull>(c.durable_acked_full.load()), first_refusal.c_str(),
+          static_cast<ull>(c.volatile_stored_full.load()),
+          static_cast<ull>(c.onboarded_full.load()), restarts_full_,
+          static_cast<ull>(c.durable_acked_after.load()));
+    } else {
+      std::printf("  no full-drive phase\n");
+    }
     for (const std::string& p : problems) std::printf("  - %s\n", p.c_str());
     return problems.empty() ? 0 : 1;
   }
@@ -859,7 +930,10 @@ class Harness {
   Ledger ledger_;
   Counters counters_;
   std::atomic<DrivePhase> phase_{DrivePhase::kWritable};
+  std::string state_dir_;
   int kills_[3] = {0, 0, 0};
+  int caught_[3] = {0, 0, 0};  // kills at the moment wanted (an RPC of the kind in flight, idle)
+  int durable_offload_kills_ = 0;
   int restarts_ = 0;
   int restarts_full_ = 0;
   int failed_restarts_ = 0;
@@ -877,32 +951,39 @@ class Harness {
 
 int main(int argc, char** argv) {
   kvtier::crash::Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      const size_t n = std::strlen(name);
-      return arg.compare(0, n, name) == 0 ? argv[i] + n : nullptr;
+  f.kvtierd = kvtier::integration::KvtierdPath();
+  bool usage = false;
+  for (int i = 1; i < argc && !usage; ++i) {
+    const absl::string_view arg = argv[i];
+    auto value = [&](absl::string_view name, absl::string_view* v) {
+      if (!absl::StartsWith(arg, name)) return false;
+      *v = arg.substr(name.size());
+      return true;
     };
-    if (arg.rfind("--gtest_", 0) == 0) {
+    absl::string_view v;
+    if (absl::StartsWith(arg, "--gtest_")) {
       continue;  // runners that pass gtest flags to every test binary
     } else if (arg == "--no-full-drive") {
       f.full_drive = false;
-    } else if (const char* v = value("--cycles=")) {
-      f.cycles = std::max(1, std::atoi(v));
-    } else if (const char* v = value("--seed=")) {
-      f.seed = std::strtoull(v, nullptr, 10);
-    } else if (const char* v = value("--dir=")) {
-      f.dir = v;
-    } else if (const char* v = value("--kvtierd=")) {
-      f.kvtierd = v;
+    } else if (value("--cycles=", &v)) {
+      usage = !absl::SimpleAtoi(v, &f.cycles) || f.cycles < 1;
+    } else if (value("--seed=", &v)) {
+      usage = !absl::SimpleAtoi(v, &f.seed);
+    } else if (value("--corrupt-disk-at=", &v)) {
+      usage = !absl::SimpleAtoi(v, &f.corrupt_disk_at) || f.corrupt_disk_at < 0;
+    } else if (value("--dir=", &v)) {
+      f.dir = std::string(v);
+    } else if (value("--kvtierd=", &v)) {
+      f.kvtierd = std::string(v);
     } else {
-      f.kvtierd.clear();
-      break;
+      usage = true;
     }
+    if (usage) std::fprintf(stderr, "bad argument: %s\n", argv[i]);
   }
-  if (f.kvtierd.empty()) {
+  if (usage || f.kvtierd.empty()) {
     std::fprintf(stderr,
-                 "usage: %s --kvtierd=PATH [--cycles=N] [--seed=S] [--dir=D] [--no-full-drive]\n",
+                 "usage: %s [--kvtierd=PATH] [--cycles=N] [--seed=S] [--dir=D] [--no-full-drive] "
+                 "[--corrupt-disk-at=CYCLE]\n",
                  argv[0]);
     return 2;
   }
