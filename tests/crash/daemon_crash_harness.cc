@@ -35,21 +35,22 @@
 //    an onboard in flight, or every thread idle; it comes 50-800 ms into the cycle (sooner for an
 //    offload kill once most of the cycle's new durable ids are used), then a random 0-2 ms after
 //    such an RPC was seen in flight.
-//  - The data is bounded so that disk eviction can never drop an acknowledged block: see
-//    kLiveDurable. Blocks that stop being counted (older acknowledged ones, offloads that were not
-//    acknowledged) are removed with the admin Evict by hash while the index takes writes.
+//  - The engine's side (the threads, the ledger of durable blocks, the page contents) is in
+//    daemon_crash_workload.{h,cc}; the data is bounded so that disk eviction can never drop an
+//    acknowledged block: see kLiveDurable there. Blocks that stop being counted (older acknowledged
+//    ones, offloads that were not acknowledged) are removed with the admin Evict by hash while the
+//    index takes writes.
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <random>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +61,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "tests/crash/daemon_crash_workload.h"
 #include "tests/crash/kvtierd_process.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/testing/small_file_system.h"
@@ -73,22 +75,6 @@ using integration::Hash;
 using integration::TestEngine;
 
 constexpr uint64_t kMiB = 1 << 20;
-constexpr uint64_t kDurableChain = 1;   // Hash(kDurableChain, id): a new id for every durable block
-constexpr uint64_t kVolatileChain = 2;  // Hash(kVolatileChain, i), i < kVolatileIds, reused
-constexpr uint32_t kVolatileIds = 256;
-constexpr uint32_t kThreads = 4;
-constexpr uint32_t kBatch = 8;                 // most items of one workload RPC
-constexpr uint32_t kThreadPages = 2 * kBatch;  // per thread: sources, then scratch
-constexpr uint32_t kCheckPages = 64;           // the restart check's scratch pages
-constexpr uint32_t kSlots = kThreads * kThreadPages + kCheckPages;
-// The data stays well below the disk tier's eviction watermark (95% of 48 MiB, about 2,700
-// blocks of this layout): at most kLiveDurable acknowledged blocks are checked (older ones are
-// evicted by hash and forgotten), at most kNewDurablePerCycle new durable ids are offloaded per
-// cycle, and the volatile blocks reuse kVolatileIds hashes. The summary prints the disk tier's
-// peak use.
-constexpr size_t kLiveDurable = 512;
-constexpr uint64_t kNewDurablePerCycle = 768;
-constexpr uint8_t kScratchFill = 0xEE;
 constexpr int kExitSkipped = 77;  // ctest's SKIP_RETURN_CODE
 
 struct Flags {
@@ -99,386 +85,6 @@ struct Flags {
   bool full_drive = true;
   int corrupt_disk_at = -1;  // the cycle whose restart finds the disk tier's files corrupted
 };
-
-// ---- Page contents: a function of the block's hash, so that every copy can be checked ----
-
-uint64_t SplitMix(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-void FillPage(uint8_t* page, uint64_t bytes, uint64_t chain, uint64_t id) {
-  uint64_t x = chain * 0x100000001B3ull ^ id;
-  for (uint64_t off = 0; off < bytes; off += 8) {
-    const uint64_t v = SplitMix(x);
-    std::memcpy(page + off, &v, std::min<uint64_t>(8, bytes - off));
-  }
-}
-
-bool PageHolds(const uint8_t* page, uint64_t bytes, uint64_t chain, uint64_t id) {
-  std::vector<uint8_t> expected(bytes);
-  FillPage(expected.data(), bytes, chain, id);
-  return std::memcmp(page, expected.data(), bytes) == 0;
-}
-
-grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx) {
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  return ctx;
-}
-
-// ---- What the clients know, shared between their threads ----
-
-// The state drive as the clients see it. The *Pending phases are the moments between changing
-// the drive and the daemon saying so (kvtier_index_writable); nothing is expected of them.
-enum class DrivePhase { kWritable, kFullPending, kFull, kReturnPending, kReturned };
-
-bool DriveIsFull(DrivePhase p) {
-  return p == DrivePhase::kFullPending || p == DrivePhase::kFull || p == DrivePhase::kReturnPending;
-}
-
-struct Counters {
-  std::atomic<uint64_t> durable_acked{0};         // blocks acknowledged durable
-  std::atomic<uint64_t> durable_refused_full{0};  // RESOURCE_EXHAUSTED while the drive was full
-  std::atomic<uint64_t> durable_acked_full{0};    // acknowledged although the drive was full
-  std::atomic<uint64_t> durable_acked_after{0};   // acknowledged once space was back
-  std::atomic<uint64_t> durable_failed{0};        // other item failures (not acknowledged)
-  std::atomic<uint64_t> volatile_stored{0};       // OK or ALREADY_STORED
-  std::atomic<uint64_t> volatile_stored_full{0};  // ... while the drive was full
-  std::atomic<uint64_t> volatile_failed{0};
-  std::atomic<uint64_t> onboarded{0};  // OK items, bytes compared
-  std::atomic<uint64_t> onboarded_full{0};
-  std::atomic<uint64_t> wrong_bytes{0};
-  std::atomic<uint64_t> lost{0};  // acknowledged blocks missing or damaged (workload or check)
-  std::atomic<uint64_t> onboard_failed{0};  // acknowledged blocks not served for other reasons
-  std::atomic<uint64_t> rpc_errors{0};  // RPCs that failed while the daemon was not being killed
-  std::atomic<uint64_t> reported{0};    // findings printed
-  absl::Mutex mu;
-  std::string first_refusal ABSL_GUARDED_BY(mu);  // a durable item refused on the full drive
-};
-
-// Whether an onboard item code says the block is gone (a miss, or a copy that failed its checks)
-// rather than that the daemon could not serve it just then.
-bool SaysLost(v1::ItemCode code) {
-  return code == v1::ITEM_CODE_NOT_FOUND || code == v1::ITEM_CODE_DATA_LOSS;
-}
-
-// Prints one finding (the first 20 of a run; later ones are only counted).
-void Report(Counters* counters, const std::string& line) {
-  if (counters->reported++ < 20) {
-    std::printf("  %s\n", line.c_str());
-    std::fflush(stdout);
-  }
-}
-
-class Ledger {
- public:
-  // New ids for a durable offload; they count as "to drop" until acknowledged.
-  std::vector<uint64_t> Issue(uint32_t n, uint64_t* issued_this_cycle) {
-    absl::MutexLock lock(&mu_);
-    std::vector<uint64_t> ids;
-    for (uint32_t i = 0; i < n && *issued_this_cycle < kNewDurablePerCycle; ++i) {
-      ids.push_back(next_id_++);
-      to_drop_[ids.back()] = 0;
-      ++*issued_this_cycle;
-    }
-    return ids;
-  }
-  void Acknowledge(uint64_t id) {
-    absl::MutexLock lock(&mu_);
-    to_drop_.erase(id);
-    acked_.insert(id);
-  }
-  // Up to `n` distinct acknowledged ids, drawn with `rng`.
-  std::vector<uint64_t> Sample(uint32_t n, std::mt19937_64& rng) {
-    absl::MutexLock lock(&mu_);
-    std::vector<uint64_t> ids;
-    if (acked_.empty()) return ids;
-    std::set<uint64_t> seen;
-    for (uint32_t i = 0; i < n; ++i) {
-      auto it = acked_.begin();
-      std::advance(it, static_cast<long>(rng() % acked_.size()));
-      if (seen.insert(*it).second) ids.push_back(*it);
-    }
-    return ids;
-  }
-  // An acknowledged block was found missing: it is counted once and then dropped like the others.
-  // False when it was not (or no longer) counted.
-  bool Lost(uint64_t id) {
-    absl::MutexLock lock(&mu_);
-    if (acked_.erase(id) == 0) return false;
-    to_drop_[id] = 0;
-    return true;
-  }
-  bool IsAcknowledged(uint64_t id) {
-    absl::MutexLock lock(&mu_);
-    return acked_.count(id) != 0;
-  }
-  std::vector<uint64_t> Acknowledged() {
-    absl::MutexLock lock(&mu_);
-    return std::vector<uint64_t>(acked_.begin(), acked_.end());
-  }
-  // The oldest acknowledged ids beyond kLiveDurable stop being checked and are dropped.
-  void Retire() {
-    absl::MutexLock lock(&mu_);
-    while (acked_.size() > kLiveDurable) {
-      to_drop_[*acked_.begin()] = 0;
-      acked_.erase(acked_.begin());
-    }
-  }
-  std::vector<uint64_t> ToDrop() {
-    absl::MutexLock lock(&mu_);
-    std::vector<uint64_t> ids;
-    for (const auto& [id, rounds] : to_drop_) ids.push_back(id);
-    return ids;
-  }
-  // An Evict said `id` is gone (evicted now, or not found). Forgotten after two such rounds in
-  // different incarnations, so that a removal a kill undid is repeated.
-  void Dropped(uint64_t id) {
-    absl::MutexLock lock(&mu_);
-    auto it = to_drop_.find(id);
-    if (it != to_drop_.end() && ++it->second >= 2) to_drop_.erase(it);
-  }
-
- private:
-  absl::Mutex mu_;
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::set<uint64_t> acked_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, int> to_drop_ ABSL_GUARDED_BY(mu_);  // id -> rounds reported gone
-};
-
-// ---- The engine: client threads against one incarnation ----
-
-class Workload {
- public:
-  Workload(KvtierdProcess* daemon, TestEngine* engine, std::string engine_id, Ledger* ledger,
-           Counters* counters, std::atomic<DrivePhase>* phase, uint64_t seed)
-      : daemon_(daemon),
-        engine_(engine),
-        engine_id_(std::move(engine_id)),
-        ledger_(ledger),
-        counters_(counters),
-        phase_(phase),
-        seed_(seed) {}
-  ~Workload() { Stop(); }
-
-  void Start() {
-    for (uint32_t t = 0; t < kThreads; ++t) threads_.emplace_back([this, t] { Run(t); });
-  }
-  // Stops the threads (after the kill their RPCs fail at once) and joins them.
-  void Stop() {
-    stop_ = true;
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
-  }
-  // The kill is coming: RPC failures from now on are expected.
-  void ExpectKill() { killing_ = true; }
-  // Idle: the threads finish their RPC and wait for Stop().
-  void Pause() { paused_ = true; }
-  bool all_idle() const { return idle_threads_.load() == static_cast<int>(threads_.size()); }
-  int offloads_in_flight() const { return offloads_in_flight_.load(); }
-  int durable_offloads_in_flight() const { return durable_in_flight_.load(); }
-  bool durable_budget_left() { return durable_issued() < kNewDurablePerCycle; }
-  uint64_t durable_issued() {
-    absl::MutexLock lock(&mu_);
-    return issued_this_cycle_;
-  }
-  int onboards_in_flight() const { return onboards_in_flight_.load(); }
-  int rpcs_in_flight() const { return offloads_in_flight() + onboards_in_flight(); }
-  // The first RPC failure that no kill explains ("" when none).
-  std::string first_error() {
-    absl::MutexLock lock(&mu_);
-    return first_error_;
-  }
-
- private:
-  void Run(uint32_t t) {
-    std::mt19937_64 rng(seed_ * 7919 + t);
-    const uint32_t src = t * kThreadPages;
-    const uint32_t scratch = src + kBatch;
-    while (!stop_) {
-      if (paused_) {
-        idle_threads_++;
-        while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        break;
-      }
-      const uint32_t n = 1 + static_cast<uint32_t>(rng() % kBatch);
-      const int op = static_cast<int>(rng() % 100);
-      if (op < 25) {
-        if (!DurableOffload(src, n)) VolatileOffload(src, n, rng);
-      } else if (op < 55) {
-        VolatileOffload(src, n, rng);
-      } else if (op < 90) {
-        OnboardSome(scratch, n, rng);
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2 + rng() % 18));
-      }
-    }
-  }
-
-  void RpcFailed(const char* what, const grpc::Status& st) {
-    if (killing_ || stop_) return;
-    counters_->rpc_errors++;
-    absl::MutexLock lock(&mu_);
-    if (first_error_.empty()) {
-      first_error_ = absl::StrCat(what, ": ", st.error_code(), " ", st.error_message());
-    }
-  }
-
-  // Offloads up to `n` new durable blocks; false when this cycle's budget of new ids is spent.
-  bool DurableOffload(uint32_t src, uint32_t n) {
-    std::vector<uint64_t> ids;
-    {
-      absl::MutexLock lock(&mu_);
-      ids = ledger_->Issue(n, &issued_this_cycle_);
-    }
-    if (ids.empty()) return false;
-    v1::OffloadRequest req;
-    req.set_engine_id(engine_id_);
-    req.set_durable(true);
-    req.set_ack(v1::WRITE_ACK_DURABLE);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const uint32_t page = src + static_cast<uint32_t>(i);
-      FillPage(engine_->page(page), engine_->page_bytes(), kDurableChain, ids[i]);
-      v1::OffloadItem* item = req.add_items();
-      item->set_block_hash(Hash(kDurableChain, ids[i]));
-      item->set_page_index(page);
-    }
-    const DrivePhase phase = phase_->load();
-    grpc::ClientContext ctx;
-    v1::OffloadResponse resp;
-    durable_in_flight_++;
-    offloads_in_flight_++;
-    const grpc::Status st = daemon_->stub().Offload(WithDeadline(&ctx), req, &resp);
-    offloads_in_flight_--;
-    durable_in_flight_--;
-    if (!st.ok()) {
-      RpcFailed("durable Offload", st);
-      return true;
-    }
-    for (int i = 0; i < resp.results_size() && i < static_cast<int>(ids.size()); ++i) {
-      const v1::ItemCode code = resp.results(i).code();
-      if (code == v1::ITEM_CODE_OK || code == v1::ITEM_CODE_ALREADY_STORED) {
-        ledger_->Acknowledge(ids[i]);
-        counters_->durable_acked++;
-        if (phase == DrivePhase::kFull) counters_->durable_acked_full++;
-        if (phase == DrivePhase::kReturned) counters_->durable_acked_after++;
-      } else if (code == v1::ITEM_CODE_RESOURCE_EXHAUSTED && DriveIsFull(phase)) {
-        counters_->durable_refused_full++;
-        absl::MutexLock lock(&counters_->mu);
-        if (counters_->first_refusal.empty()) counters_->first_refusal = resp.results(i).message();
-      } else {
-        counters_->durable_failed++;
-      }
-    }
-    return true;
-  }
-
-  void VolatileOffload(uint32_t src, uint32_t n, std::mt19937_64& rng) {
-    v1::OffloadRequest req;
-    req.set_engine_id(engine_id_);
-    const uint64_t first = rng() % kVolatileIds;
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint64_t id = (first + i) % kVolatileIds;
-      FillPage(engine_->page(src + i), engine_->page_bytes(), kVolatileChain, id);
-      v1::OffloadItem* item = req.add_items();
-      item->set_block_hash(Hash(kVolatileChain, id));
-      item->set_page_index(src + i);
-    }
-    const DrivePhase phase = phase_->load();
-    grpc::ClientContext ctx;
-    v1::OffloadResponse resp;
-    offloads_in_flight_++;
-    const grpc::Status st = daemon_->stub().Offload(WithDeadline(&ctx), req, &resp);
-    offloads_in_flight_--;
-    if (!st.ok()) {
-      RpcFailed("volatile Offload", st);
-      return;
-    }
-    for (const v1::ItemResult& r : resp.results()) {
-      if (r.code() == v1::ITEM_CODE_OK || r.code() == v1::ITEM_CODE_ALREADY_STORED) {
-        counters_->volatile_stored++;
-        if (phase == DrivePhase::kFull) counters_->volatile_stored_full++;
-      } else {
-        counters_->volatile_failed++;
-      }
-    }
-  }
-
-  // Onboards a mix of acknowledged durable blocks and volatile ones into scratch pages.
-  void OnboardSome(uint32_t scratch, uint32_t n, std::mt19937_64& rng) {
-    std::vector<std::pair<uint64_t, uint64_t>> blocks;  // (chain, id)
-    for (uint64_t id : ledger_->Sample(n, rng)) blocks.emplace_back(kDurableChain, id);
-    if (blocks.size() < n && rng() % 2 == 0)
-      blocks.emplace_back(kVolatileChain, rng() % kVolatileIds);
-    if (blocks.empty()) return;
-    v1::OnboardRequest req;
-    req.set_engine_id(engine_id_);
-    req.set_continue_after_miss(true);
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      const uint32_t page = scratch + static_cast<uint32_t>(i);
-      std::memset(engine_->page(page), kScratchFill, engine_->page_bytes());
-      v1::OnboardItem* item = req.add_items();
-      item->set_block_hash(Hash(blocks[i].first, blocks[i].second));
-      item->set_page_index(page);
-    }
-    const DrivePhase phase = phase_->load();
-    grpc::ClientContext ctx;
-    v1::OnboardResponse resp;
-    onboards_in_flight_++;
-    const grpc::Status st = daemon_->stub().Onboard(WithDeadline(&ctx), req, &resp);
-    onboards_in_flight_--;
-    if (!st.ok()) {
-      RpcFailed("Onboard", st);
-      return;
-    }
-    for (int i = 0; i < resp.results_size() && i < static_cast<int>(blocks.size()); ++i) {
-      const auto [chain, id] = blocks[static_cast<size_t>(i)];
-      const v1::ItemCode code = resp.results(i).code();
-      if (code == v1::ITEM_CODE_OK) {
-        counters_->onboarded++;
-        if (phase == DrivePhase::kFull) counters_->onboarded_full++;
-        if (!PageHolds(engine_->page(scratch + static_cast<uint32_t>(i)), engine_->page_bytes(),
-                       chain, id)) {
-          counters_->wrong_bytes++;
-          Report(counters_,
-                 absl::StrFormat("WRONG BYTES: onboard of %s block %d returned OK with other bytes",
-                                 chain == kDurableChain ? "durable" : "volatile", id));
-        }
-      } else if (chain == kDurableChain && SaysLost(code) && ledger_->Lost(id)) {
-        counters_->lost++;
-        Report(counters_, absl::StrFormat("LOST: acknowledged block %d: onboard item code %d %s",
-                                          id, static_cast<int>(code), resp.results(i).message()));
-      } else if (chain == kDurableChain && !SaysLost(code) && ledger_->IsAcknowledged(id)) {
-        counters_->onboard_failed++;
-        Report(counters_, absl::StrFormat("ONBOARD FAILED: acknowledged block %d: item code %d %s",
-                                          id, static_cast<int>(code), resp.results(i).message()));
-      }
-    }
-  }
-
-  KvtierdProcess* daemon_;
-  TestEngine* engine_;
-  const std::string engine_id_;
-  Ledger* ledger_;
-  Counters* counters_;
-  std::atomic<DrivePhase>* phase_;
-  const uint64_t seed_;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> killing_{false};
-  std::atomic<bool> paused_{false};
-  std::atomic<int> idle_threads_{0};
-  std::atomic<int> offloads_in_flight_{0};
-  std::atomic<int> durable_in_flight_{0};
-  std::atomic<int> onboards_in_flight_{0};
-  absl::Mutex mu_;
-  uint64_t issued_this_cycle_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string first_error_ ABSL_GUARDED_BY(mu_);
-};
-
-// ---- The harness ----
 
 enum class KillMoment { kOffload, kOnboard, kIdle };
 const char* KillMomentName(KillMoment m) {
