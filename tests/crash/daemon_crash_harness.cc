@@ -469,6 +469,10 @@ class Harness {
                                           KillMomentName(static_cast<KillMoment>(m)), "\""));
     }
     expect(f_.cycles < 3 || durable_offload_kills_ > 0, "no kill during a durable offload");
+    expect(peak_disk_use_ <= kDiskUseLimit,
+           absl::StrFormat("the disk tier reached %.0f%% of its capacity: eviction may have "
+                           "dropped acknowledged blocks (the harness's bounds are wrong)",
+                           100 * peak_disk_use_));
     std::string first_refusal;
     {
       absl::MutexLock lock(&counters_.mu);

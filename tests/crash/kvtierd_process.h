@@ -29,7 +29,7 @@ class KvtierdProcess {
  public:
   // kvtierd at path `binary`, with its socket, log and allowed pool directory in `dir` and its
   // state directory (the index, and the disk tier under it as by default) at `state_dir`. The
-  // tiers are small: an 8 MiB host tier, so that blocks move to the 48 MiB disk tier all the
+  // tiers are small: an 8 MiB host tier, so that blocks move to the 64 MiB disk tier all the
   // time; the index stops taking writes below 16 MiB free and keeps a 4 MiB reserve (a 128 MiB
   // state drive holds all of it with room to spare until it is filled on purpose).
   KvtierdProcess(std::string binary, std::string dir, std::string state_dir)
@@ -53,7 +53,7 @@ class KvtierdProcess {
     const auto started = std::chrono::steady_clock::now();
     absl::StatusOr<integration::KvtierdChild> child = integration::SpawnKvtierd(
         {binary_, "--state-dir=" + state_dir_, "--socket=" + socket(), "--set=host.capacity=8MiB",
-         "--set=host.chunk=1MiB", "--set=host.pin=none", "--set=disk.capacity=48MiB",
+         "--set=host.chunk=1MiB", "--set=host.pin=none", "--set=disk.capacity=64MiB",
          "--set=disk.chunk=4MiB", "--set=index.min_free=16MiB", "--set=index.reserve=4MiB",
          "--set=pools.allowed_dirs=[" + dir_ + "]",
          "--set=metrics.listen=127.0.0.1:" + std::to_string(metrics_port_),
