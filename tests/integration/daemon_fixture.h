@@ -1,7 +1,8 @@
 // A fixture for tests against a real kvtierd process: starts the binary (KVTIERD_PATH) on a
 // temporary state directory and Unix socket with small tiers, connects a gRPC stub, and offers an
 // engine helper that creates a host pool (a shared-memory file in the temporary directory), fills
-// pages and registers them, and a helper that corrupts the disk tier's files.
+// pages and registers them, and a helper that corrupts the disk tier's files. SpawnKvtierd starts
+// one daemon process for tests that are not gtest fixtures (the daemon crash harness).
 #ifndef KVTIER_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
 #define KVTIER_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
 
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -24,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "codec/dtype.h"
 #include "daemon/service/proto_convert.h"
@@ -93,6 +97,60 @@ inline std::string KvtierdPath() {
   return KVTIERD_PATH;
 }
 
+// A kvtierd child process started by SpawnKvtierd, and a channel to its socket.
+struct KvtierdChild {
+  pid_t pid = 0;
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+// Spawns kvtierd with `args` (args[0] is the binary) with its stderr appended to `log`, and waits
+// until it answers Hello on the Unix socket `socket`. The channel reconnects within 100 ms, so
+// that it finds the socket as soon as it appears. Internal (with the reason) when the process
+// cannot be spawned; Unavailable when it exits at start (it is reaped) or does not answer within
+// 30 s (it is killed and reaped then). Blocks up to 30 s.
+inline absl::StatusOr<KvtierdChild> SpawnKvtierd(std::vector<std::string> args,
+                                                 const std::string& socket,
+                                                 const std::string& log) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  KvtierdChild child;
+  const int rc = posix_spawn(&child.pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("cannot spawn ", args[0], ": ", std::strerror(rc)));
+  }
+  grpc::ChannelArguments channel_args;
+  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
+  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+  child.channel =
+      grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), channel_args);
+  std::unique_ptr<v1::KvTier::Stub> stub = v1::KvTier::NewStub(child.channel);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(child.pid, &status, WNOHANG) == child.pid) {
+      return absl::UnavailableError(
+          absl::StrCat("kvtierd exited at start (", WIFEXITED(status) ? "exit status " : "signal ",
+                       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), ")"));
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    ctx.set_wait_for_ready(true);
+    v1::HelloRequest req;
+    v1::HelloResponse resp;
+    if (stub->Hello(&ctx, req, &resp).ok()) return child;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(child.pid, SIGKILL);
+  waitpid(child.pid, nullptr, 0);
+  return absl::UnavailableError("kvtierd did not answer Hello within 30 s");
+}
+
 class DaemonFixture : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -123,41 +181,15 @@ class DaemonFixture : public ::testing::Test {
             "--set=server.workers=4"};
   }
 
-  // Starts kvtierd with Args() plus `extra`, and waits until it accepts RPCs.
+  // Starts kvtierd with Args() plus `extra`, and waits until it accepts RPCs (SpawnKvtierd).
   void StartDaemon(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = Args();
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string log = dir_->File("kvtierd.log");
-    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
-    // Connect once the socket exists: a channel that failed to connect backs off for seconds.
-    while (access(Socket().c_str(), F_OK) != 0 && std::chrono::system_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    channel_ = grpc::CreateChannel("unix:" + Socket(), grpc::InsecureChannelCredentials());
+    absl::StatusOr<KvtierdChild> child = SpawnKvtierd(args, Socket(), dir_->File("kvtierd.log"));
+    if (!child.ok()) FAIL() << child.status().message() << ":\n" << Log();
+    pid_ = child->pid;
+    channel_ = std::move(child->channel);
     stub_ = v1::KvTier::NewStub(channel_);
-    while (std::chrono::system_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = 0;
-        FAIL() << "kvtierd exited at start:\n" << Log();
-      }
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
-      ctx.set_wait_for_ready(true);  // no reconnect backoff while the socket appears
-      v1::HelloRequest req;
-      v1::HelloResponse resp;
-      if (stub_->Hello(&ctx, req, &resp).ok()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "kvtierd did not answer within 30 s:\n" << Log();
   }
 
   // kvtierd with Args() plus `extra`, run to its exit, its stdout and stderr in `out`; returns the
