@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/service/proto_convert.h"
@@ -45,7 +46,10 @@ size_t SealThreads() {
 }  // namespace
 
 void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req,
-                                 v1::OffloadResponse* resp, bool parked) {
+                                 v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
+                                 absl::Time until) {
+  ItemProgress whole;
+  if (progress == nullptr) progress = &whole;
   store::PutOptions put;
   // WRITE_ACK_DURABLE implies durable (cache.proto).
   put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
@@ -53,11 +57,13 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
   put.silent = parked;
   put.origin = engine.id;
   const uint64_t block_bytes = engine.codec->block_bytes();
-  for (int i = 0; i < req.items_size(); ++i) resp->add_results();
+  while (resp->results_size() < req.items_size()) resp->add_results();  // in the first turn
   uint32_t stored = 0;
-  DistinctHashes distinct;
-  int next = 0;
+  DistinctHashes& distinct = progress->distinct;  // kept across turns
+  const int first = progress->next;
+  int next = first;
   while (next < req.items_size()) {
+    if (next > first && absl::Now() >= until) break;  // the rest in a later turn
     // Reserve host slots for the next batch of valid, new items.
     std::vector<int> items;
     std::vector<store::HostReservation> reservations;
@@ -130,22 +136,30 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
       ++stored;
     }
   }
-  resp->set_stored_pages(stored);
-  resp->set_hot_bytes_read(uint64_t{stored} * engine.hot_page_bytes);
-  resp->set_cold_bytes_written(uint64_t{stored} * block_bytes);
-  hot_bytes_offloaded_ += resp->hot_bytes_read();
-  cold_bytes_offloaded_ += resp->cold_bytes_written();
-  dropped_offloads_ += static_cast<uint64_t>(req.items_size()) - stored;
+  progress->next = next;
+  resp->set_stored_pages(resp->stored_pages() + stored);
+  resp->set_hot_bytes_read(resp->hot_bytes_read() + uint64_t{stored} * engine.hot_page_bytes);
+  resp->set_cold_bytes_written(resp->cold_bytes_written() + uint64_t{stored} * block_bytes);
+  hot_bytes_offloaded_ += uint64_t{stored} * engine.hot_page_bytes;
+  cold_bytes_offloaded_ += uint64_t{stored} * block_bytes;
+  dropped_offloads_ += static_cast<uint64_t>(next - first) - stored;
 }
 
 void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req,
-                                 v1::OnboardResponse* resp) {
-  absl::flat_hash_set<uint32_t> destinations;
-  bool stopped = false;
+                                 v1::OnboardResponse* resp, ItemProgress* progress,
+                                 absl::Time until) {
+  ItemProgress whole;
+  if (progress == nullptr) progress = &whole;
+  // Kept across turns: a page written by an earlier turn is still taken, a stop still holds.
+  absl::flat_hash_set<uint32_t>& destinations = progress->destinations;
+  bool& stopped = progress->stopped;
   uint32_t onboarded = 0;
-  for (int i = 0; i < req.items_size(); ++i) resp->add_results();
-  int next = 0;
+  const uint64_t cold_before = resp->cold_bytes_read();
+  while (resp->results_size() < req.items_size()) resp->add_results();  // in the first turn
+  const int first = progress->next;
+  int next = first;
   while (next < req.items_size() && !stopped) {
+    if (next > first && absl::Now() >= until) break;  // the rest in a later turn
     std::vector<int> items;
     std::vector<store::PinnedBlock> pinned;
     std::vector<const uint8_t*> blocks;
@@ -217,13 +231,18 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
       resp->set_cold_bytes_read(resp->cold_bytes_read() + b.bytes().size());
     }
   }
-  for (int i = next; i < req.items_size(); ++i) {  // after a stop: never attempted
-    resp->mutable_results(i)->set_code(v1::ITEM_CODE_SKIPPED);
+  if (stopped) {
+    for (int i = next; i < req.items_size(); ++i) {  // never attempted
+      resp->mutable_results(i)->set_code(v1::ITEM_CODE_SKIPPED);
+    }
+    next = req.items_size();
   }
-  resp->set_onboarded_pages(LeadingOk(*resp));
-  resp->set_hot_bytes_written(uint64_t{onboarded} * engine.hot_page_bytes);
-  hot_bytes_onboarded_ += resp->hot_bytes_written();
-  cold_bytes_onboarded_ += resp->cold_bytes_read();
+  progress->next = next;
+  if (next == req.items_size()) resp->set_onboarded_pages(LeadingOk(*resp));
+  resp->set_hot_bytes_written(resp->hot_bytes_written() +
+                              uint64_t{onboarded} * engine.hot_page_bytes);
+  hot_bytes_onboarded_ += uint64_t{onboarded} * engine.hot_page_bytes;
+  cold_bytes_onboarded_ += resp->cold_bytes_read() - cold_before;
 }
 
 }  // namespace kvtier::service

@@ -11,7 +11,8 @@
 // --probe-gap-ms between calls, each timed on the client with steady_clock around the blocking
 // call. A run has --rounds rounds of an unloaded phase (the probe alone: the baseline) followed by
 // a loaded one (the probe starts --warmup-ms after every bulk engine has sent its first batch; the
-// bulk threads stop after the probe's last call and finish the RPC they are in). The table gives
+// bulk threads stop after the probe's last call, or --loaded-seconds after they started if that is
+// later, and finish the RPC they are in). The table gives
 // each probe's p50, p99 and max in both conditions and the loaded ones as ratios to the unloaded
 // ones, and the bulk engines' pages per second while loaded. A probe whose Lookup does not hit all
 // 64 pinned blocks, or whose Onboard does not onboard its page, fails the run, as does any failed
@@ -82,6 +83,7 @@ struct FairnessFlags {
   uint32_t rounds = 3;
   uint32_t warmup_ms = 500;
   uint32_t probe_gap_ms = 2;
+  uint32_t loaded_seconds = 10;
   std::string host = "2GiB";
   std::string disk = "0";
   bool json = false;
@@ -102,6 +104,9 @@ const std::vector<tools::FlagDef>& FlagDefs() {
       {"rounds", "N", "rounds of an unloaded and a loaded phase (default 3)"},
       {"warmup-ms", "N", "load before the probe starts in a loaded phase (default 500)"},
       {"probe-gap-ms", "N", "pause between two probe calls (default 2)"},
+      {"loaded-seconds", "N",
+       "shortest loaded phase: the bulk engines go on after the probe's last call until then, "
+       "for their throughput (default 10)"},
       {"host", "SIZE", "the daemon's host.capacity (default 2GiB)"},
       {"disk", "SIZE", "the daemon's disk.capacity (default 0: no disk tier)"},
       {"json", "", "print JSON instead of the table"},
@@ -460,6 +465,7 @@ absl::Status RunLoadedPhase(const FairnessFlags& flags,
   std::this_thread::sleep_for(std::chrono::milliseconds(flags.warmup_ms));
   absl::Status measured =
       probe.Measure(flags.probes, std::chrono::milliseconds(flags.probe_gap_ms), &report->loaded);
+  std::this_thread::sleep_until(start + std::chrono::seconds(flags.loaded_seconds));
   stop = true;
   for (std::thread& t : threads) t.join();
   report->loaded_seconds += std::chrono::duration<double>(Clock::now() - start).count();

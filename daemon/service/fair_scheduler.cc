@@ -1,0 +1,82 @@
+// FairScheduler. Design:
+//
+// - Flows, not requests, take turns: an engine with ten queued requests gets the same share of the
+//   workers as an engine with one, and a request that needs many turns (a 4096-page batch done a
+//   part per turn) goes behind the other flows after each turn. The service keeps turns short
+//   (server.worker_turn_ms), so a worker is free again within about one turn.
+// - Two lists of flows, as fq_codel's new and old flows: a flow that had nothing queued is
+//   "fresh" and takes the next free worker ahead of the flows that already had turns, for one
+//   turn; then it joins the round-robin list if it still has work. An engine's small request
+//   (a one-page Onboard) then waits at most for the turns in progress, not for a turn of every
+//   busy engine. A task asking for another turn never makes its flow fresh, so a bulk flow cannot
+//   keep the priority; flows that had turns still progress whenever new requests leave a worker
+//   free.
+// - One mutex guards the lists and flows; tasks run without it. Workers wait on the mutex's
+//   condition (absl::Mutex::Await), so Submit needs no separate condition variable.
+#include "daemon/service/fair_scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvtier::service {
+
+FairScheduler::FairScheduler(uint32_t threads) {
+  for (uint32_t i = 0; i < std::max<uint32_t>(threads, 1); ++i) {
+    threads_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+FairScheduler::~FairScheduler() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void FairScheduler::Submit(absl::string_view flow, Task task) {
+  absl::MutexLock lock(&mu_);
+  Enqueue(flow, std::move(task), /*fresh=*/true);
+}
+
+size_t FairScheduler::queued() const {
+  absl::MutexLock lock(&mu_);
+  return queued_;
+}
+
+void FairScheduler::Enqueue(absl::string_view flow, Task task, bool fresh) {
+  std::unique_ptr<Flow>& slot = flows_[flow];
+  if (slot == nullptr) {
+    slot = std::make_unique<Flow>();
+    slot->name = std::string(flow);
+    (fresh ? fresh_ : turns_).push_back(slot.get());
+  }
+  slot->tasks.push_back(std::move(task));
+  ++queued_;
+}
+
+void FairScheduler::WorkerLoop() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    mu_.Await(absl::Condition(this, &FairScheduler::WorkOrStop));
+    if (queued_ == 0) return;  // stopping, and every task has ended
+    std::deque<Flow*>& list = fresh_.empty() ? turns_ : fresh_;
+    Flow* flow = list.front();
+    list.pop_front();
+    Task task = std::move(flow->tasks.front());
+    flow->tasks.pop_front();
+    --queued_;
+    std::string name = flow->name;
+    if (flow->tasks.empty()) {
+      flows_.erase(name);
+    } else {
+      turns_.push_back(flow);
+    }
+    mu_.Unlock();
+    const bool again = task();
+    mu_.Lock();
+    if (again) Enqueue(name, std::move(task), /*fresh=*/false);
+  }
+}
+
+}  // namespace kvtier::service
