@@ -660,11 +660,11 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
           Leave(engine);
           return absl::UnavailableError("the daemon is draining");
         }
-        const absl::Time until = absl::Now() + options_.worker_turn;
+        const int end = ChunkEnd(progress->next);
         if (engine->gpu != nullptr) {
-          DoOffloadGpu(*engine, *req, resp, /*parked=*/false, progress.get(), until);
+          DoOffloadGpu(*engine, *req, resp, /*parked=*/false, progress.get(), end);
         } else {
-          DoOffload(*engine, *req, resp, /*parked=*/false, progress.get(), until);
+          DoOffload(*engine, *req, resp, /*parked=*/false, progress.get(), end);
         }
         if (progress->next < req->items_size()) return std::nullopt;
         Leave(engine);
@@ -690,7 +690,7 @@ absl::Status KvTierService::CheckPools(const Engine& engine) {
 
 void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& req,
                               v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
-                              absl::Time until) {
+                              int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   const int first = progress->next;
@@ -709,8 +709,7 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
   DistinctHashes& distinct = progress->distinct;  // kept across turns
   const uint64_t hot_before = resp->hot_bytes_read(), cold_before = resp->cold_bytes_written();
   int i = first;
-  for (; i < req.items_size(); ++i) {
-    if (i > first && absl::Now() >= until) break;  // the rest in a later turn
+  for (; i < std::min(end, req.items_size()); ++i) {  // the rest in a later turn
     const v1::OffloadItem& item = req.items(i);
     v1::ItemResult* result = resp->add_results();
     absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
@@ -783,11 +782,11 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
   RunTurnsOnWorker(
       ctx, reactor, engine->id,
       [this, engine, req, resp, progress]() -> std::optional<absl::Status> {
-        const absl::Time until = absl::Now() + options_.worker_turn;
+        const int end = ChunkEnd(progress->next);
         if (engine->gpu != nullptr) {
-          DoOnboardGpu(*engine, *req, resp, progress.get(), until);
+          DoOnboardGpu(*engine, *req, resp, progress.get(), end);
         } else {
-          DoOnboard(*engine, *req, resp, progress.get(), until);
+          DoOnboard(*engine, *req, resp, progress.get(), end);
         }
         if (progress->next < req->items_size()) return std::nullopt;
         Leave(engine);
@@ -798,7 +797,7 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
 }
 
 void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& req,
-                              v1::OnboardResponse* resp, ItemProgress* progress, absl::Time until) {
+                              v1::OnboardResponse* resp, ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   const int first = progress->next;
@@ -814,7 +813,7 @@ void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& re
   const uint64_t hot_before = resp->hot_bytes_written(), cold_before = resp->cold_bytes_read();
   int i = first;
   for (; i < req.items_size(); ++i) {
-    if (i > first && !stopped && absl::Now() >= until) break;  // the rest in a later turn
+    if (i >= end && !stopped) break;  // the rest in a later turn (after a stop: all SKIPPED)
     const v1::OnboardItem& item = req.items(i);
     v1::ItemResult* result = resp->add_results();
     if (stopped) {

@@ -1,17 +1,21 @@
 // KvTierService: the engine-facing gRPC service (kvtier.v1.KvTier, callback API) over a
-// BlockStore. Registration maps an engine's pools; Offload, Onboard, Park and Resume run on the
-// workers (a FairScheduler: each engine is a flow, and large batches are done in turns) so that
-// gRPC's threads never block on encoding, decoding or disk reads. Engines hold leases;
-// an engine whose lease expires is unregistered as Unregister does. This first version serves host
-// pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat layouts)
-// through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin (and
-// Lookup's pin_ttl) hold blocks for a lease; WatchEvents streams the EventLog.
+// BlockStore. Registration maps an engine's pools; Offload, Onboard, Park, Resume and Release run
+// on the workers (a FairScheduler: each engine is a flow, and Offload and Onboard batches are done
+// in chunks of options.chunk_pages, one per turn) so that gRPC's threads never block on encoding,
+// decoding or disk reads, and one engine's batch cannot hold the others. Lookup, Pin and the
+// other metadata RPCs run on gRPC's threads: they never queue behind data movement. Engines hold
+// leases; an engine whose lease expires is unregistered as Unregister does. This first version
+// serves host pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat
+// layouts) through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin
+// (and Lookup's pin_ttl) hold blocks for a lease; WatchEvents streams the EventLog.
 #ifndef KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 #define KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,10 +64,9 @@ struct ServiceOptions {
   absl::Duration max_pin_ttl = absl::Minutes(10);
   absl::Duration lease_check_interval = absl::Milliseconds(200);
   uint32_t worker_threads = 4;
-  // How long a request runs on a worker before the other engines' requests get a turn: Offload
-  // and Onboard do their items in turns of about this long (at least one item, or one GPU pass,
-  // per turn); zero: one item per turn.
-  absl::Duration worker_turn = absl::Milliseconds(2);
+  // Items an Offload or Onboard does per turn on a worker (FairScheduler); after each chunk the
+  // request waits for the other engines' turns. Zero is taken as one.
+  uint32_t chunk_pages = 64;
   // A unary call whose client set no deadline gets this one (zero: none): work still queued for
   // a worker when it passes fails with DEADLINE_EXCEEDED instead of running. Streams are exempt.
   absl::Duration default_deadline = absl::Seconds(60);
@@ -131,9 +134,9 @@ class KvTierService final : public v1::KvTier::CallbackService {
                    std::function<absl::Status()> work, std::function<void()> skipped = nullptr,
                    absl::string_view flow = "");
   // The same for work done in turns: `turn` runs once per turn of `flow` (FairScheduler) and
-  // returns nullopt while work remains, or the request's status after its last part. The deadline
-  // and cancellation are checked before the first turn only: a request that started runs to its
-  // end (and is in flight until then).
+  // returns nullopt while work remains, or the request's status after its last chunk. The
+  // deadline and cancellation are checked before the first turn only: a request that started
+  // runs to its end (and is in flight until then). Never blocks.
   void RunTurnsOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
                         absl::string_view flow, std::function<std::optional<absl::Status>()> turn,
                         std::function<void()> skipped);
@@ -265,22 +268,28 @@ class KvTierService final : public v1::KvTier::CallbackService {
     absl::flat_hash_set<uint32_t> destinations;
     bool stopped = false;
   };
-  // Each Do* handles the items of `req` from progress->next on (all of them without `progress`),
-  // appending their results and adding to the response's totals, and returns once every item is
-  // done or, after at least one item (one GPU pass), once `until` has passed; progress->next is
-  // then the first item left. The response is complete when progress->next == items_size().
+  // The end (exclusive item index) of the chunk that starts at item `next`: options.chunk_pages
+  // items on, at least one.
+  int ChunkEnd(int next) const {
+    return next + static_cast<int>(std::clamp<uint32_t>(options_.chunk_pages, 1, 1u << 20));
+  }
+  static constexpr int kAllItems = std::numeric_limits<int>::max();
+  // Each Do* handles the items of `req` in [progress->next, end) (all of them without `progress`
+  // and `end`), appending their results and adding to the response's totals, and sets
+  // progress->next to the first item left. After an Onboard's stop at a miss the rest are SKIPPED
+  // at once. The response is complete when progress->next == items_size(). Blocks on encoding,
+  // decoding and the store (a worker's work).
   // `parked`: pages of Park, stored silently (no events; they are not prefix-indexed).
   void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
-                 bool parked = false, ItemProgress* progress = nullptr,
-                 absl::Time until = absl::InfiniteFuture());
+                 bool parked = false, ItemProgress* progress = nullptr, int end = kAllItems);
   void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
-                 ItemProgress* progress = nullptr, absl::Time until = absl::InfiniteFuture());
-  // The GPU-pool forms: one kernel pass per batch, sealed on the host.
+                 ItemProgress* progress = nullptr, int end = kAllItems);
+  // The GPU-pool forms: kernel passes of at most 256 items, sealed on the host; a chunk (up to
+  // `end`) has at least one full pass.
   void DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
-                    bool parked = false, ItemProgress* progress = nullptr,
-                    absl::Time until = absl::InfiniteFuture());
+                    bool parked = false, ItemProgress* progress = nullptr, int end = kAllItems);
   void DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
-                    ItemProgress* progress = nullptr, absl::Time until = absl::InfiniteFuture());
+                    ItemProgress* progress = nullptr, int end = kAllItems);
 
   store::BlockStore* store_;
   ServiceOptions options_;

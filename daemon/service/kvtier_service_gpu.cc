@@ -8,7 +8,6 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/service/proto_convert.h"
@@ -47,7 +46,7 @@ size_t SealThreads() {
 
 void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req,
                                  v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
-                                 absl::Time until) {
+                                 int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   store::PutOptions put;
@@ -62,14 +61,15 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
   DistinctHashes& distinct = progress->distinct;  // kept across turns
   const int first = progress->next;
   int next = first;
-  while (next < req.items_size()) {
-    if (next > first && absl::Now() >= until) break;  // the rest in a later turn
+  // The rest in a later turn; a turn does at least one full pass (the staged paths need them).
+  end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), req.items_size());
+  while (next < end) {
     // Reserve host slots for the next batch of valid, new items.
     std::vector<int> items;
     std::vector<store::HostReservation> reservations;
     std::vector<const uint8_t*> pages;
     std::vector<uint8_t*> blocks;
-    for (; next < req.items_size() && items.size() < kGpuBatch; ++next) {
+    for (; next < end && items.size() < kGpuBatch; ++next) {
       const v1::OffloadItem& item = req.items(next);
       v1::ItemResult* result = resp->mutable_results(next);
       absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
@@ -146,8 +146,7 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
 }
 
 void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req,
-                                 v1::OnboardResponse* resp, ItemProgress* progress,
-                                 absl::Time until) {
+                                 v1::OnboardResponse* resp, ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   // Kept across turns: a page written by an earlier turn is still taken, a stop still holds.
@@ -158,16 +157,17 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
   while (resp->results_size() < req.items_size()) resp->add_results();  // in the first turn
   const int first = progress->next;
   int next = first;
-  while (next < req.items_size() && !stopped) {
-    if (next > first && absl::Now() >= until) break;  // the rest in a later turn
+  // The rest in a later turn; a turn does at least one full pass (the staged paths need them).
+  end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), req.items_size());
+  while (next < end && !stopped) {
     std::vector<int> items;
     std::vector<store::PinnedBlock> pinned;
     std::vector<const uint8_t*> blocks;
     std::vector<uint8_t*> pages;
     // The GPU decodes the pages acquired so far while the store pins the next ones; the pins are
     // held until the batch's Wait.
-    const bool staged = engine.gpu->Staged(
-        std::min<size_t>(kGpuBatch, static_cast<size_t>(req.items_size() - next)));
+    const bool staged =
+        engine.gpu->Staged(std::min<size_t>(kGpuBatch, static_cast<size_t>(end - next)));
     size_t enqueued = 0;
     absl::Status launched;
     auto enqueue = [&]() {
@@ -177,7 +177,7 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
       }
       enqueued = items.size();
     };
-    for (; next < req.items_size() && items.size() < kGpuBatch && !stopped; ++next) {
+    for (; next < end && items.size() < kGpuBatch && !stopped; ++next) {
       if (items.size() - enqueued >= kOnboardChunk) enqueue();
       const v1::OnboardItem& item = req.items(next);
       v1::ItemResult* result = resp->mutable_results(next);
