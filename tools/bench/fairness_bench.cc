@@ -12,13 +12,18 @@
 // call. A run has --rounds rounds of an unloaded phase (the probe alone: the baseline) followed by
 // a loaded one (the probe starts --warmup-ms after every bulk engine has sent its first batch; the
 // bulk threads stop after the probe's last call, or --loaded-seconds after they started if that is
-// later, and finish the RPC they are in). The table gives
-// each probe's p50, p99 and max in both conditions and the loaded ones as ratios to the unloaded
-// ones, and the bulk engines' pages per second while loaded. A probe whose Lookup does not hit all
-// 64 pinned blocks, or whose Onboard does not onboard its page, fails the run, as does any failed
-// RPC. kvtierd is stopped with SIGTERM at the end, on errors too.
+// later, and finish the RPC they are in). The table gives each probe's p50, p99 and max in both
+// conditions and the loaded ones as ratios to the unloaded ones, and the bulk engines' pages per
+// second while loaded. With --baseline-kvtierd a second daemon (an older build) is measured in the
+// same run, the same way, on a scratch directory of its own: the rounds alternate between the two
+// daemons (the baseline first in odd rounds, the daemon under test first in even ones; the other
+// one idles meanwhile), and each gets its table, its ratios against its own unloaded phases. A
+// probe whose Lookup does not hit all 64 pinned blocks, or whose Onboard does not onboard its
+// page, fails the run, as does any failed RPC. Each kvtierd is stopped with SIGTERM at the end, on
+// errors too.
 //
 // Run: build/bin/kvtier-bench fairness --workers=2 --bulk-engines=4 --rounds=3
+//        --baseline-kvtierd=/path/to/old/kvtierd   (one line)
 #include "tools/bench/fairness_bench.h"
 
 #include <fcntl.h>
@@ -72,8 +77,10 @@ constexpr auto kRpcTimeout = std::chrono::seconds(300);
 constexpr uint32_t kDistinctPages = 16;  // random pages tiled over each pool
 
 struct FairnessFlags {
-  std::string kvtierd;  // empty: the kvtierd next to this binary
-  std::string dir;      // empty: a fresh directory under /tmp, removed at the end
+  std::string kvtierd;                // empty: the kvtierd next to this binary
+  std::string baseline_kvtierd;       // empty: none
+  std::vector<std::string> settings;  // --set, for `kvtierd` only
+  std::string dir;                    // empty: a fresh directory under /tmp, removed at the end
   uint32_t workers = 2;
   uint32_t bulk_engines = 4;
   std::vector<std::string> bulk_codecs = {"nvfp4", "raw"};
@@ -92,6 +99,10 @@ struct FairnessFlags {
 const std::vector<tools::FlagDef>& FlagDefs() {
   static const std::vector<tools::FlagDef> defs = {
       {"kvtierd", "PATH", "the daemon binary (default: kvtierd in the directory of kvtier-bench)"},
+      {"baseline-kvtierd", "PATH",
+       "a second daemon binary measured in the same run, rounds alternating (default: none)"},
+      {"set", "K=V[;K=V]",
+       "more settings for --kvtierd's daemon, not the baseline's (e.g. server.chunk_pages=16)"},
       {"dir", "DIR",
        "scratch directory for the daemon's state, socket and log and the pool files; kept "
        "(default: a fresh directory under /tmp, removed at the end)"},
@@ -143,6 +154,15 @@ absl::StatusOr<FairnessFlags> ParseFairnessFlags(int argc, char** argv, bool* he
   if (!values.ok() || *help) return values.status();
   FairnessFlags flags;
   if (auto v = values->Get("kvtierd")) flags.kvtierd = *v;
+  if (auto v = values->Get("baseline-kvtierd")) flags.baseline_kvtierd = *v;
+  if (auto v = values->Get("set")) {
+    for (absl::string_view kv : absl::StrSplit(*v, ';', absl::SkipEmpty())) {
+      if (!absl::StrContains(kv, '=')) {
+        return tools::UsageError(absl::StrCat("flag --set: '", kv, "' is not key=value"));
+      }
+      flags.settings.emplace_back(kv);
+    }
+  }
   if (auto v = values->Get("dir")) flags.dir = *v;
   if (auto v = values->Get("host")) flags.host = *v;
   if (auto v = values->Get("disk")) flags.disk = *v;
@@ -165,7 +185,8 @@ absl::StatusOr<FairnessFlags> ParseFairnessFlags(int argc, char** argv, bool* he
         Bound{"page-kib", 8, 1024, &flags.page_kib}, Bound{"batch", 1, 4096, &flags.batch},
         Bound{"probes", 1, 100000, &flags.probes}, Bound{"rounds", 1, 100, &flags.rounds},
         Bound{"warmup-ms", 0, 600000, &flags.warmup_ms},
-        Bound{"probe-gap-ms", 0, 10000, &flags.probe_gap_ms}}) {
+        Bound{"probe-gap-ms", 0, 10000, &flags.probe_gap_ms},
+        Bound{"loaded-seconds", 0, 3600, &flags.loaded_seconds}}) {
     if (absl::Status st = ReadUint(*values, b.name, b.min, b.max, b.out); !st.ok()) return st;
   }
   if (flags.page_kib % 8 != 0) {
@@ -479,18 +500,32 @@ absl::Status RunLoadedPhase(const FairnessFlags& flags,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Report> RunWithDaemon(DaemonProcess& daemon, const std::string& kvtierd,
-                                     const FairnessFlags& flags, const std::string& dir) {
-  const std::vector<std::string> settings = {absl::StrCat("server.workers=", flags.workers),
-                                             "host.capacity=" + flags.host,
-                                             "host.pin=none",
-                                             "disk.capacity=" + flags.disk,
-                                             "pools.allowed_dirs=[" + dir + "]",
-                                             "metrics.listen=\"\""};
+// One daemon measured: its binary, scratch directory, process, engines and results.
+struct Session {
+  std::string label;  // "kvtierd" or "baseline"
+  std::string kvtierd;
+  std::string dir;
+  std::vector<std::string> settings;  // beyond the common ones
+  DaemonProcess daemon;
+  std::vector<std::unique_ptr<BulkEngine>> bulk;
+  Probe probe;
+  Report report;
+};
+
+// Starts the session's daemon, registers the bulk engines and the probe, and warms the probe up.
+absl::Status StartSession(const FairnessFlags& flags, Session& session) {
+  std::vector<std::string> settings = {absl::StrCat("server.workers=", flags.workers),
+                                       "host.capacity=" + flags.host,
+                                       "host.pin=none",
+                                       "disk.capacity=" + flags.disk,
+                                       "pools.allowed_dirs=[" + session.dir + "]",
+                                       "metrics.listen=\"\""};
+  settings.insert(settings.end(), session.settings.begin(), session.settings.end());
   DaemonStartOptions options;
   options.client_name = "kvtier-bench fairness";
-  KVTIER_RETURN_IF_ERROR(daemon.Start(kvtierd, dir, settings, options));
-  Report report;
+  KVTIER_RETURN_IF_ERROR(session.daemon.Start(session.kvtierd, session.dir, settings, options));
+  DaemonProcess& daemon = session.daemon;
+  Report& report = session.report;
   report.server_version = daemon.hello().server_version();
   absl::StatusOr<codec::PageLayout> layout =
       codec::BuildGqaLayout({flags.page_kib / 8, 1, 128, 16, codec::DType::kBf16, 0, 0});
@@ -502,60 +537,79 @@ absl::StatusOr<Report> RunWithDaemon(DaemonProcess& daemon, const std::string& k
         "--batch=%d is above the daemon's max_items_per_request (%d)", flags.batch, limit));
   }
   if (!flags.json) {
-    std::fprintf(stderr, "kvtierd %s (pid %d) with %d workers; filling %d pools of %d pages\n",
-                 report.server_version.c_str(), static_cast<int>(daemon.pid()), flags.workers,
-                 flags.bulk_engines, flags.batch);
+    std::fprintf(stderr, "%s: kvtierd %s (pid %d) with %d workers; filling %d pools of %d pages\n",
+                 session.label.c_str(), report.server_version.c_str(),
+                 static_cast<int>(daemon.pid()), flags.workers, flags.bulk_engines, flags.batch);
   }
-  std::vector<std::unique_ptr<BulkEngine>> bulk;
   for (uint32_t i = 0; i < flags.bulk_engines; ++i) {
     auto b = std::make_unique<BulkEngine>();
     b->index = i;
     absl::StatusOr<EngineHandle> engine =
-        RegisterEngine(daemon.socket_path(), dir, absl::StrCat("bulk-", i), *layout,
+        RegisterEngine(daemon.socket_path(), session.dir, absl::StrCat("bulk-", i), *layout,
                        flags.bulk_codecs[i % flags.bulk_codecs.size()], flags.batch, i + 1);
     if (!engine.ok()) return engine.status();
     b->engine = *std::move(engine);
-    bulk.push_back(std::move(b));
+    session.bulk.push_back(std::move(b));
   }
-  Probe probe;
-  {
-    absl::StatusOr<EngineHandle> engine =
-        RegisterEngine(daemon.socket_path(), dir, "probe", *layout, "nvfp4", kProbePages, 0);
-    if (!engine.ok()) return engine.status();
-    probe.engine = *std::move(engine);
-  }
-  KVTIER_RETURN_IF_ERROR(probe.Setup());
+  absl::StatusOr<EngineHandle> engine =
+      RegisterEngine(daemon.socket_path(), session.dir, "probe", *layout, "nvfp4", kProbePages, 0);
+  if (!engine.ok()) return engine.status();
+  session.probe.engine = *std::move(engine);
+  KVTIER_RETURN_IF_ERROR(session.probe.Setup());
   // Untimed: connections, the first requests' allocations.
   ProbeSamples warmup;
-  KVTIER_RETURN_IF_ERROR(probe.Measure(20, std::chrono::milliseconds(0), &warmup));
-  const std::chrono::milliseconds gap(flags.probe_gap_ms);
-  for (uint32_t round = 0; round < flags.rounds; ++round) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the daemon settles
-    KVTIER_RETURN_IF_ERROR(probe.Measure(flags.probes, gap, &report.unloaded));
-    KVTIER_RETURN_IF_ERROR(RunLoadedPhase(flags, bulk, probe, &report));
-    if (!flags.json) {
-      std::fprintf(stderr, "round %d of %d done (%llu pages offloaded so far)\n", round + 1,
-                   flags.rounds, static_cast<unsigned long long>([&] {
-                     uint64_t n = 0;
-                     for (auto& b : bulk) n += b->offloaded;
-                     return n;
-                   }()));
-    }
+  return session.probe.Measure(20, std::chrono::milliseconds(0), &warmup);
+}
+
+// One round of the session: an unloaded phase, then a loaded one.
+absl::Status RunRound(const FairnessFlags& flags, Session& session, uint32_t round) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the daemon settles
+  KVTIER_RETURN_IF_ERROR(session.probe.Measure(
+      flags.probes, std::chrono::milliseconds(flags.probe_gap_ms), &session.report.unloaded));
+  KVTIER_RETURN_IF_ERROR(RunLoadedPhase(flags, session.bulk, session.probe, &session.report));
+  if (!flags.json) {
+    uint64_t offloaded = 0;
+    for (auto& b : session.bulk) offloaded += b->offloaded;
+    std::fprintf(stderr, "%s: round %d of %d done (%llu pages offloaded so far)\n",
+                 session.label.c_str(), round + 1, flags.rounds,
+                 static_cast<unsigned long long>(offloaded));
   }
-  for (auto& b : bulk) {
+  return absl::OkStatus();
+}
+
+// The bulk engines' totals into the session's report.
+void CollectBulk(Session& session) {
+  Report& report = session.report;
+  for (auto& b : session.bulk) {
     report.offloaded += b->offloaded;
     report.onboarded += b->onboarded;
     report.offload_us.insert(report.offload_us.end(), b->offload_us.begin(), b->offload_us.end());
     report.onboard_us.insert(report.onboard_us.end(), b->onboard_us.begin(), b->onboard_us.end());
   }
-  return report;
 }
 
-void PrintTable(const Report& r, const FairnessFlags& flags) {
+// Starts every session, runs the rounds (alternating the order between rounds), collects.
+absl::Status RunSessions(const FairnessFlags& flags, std::vector<Session*>& sessions) {
+  for (Session* s : sessions) KVTIER_RETURN_IF_ERROR(StartSession(flags, *s));
+  for (uint32_t round = 0; round < flags.rounds; ++round) {
+    for (size_t k = 0; k < sessions.size(); ++k) {
+      Session* s = sessions[round % 2 == 0 ? k : sessions.size() - 1 - k];
+      KVTIER_RETURN_IF_ERROR(RunRound(flags, *s, round));
+    }
+  }
+  for (Session* s : sessions) CollectBulk(*s);
+  return absl::OkStatus();
+}
+
+void PrintTable(const Session& session, const FairnessFlags& flags) {
+  const Report& r = session.report;
   std::vector<std::string> codecs;
   for (uint32_t i = 0; i < flags.bulk_engines; ++i) {
     codecs.push_back(flags.bulk_codecs[i % flags.bulk_codecs.size()]);
   }
+  std::printf("%s: %s%s%s\n", session.label.c_str(), session.kvtierd.c_str(),
+              session.settings.empty() ? "" : " --set ",
+              absl::StrJoin(session.settings, " --set ").c_str());
   std::printf(
       "kvtierd %s, server.workers=%u, host %s, disk %s; %u bulk engines (%s) looping Offload + "
       "Onboard of %u pages of %llu KiB; probe: Lookup of %u hashes and Onboard of 1 page, %u "
@@ -597,9 +651,11 @@ Json SummaryJson(const std::vector<double>& us) {
               {"mean_us", l.mean_us}};
 }
 
-Json ToJson(const Report& r, const FairnessFlags& flags, const std::string& kvtierd) {
+Json ToJson(const Session& session, const FairnessFlags& flags) {
+  const Report& r = session.report;
   Json doc;
-  doc["kvtierd"] = kvtierd;
+  doc["kvtierd"] = session.kvtierd;
+  doc["settings"] = session.settings;
   doc["server_version"] = r.server_version;
   doc["workers"] = flags.workers;
   doc["bulk_engines"] = flags.bulk_engines;
@@ -651,21 +707,42 @@ int RunFairnessBench(int argc, char** argv) {
     std::fprintf(stderr, "kvtier-bench fairness: %s\n", dir.status().ToString().c_str());
     return 1;
   }
-  DaemonProcess daemon;
-  absl::StatusOr<Report> report = RunWithDaemon(daemon, kvtierd, flags, *dir);
-  const absl::Status stopped = daemon.Stop();  // on errors too
+  Session subject, baseline;
+  subject.label = "kvtierd";
+  subject.kvtierd = kvtierd;
+  subject.settings = flags.settings;
+  std::vector<Session*> sessions = {&subject};
+  if (!flags.baseline_kvtierd.empty()) {
+    baseline.label = "baseline";
+    baseline.kvtierd = flags.baseline_kvtierd;
+    sessions.insert(sessions.begin(), &baseline);
+  }
+  absl::Status run = absl::OkStatus();
+  for (Session* s : sessions) {
+    // Each daemon's state, socket, log and pools in a subdirectory of its own.
+    s->dir = sessions.size() == 1 ? *dir : absl::StrCat(*dir, "/", s->label);
+    if (run.ok() && sessions.size() > 1) {
+      bool ignored = false;
+      absl::StatusOr<std::string> made = PrepareScratchDir(s->dir, "", &ignored);
+      if (!made.ok()) run = made.status();
+    }
+  }
+  if (run.ok()) run = RunSessions(flags, sessions);
   int exit_code = 0;
-  if (!report.ok() || !stopped.ok()) {
+  if (!run.ok()) {
     exit_code = 1;
-    if (!report.ok()) {
-      std::fprintf(stderr, "kvtier-bench fairness: %s\n", report.status().ToString().c_str());
-    }
+    std::fprintf(stderr, "kvtier-bench fairness: %s\n", run.ToString().c_str());
+  }
+  for (Session* s : sessions) {
+    const absl::Status stopped = s->daemon.Stop();  // on errors too
     if (!stopped.ok()) {
-      std::fprintf(stderr, "kvtier-bench fairness: %s\n", stopped.ToString().c_str());
+      exit_code = 1;
+      std::fprintf(stderr, "kvtier-bench fairness: %s: %s\n", s->label.c_str(),
+                   stopped.ToString().c_str());
     }
-    const std::string log = daemon.LogTail();
-    if (!log.empty()) {
-      std::fprintf(stderr, "end of the kvtierd log:\n%s%s", log.c_str(),
+    const std::string log = s->daemon.LogTail();
+    if (exit_code != 0 && !log.empty()) {
+      std::fprintf(stderr, "end of the %s kvtierd log:\n%s%s", s->label.c_str(), log.c_str(),
                    absl::EndsWith(log, "\n") ? "" : "\n");
     }
   }
@@ -674,11 +751,13 @@ int RunFairnessBench(int argc, char** argv) {
       std::fprintf(stderr, "kvtier-bench fairness: %s\n", std::string(removed.message()).c_str());
     }
   }
-  if (report.ok()) {
+  if (exit_code == 0) {
     if (flags.json) {
-      std::printf("%s\n", ToJson(*report, flags, kvtierd).dump(2).c_str());
+      Json doc = ToJson(subject, flags);
+      if (sessions.size() > 1) doc = Json{{"baseline", ToJson(baseline, flags)}, {"kvtierd", doc}};
+      std::printf("%s\n", doc.dump(2).c_str());
     } else {
-      PrintTable(*report, flags);
+      for (Session* s : sessions) PrintTable(*s, flags);
     }
   }
   return exit_code;
