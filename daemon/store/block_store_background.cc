@@ -52,7 +52,7 @@ using internal::State;
 // behind disk copies, host blocks dropped, disk blocks evicted), and the pause that lets the
 // threads waiting for the lock in before the next round goes on. A round that takes a tier from
 // its high to its low watermark in one hold may drop thousands of blocks, while every Lookup,
-// Reserve, Commit and Acquire waits (docs/PERFORMANCE.md, "Fairness between engines").
+// Reserve, Commit and Acquire waits (docs/PERFORMANCE.md, "Daemon: fairness between engines").
 constexpr size_t kMaxReleasesPerRound = 256;
 constexpr absl::Duration kReleasePause = absl::Microseconds(50);
 
