@@ -29,6 +29,9 @@ server:
   socket: /run/kvtier/kvtier.sock
   # Threads that run offloads, onboards and other blocking work (1 to 256).
   workers: 4
+  # The workers take turns between engines, round-robin: an Offload or Onboard does this many
+  # pages per turn (1 to 65536), then waits for the other engines' turns before its next chunk.
+  chunk_pages: 64
   # Largest serialized request accepted (4 KiB to 64 MiB); larger ones fail RESOURCE_EXHAUSTED.
   max_request_bytes: 4MiB
   # Most items (pages, hashes) in one request (1 to 65536).
@@ -405,6 +408,7 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
     r.Fail("server.socket", "must be a path of 1 to 107 bytes (the Unix socket limit)");
   }
   c.workers = static_cast<uint32_t>(r.Uint("server.workers", 1, 256));
+  c.chunk_pages = static_cast<uint32_t>(r.Uint("server.chunk_pages", 1, 65536));
   const uint64_t request_bytes = r.Bytes("server.max_request_bytes", false);
   if (request_bytes < 4096 || request_bytes > (64u << 20)) {
     r.Fail("server.max_request_bytes", "must be within [4KiB, 64MiB]");

@@ -21,6 +21,8 @@ struct Config {
   // server
   std::string socket;
   uint32_t workers = 0;
+  // server.chunk_pages: pages an Offload or Onboard does per turn on a worker.
+  uint32_t chunk_pages = 0;
   uint32_t max_request_bytes = 0;
   uint32_t max_items_per_request = 0;
   uint32_t max_engines = 0;

@@ -328,6 +328,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   so.min_lease = absl::Seconds(config.min_lease_seconds);
   so.max_lease = absl::Seconds(config.max_lease_seconds);
   so.worker_threads = config.workers;
+  so.chunk_pages = config.chunk_pages;
   so.default_deadline = config.default_deadline;
   so.events = &events;
   auto peers = std::make_shared<service::PeerCredentials>();  // filled by the Unix listener

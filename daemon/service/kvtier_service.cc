@@ -29,43 +29,6 @@ constexpr uint32_t kApiVersion = 1;
 
 }  // namespace
 
-// ---- WorkerPool ----
-
-WorkerPool::WorkerPool(uint32_t threads) {
-  for (uint32_t i = 0; i < std::max<uint32_t>(threads, 1); ++i) {
-    threads_.emplace_back([this] {
-      while (true) {
-        std::function<void()> work;
-        {
-          std::unique_lock<std::mutex> lock(mu_);
-          cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-          if (queue_.empty()) return;
-          work = std::move(queue_.front());
-          queue_.pop_front();
-        }
-        work();
-      }
-    });
-  }
-}
-
-WorkerPool::~WorkerPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
-}
-
-void WorkerPool::Submit(std::function<void()> work) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(work));
-  }
-  cv_.notify_one();
-}
-
 // ---- Namespaces ----
 
 DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& model,
@@ -176,7 +139,18 @@ KvTierService::~KvTierService() {
 }
 
 void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                                std::function<absl::Status()> work, std::function<void()> skipped) {
+                                std::function<absl::Status()> work, std::function<void()> skipped,
+                                absl::string_view flow) {
+  RunTurnsOnWorker(
+      ctx, reactor, flow,
+      [work = std::move(work)]() -> std::optional<absl::Status> { return work(); },
+      std::move(skipped));
+}
+
+void KvTierService::RunTurnsOnWorker(grpc::CallbackServerContext* ctx,
+                                     grpc::ServerUnaryReactor* reactor, absl::string_view flow,
+                                     std::function<std::optional<absl::Status>()> turn,
+                                     std::function<void()> skipped) {
   {
     absl::MutexLock lock(&mu_);
     ++in_flight_;
@@ -184,28 +158,30 @@ void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUn
   const absl::Time queued = absl::Now();
   // gRPC cancels a call whose own deadline passes; the default applies to calls without one.
   const bool client_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
-  workers_.Submit([this, ctx, reactor, queued, client_deadline, work = std::move(work),
-                   skipped = std::move(skipped)] {
-    const absl::Duration waited = absl::Now() - queued;
-    absl::Status status;
-    bool ran = false;
-    if (ctx->IsCancelled()) {
-      status = absl::CancelledError(absl::StrFormat(
-          "the call was cancelled or its deadline passed while it waited %s for a worker",
-          absl::FormatDuration(waited)));
-    } else if (!client_deadline && options_.default_deadline > absl::ZeroDuration() &&
-               waited > options_.default_deadline) {
-      status = absl::DeadlineExceededError(absl::StrFormat(
-          "waited %s for a worker, past the server's default deadline of %s (the call set none)",
-          absl::FormatDuration(waited), absl::FormatDuration(options_.default_deadline)));
-    } else {
-      status = work();
-      ran = true;
+  workers_.Submit(flow, [this, ctx, reactor, queued, client_deadline, turn = std::move(turn),
+                         skipped = std::move(skipped), started = false]() mutable {
+    std::optional<absl::Status> status;
+    if (!started) {
+      const absl::Duration waited = absl::Now() - queued;
+      if (ctx->IsCancelled()) {
+        status = absl::CancelledError(absl::StrFormat(
+            "the call was cancelled or its deadline passed while it waited %s for a worker",
+            absl::FormatDuration(waited)));
+      } else if (!client_deadline && options_.default_deadline > absl::ZeroDuration() &&
+                 waited > options_.default_deadline) {
+        status = absl::DeadlineExceededError(absl::StrFormat(
+            "waited %s for a worker, past the server's default deadline of %s (the call set none)",
+            absl::FormatDuration(waited), absl::FormatDuration(options_.default_deadline)));
+      }
+      if (status.has_value() && skipped != nullptr) skipped();
+      started = true;
     }
-    if (!ran && skipped != nullptr) skipped();
-    reactor->Finish(ToGrpc(status));
+    if (!status.has_value()) status = turn();
+    if (!status.has_value()) return true;  // another turn
+    reactor->Finish(ToGrpc(*status));
     absl::MutexLock lock(&mu_);
     if (--in_flight_ == 0) idle_cv_.SignalAll();
+    return false;
   });
 }
 
@@ -674,20 +650,23 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(
-      ctx, reactor,
-      [this, engine, req, resp] {
-        // Checked again on the worker: a Drain that began after the RPC arrived waits for this
-        // request (it is counted in flight), which then writes nothing.
-        if (draining_) {
+  auto progress = std::make_shared<ItemProgress>();
+  RunTurnsOnWorker(
+      ctx, reactor, engine->id,
+      [this, engine, req, resp, progress]() -> std::optional<absl::Status> {
+        // Checked again on the worker (its first turn): a Drain that began after the RPC arrived
+        // waits for this request (it is counted in flight), which then writes nothing.
+        if (progress->next == 0 && draining_) {
           Leave(engine);
           return absl::UnavailableError("the daemon is draining");
         }
+        const int end = ChunkEnd(progress->next);
         if (engine->gpu != nullptr) {
-          DoOffloadGpu(*engine, *req, resp);
+          DoOffloadGpu(*engine, *req, resp, /*parked=*/false, progress.get(), end);
         } else {
-          DoOffload(*engine, *req, resp);
+          DoOffload(*engine, *req, resp, /*parked=*/false, progress.get(), end);
         }
+        if (progress->next < req->items_size()) return std::nullopt;
         Leave(engine);
         return absl::OkStatus();
       },
@@ -710,9 +689,14 @@ absl::Status KvTierService::CheckPools(const Engine& engine) {
 }
 
 void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& req,
-                              v1::OffloadResponse* resp, bool parked) {
+                              v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
+                              int end) {
+  ItemProgress whole;
+  if (progress == nullptr) progress = &whole;
+  const int first = progress->next;
   if (absl::Status intact = CheckPools(engine); !intact.ok()) {
-    for (int i = 0; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
+    for (int i = first; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
+    progress->next = req.items_size();
     return;
   }
   store::PutOptions put;
@@ -722,8 +706,10 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
   put.silent = parked;
   put.origin = engine.id;
   uint32_t stored = 0;
-  DistinctHashes distinct;
-  for (int i = 0; i < req.items_size(); ++i) {
+  DistinctHashes& distinct = progress->distinct;  // kept across turns
+  const uint64_t hot_before = resp->hot_bytes_read(), cold_before = resp->cold_bytes_written();
+  int i = first;
+  for (; i < std::min(end, req.items_size()); ++i) {  // the rest in a later turn
     const v1::OffloadItem& item = req.items(i);
     v1::ItemResult* result = resp->add_results();
     absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
@@ -773,10 +759,11 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
     resp->set_hot_bytes_read(resp->hot_bytes_read() + engine.hot_page_bytes);
     resp->set_cold_bytes_written(resp->cold_bytes_written() + engine.codec->block_bytes());
   }
-  resp->set_stored_pages(stored);
-  hot_bytes_offloaded_ += resp->hot_bytes_read();
-  cold_bytes_offloaded_ += resp->cold_bytes_written();
-  dropped_offloads_ += static_cast<uint64_t>(req.items_size()) - stored;
+  progress->next = i;
+  resp->set_stored_pages(resp->stored_pages() + stored);
+  hot_bytes_offloaded_ += resp->hot_bytes_read() - hot_before;
+  cold_bytes_offloaded_ += resp->cold_bytes_written() - cold_before;
+  dropped_offloads_ += static_cast<uint64_t>(i - first) - stored;
 }
 
 grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ctx,
@@ -791,14 +778,17 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
   if (!entered.ok()) return FinishWith(ctx, entered.status());
   std::shared_ptr<Engine> engine = std::move(*entered);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(
-      ctx, reactor,
-      [this, engine, req, resp] {
+  auto progress = std::make_shared<ItemProgress>();
+  RunTurnsOnWorker(
+      ctx, reactor, engine->id,
+      [this, engine, req, resp, progress]() -> std::optional<absl::Status> {
+        const int end = ChunkEnd(progress->next);
         if (engine->gpu != nullptr) {
-          DoOnboardGpu(*engine, *req, resp);
+          DoOnboardGpu(*engine, *req, resp, progress.get(), end);
         } else {
-          DoOnboard(*engine, *req, resp);
+          DoOnboard(*engine, *req, resp, progress.get(), end);
         }
+        if (progress->next < req->items_size()) return std::nullopt;
         Leave(engine);
         return absl::OkStatus();
       },
@@ -807,14 +797,23 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
 }
 
 void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& req,
-                              v1::OnboardResponse* resp) {
+                              v1::OnboardResponse* resp, ItemProgress* progress, int end) {
+  ItemProgress whole;
+  if (progress == nullptr) progress = &whole;
+  const int first = progress->next;
   if (absl::Status intact = CheckPools(engine); !intact.ok()) {
-    for (int i = 0; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
+    for (int i = first; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
+    progress->next = req.items_size();
+    resp->set_onboarded_pages(LeadingOk(*resp));
     return;
   }
-  absl::flat_hash_set<uint32_t> destinations;
-  bool stopped = false;
-  for (int i = 0; i < req.items_size(); ++i) {
+  // Kept across turns: a page written by an earlier turn is still taken, a stop still holds.
+  absl::flat_hash_set<uint32_t>& destinations = progress->destinations;
+  bool& stopped = progress->stopped;
+  const uint64_t hot_before = resp->hot_bytes_written(), cold_before = resp->cold_bytes_read();
+  int i = first;
+  for (; i < req.items_size(); ++i) {
+    if (i >= end && !stopped) break;  // the rest in a later turn (after a stop: all SKIPPED)
     const v1::OnboardItem& item = req.items(i);
     v1::ItemResult* result = resp->add_results();
     if (stopped) {
@@ -854,9 +853,10 @@ void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& re
     resp->set_cold_bytes_read(resp->cold_bytes_read() + (*pinned)->bytes().size());
     resp->set_hot_bytes_written(resp->hot_bytes_written() + engine.hot_page_bytes);
   }
-  resp->set_onboarded_pages(LeadingOk(*resp));
-  hot_bytes_onboarded_ += resp->hot_bytes_written();
-  cold_bytes_onboarded_ += resp->cold_bytes_read();
+  progress->next = i;
+  if (i == req.items_size()) resp->set_onboarded_pages(LeadingOk(*resp));
+  hot_bytes_onboarded_ += resp->hot_bytes_written() - hot_before;
+  cold_bytes_onboarded_ += resp->cold_bytes_read() - cold_before;
 }
 
 }  // namespace kvtier::service

@@ -1,34 +1,41 @@
 // KvTierService: the engine-facing gRPC service (kvtier.v1.KvTier, callback API) over a
-// BlockStore. Registration maps an engine's pools; Offload, Onboard and Lookup run on a worker pool
-// so that gRPC's threads never block on encoding, decoding or disk reads. Engines hold leases;
-// an engine whose lease expires is unregistered as Unregister does. This first version serves host
-// pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat layouts)
-// through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin (and
-// Lookup's pin_ttl) hold blocks for a lease; WatchEvents streams the EventLog.
+// BlockStore. Registration maps an engine's pools; Offload, Onboard, Park, Resume and Release run
+// on the workers (a FairScheduler: each engine is a flow, and Offload and Onboard batches are done
+// in chunks of options.chunk_pages, one per turn) so that gRPC's threads never block on encoding,
+// decoding or disk reads, and one engine's batch cannot hold the others. Lookup, Pin and the
+// other metadata RPCs run on gRPC's threads: they never queue behind data movement. Engines hold
+// leases; an engine whose lease expires is unregistered as Unregister does. This first version
+// serves host pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat
+// layouts) through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin
+// (and Lookup's pin_ttl) hold blocks for a lease; WatchEvents streams the EventLog.
 #ifndef KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 #define KVTIER_DAEMON_SERVICE_KVTIER_SERVICE_H_
 
+#include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/codec.h"
 #include "daemon/service/auth.h"
 #include "daemon/service/event_log.h"
+#include "daemon/service/fair_scheduler.h"
 #include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
 #include "daemon/service/peer_credentials.h"
+#include "daemon/service/request_limits.h"
 #include "daemon/service/rpc_metrics.h"
 #include "daemon/store/block_store.h"
 #include "kvtier/v1/namespace.pb.h"
@@ -57,6 +64,9 @@ struct ServiceOptions {
   absl::Duration max_pin_ttl = absl::Minutes(10);
   absl::Duration lease_check_interval = absl::Milliseconds(200);
   uint32_t worker_threads = 4;
+  // Items an Offload or Onboard does per turn on a worker (FairScheduler); after each chunk the
+  // request waits for the other engines' turns. Zero is taken as one.
+  uint32_t chunk_pages = 64;
   // A unary call whose client set no deadline gets this one (zero: none): work still queued for
   // a worker when it passes fails with DEADLINE_EXCEEDED instead of running. Streams are exempt.
   absl::Duration default_deadline = absl::Seconds(60);
@@ -77,21 +87,6 @@ struct ServiceOptions {
   // incarnation is the service's. Null: WatchEvents fails with FAILED_PRECONDITION and the
   // incarnation is drawn at random.
   EventLog* events = nullptr;
-};
-
-// A fixed set of threads running queued closures in order of submission.
-class WorkerPool {
- public:
-  explicit WorkerPool(uint32_t threads);
-  ~WorkerPool();  // runs what is queued, then joins
-  void Submit(std::function<void()> work);
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
 };
 
 class KvTierService final : public v1::KvTier::CallbackService {
@@ -130,12 +125,21 @@ class KvTierService final : public v1::KvTier::CallbackService {
     return options_.auth == nullptr || options_.auth->IsAdmin(tenant);
   }
 
-  // Runs `work` on a worker (counted as in flight), then finishes the RPC with its status. Work
-  // whose call was cancelled, or whose deadline (the client's, else default_deadline from now)
-  // passed while it waited for a worker, does not run (CANCELLED or DEADLINE_EXCEEDED): `skipped`
-  // runs instead, to release what `work` would have (the engine it entered).
+  // Runs `work` on a worker (counted as in flight), in the turns of `flow` (an engine's id; ""
+  // for admin work), then finishes the RPC with its status. Work whose call was cancelled, or
+  // whose deadline (the client's, else default_deadline from now) passed while it waited for a
+  // worker, does not run (CANCELLED or DEADLINE_EXCEEDED): `skipped` runs instead, to release
+  // what `work` would have (the engine it entered). Never blocks.
   void RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                   std::function<absl::Status()> work, std::function<void()> skipped = nullptr);
+                   std::function<absl::Status()> work, std::function<void()> skipped = nullptr,
+                   absl::string_view flow = "");
+  // The same for work done in turns: `turn` runs once per turn of `flow` (FairScheduler) and
+  // returns nullopt while work remains, or the request's status after its last chunk. The
+  // deadline and cancellation are checked before the first turn only: a request that started
+  // runs to its end (and is in flight until then). Never blocks.
+  void RunTurnsOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
+                        absl::string_view flow, std::function<std::optional<absl::Status>()> turn,
+                        std::function<void()> skipped);
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;
@@ -256,14 +260,36 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // CheckFaults): checked after every page, so no zeros from a lost page are stored or reported
   // as onboarded.
   static absl::Status CheckPoolFaults(const Engine& engine);
+  // Where an Offload or Onboard stands between two turns: the first item not yet done and, for
+  // Onboard, the pages already written and whether it stopped at a miss (later items: SKIPPED).
+  struct ItemProgress {
+    int next = 0;
+    DistinctHashes distinct;  // Offload: the hashes of the items done
+    absl::flat_hash_set<uint32_t> destinations;
+    bool stopped = false;
+  };
+  // The end (exclusive item index) of the chunk that starts at item `next`: options.chunk_pages
+  // items on, at least one.
+  int ChunkEnd(int next) const {
+    return next + static_cast<int>(std::clamp<uint32_t>(options_.chunk_pages, 1, 1u << 20));
+  }
+  static constexpr int kAllItems = std::numeric_limits<int>::max();
+  // Each Do* handles the items of `req` in [progress->next, end) (all of them without `progress`
+  // and `end`), appending their results and adding to the response's totals, and sets
+  // progress->next to the first item left. After an Onboard's stop at a miss the rest are SKIPPED
+  // at once. The response is complete when progress->next == items_size(). Blocks on encoding,
+  // decoding and the store (a worker's work).
   // `parked`: pages of Park, stored silently (no events; they are not prefix-indexed).
   void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
-                 bool parked = false);
-  void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
-  // The GPU-pool forms: one kernel pass per batch, sealed on the host.
+                 bool parked = false, ItemProgress* progress = nullptr, int end = kAllItems);
+  void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
+                 ItemProgress* progress = nullptr, int end = kAllItems);
+  // The GPU-pool forms: kernel passes of at most 256 items, sealed on the host; a chunk (up to
+  // `end`) has at least one full pass.
   void DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
-                    bool parked = false);
-  void DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp);
+                    bool parked = false, ItemProgress* progress = nullptr, int end = kAllItems);
+  void DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
+                    ItemProgress* progress = nullptr, int end = kAllItems);
 
   store::BlockStore* store_;
   ServiceOptions options_;
@@ -301,7 +327,7 @@ class KvTierService final : public v1::KvTier::CallbackService {
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> waiters_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<dev_t, ino_t>> forbidden_;  // of options_.forbidden_pool_files
-  WorkerPool workers_;
+  FairScheduler workers_;
   std::thread lease_thread_;
 };
 

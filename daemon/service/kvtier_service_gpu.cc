@@ -45,7 +45,10 @@ size_t SealThreads() {
 }  // namespace
 
 void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req,
-                                 v1::OffloadResponse* resp, bool parked) {
+                                 v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
+                                 int end) {
+  ItemProgress whole;
+  if (progress == nullptr) progress = &whole;
   store::PutOptions put;
   // WRITE_ACK_DURABLE implies durable (cache.proto).
   put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
@@ -53,17 +56,20 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
   put.silent = parked;
   put.origin = engine.id;
   const uint64_t block_bytes = engine.codec->block_bytes();
-  for (int i = 0; i < req.items_size(); ++i) resp->add_results();
+  while (resp->results_size() < req.items_size()) resp->add_results();  // in the first turn
   uint32_t stored = 0;
-  DistinctHashes distinct;
-  int next = 0;
-  while (next < req.items_size()) {
+  DistinctHashes& distinct = progress->distinct;  // kept across turns
+  const int first = progress->next;
+  int next = first;
+  // The rest in a later turn; a turn does at least one full pass (the staged paths need them).
+  end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), req.items_size());
+  while (next < end) {
     // Reserve host slots for the next batch of valid, new items.
     std::vector<int> items;
     std::vector<store::HostReservation> reservations;
     std::vector<const uint8_t*> pages;
     std::vector<uint8_t*> blocks;
-    for (; next < req.items_size() && items.size() < kGpuBatch; ++next) {
+    for (; next < end && items.size() < kGpuBatch; ++next) {
       const v1::OffloadItem& item = req.items(next);
       v1::ItemResult* result = resp->mutable_results(next);
       absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
@@ -130,30 +136,38 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
       ++stored;
     }
   }
-  resp->set_stored_pages(stored);
-  resp->set_hot_bytes_read(uint64_t{stored} * engine.hot_page_bytes);
-  resp->set_cold_bytes_written(uint64_t{stored} * block_bytes);
-  hot_bytes_offloaded_ += resp->hot_bytes_read();
-  cold_bytes_offloaded_ += resp->cold_bytes_written();
-  dropped_offloads_ += static_cast<uint64_t>(req.items_size()) - stored;
+  progress->next = next;
+  resp->set_stored_pages(resp->stored_pages() + stored);
+  resp->set_hot_bytes_read(resp->hot_bytes_read() + uint64_t{stored} * engine.hot_page_bytes);
+  resp->set_cold_bytes_written(resp->cold_bytes_written() + uint64_t{stored} * block_bytes);
+  hot_bytes_offloaded_ += uint64_t{stored} * engine.hot_page_bytes;
+  cold_bytes_offloaded_ += uint64_t{stored} * block_bytes;
+  dropped_offloads_ += static_cast<uint64_t>(next - first) - stored;
 }
 
 void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req,
-                                 v1::OnboardResponse* resp) {
-  absl::flat_hash_set<uint32_t> destinations;
-  bool stopped = false;
+                                 v1::OnboardResponse* resp, ItemProgress* progress, int end) {
+  ItemProgress whole;
+  if (progress == nullptr) progress = &whole;
+  // Kept across turns: a page written by an earlier turn is still taken, a stop still holds.
+  absl::flat_hash_set<uint32_t>& destinations = progress->destinations;
+  bool& stopped = progress->stopped;
   uint32_t onboarded = 0;
-  for (int i = 0; i < req.items_size(); ++i) resp->add_results();
-  int next = 0;
-  while (next < req.items_size() && !stopped) {
+  const uint64_t cold_before = resp->cold_bytes_read();
+  while (resp->results_size() < req.items_size()) resp->add_results();  // in the first turn
+  const int first = progress->next;
+  int next = first;
+  // The rest in a later turn; a turn does at least one full pass (the staged paths need them).
+  end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), req.items_size());
+  while (next < end && !stopped) {
     std::vector<int> items;
     std::vector<store::PinnedBlock> pinned;
     std::vector<const uint8_t*> blocks;
     std::vector<uint8_t*> pages;
     // The GPU decodes the pages acquired so far while the store pins the next ones; the pins are
     // held until the batch's Wait.
-    const bool staged = engine.gpu->Staged(
-        std::min<size_t>(kGpuBatch, static_cast<size_t>(req.items_size() - next)));
+    const bool staged =
+        engine.gpu->Staged(std::min<size_t>(kGpuBatch, static_cast<size_t>(end - next)));
     size_t enqueued = 0;
     absl::Status launched;
     auto enqueue = [&]() {
@@ -163,7 +177,7 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
       }
       enqueued = items.size();
     };
-    for (; next < req.items_size() && items.size() < kGpuBatch && !stopped; ++next) {
+    for (; next < end && items.size() < kGpuBatch && !stopped; ++next) {
       if (items.size() - enqueued >= kOnboardChunk) enqueue();
       const v1::OnboardItem& item = req.items(next);
       v1::ItemResult* result = resp->mutable_results(next);
@@ -217,13 +231,18 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
       resp->set_cold_bytes_read(resp->cold_bytes_read() + b.bytes().size());
     }
   }
-  for (int i = next; i < req.items_size(); ++i) {  // after a stop: never attempted
-    resp->mutable_results(i)->set_code(v1::ITEM_CODE_SKIPPED);
+  if (stopped) {
+    for (int i = next; i < req.items_size(); ++i) {  // never attempted
+      resp->mutable_results(i)->set_code(v1::ITEM_CODE_SKIPPED);
+    }
+    next = req.items_size();
   }
-  resp->set_onboarded_pages(LeadingOk(*resp));
-  resp->set_hot_bytes_written(uint64_t{onboarded} * engine.hot_page_bytes);
-  hot_bytes_onboarded_ += resp->hot_bytes_written();
-  cold_bytes_onboarded_ += resp->cold_bytes_read();
+  progress->next = next;
+  if (next == req.items_size()) resp->set_onboarded_pages(LeadingOk(*resp));
+  resp->set_hot_bytes_written(resp->hot_bytes_written() +
+                              uint64_t{onboarded} * engine.hot_page_bytes);
+  hot_bytes_onboarded_ += uint64_t{onboarded} * engine.hot_page_bytes;
+  cold_bytes_onboarded_ += resp->cold_bytes_read() - cold_before;
 }
 
 }  // namespace kvtier::service

@@ -128,7 +128,7 @@ grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
         Leave(engine);
         return st;
       },
-      [this, engine] { Leave(engine); });
+      [this, engine] { Leave(engine); }, engine->id);
   return reactor;
 }
 
@@ -263,7 +263,7 @@ grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx
         Leave(engine);
         return st;
       },
-      [this, engine] { Leave(engine); });
+      [this, engine] { Leave(engine); }, engine->id);
   return reactor;
 }
 
@@ -374,7 +374,7 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
         Leave(engine);
         return absl::OkStatus();
       },
-      [this, engine] { Leave(engine); });
+      [this, engine] { Leave(engine); }, engine->id);
   return reactor;
 }
 

@@ -48,6 +48,14 @@ namespace {
 using internal::Entry;
 using internal::State;
 
+// Blocks a round frees, drops or evicts under one hold of the store's lock (host copies freed
+// behind disk copies, host blocks dropped, disk blocks evicted), and the pause that lets the
+// threads waiting for the lock in before the next round goes on. A round that takes a tier from
+// its high to its low watermark in one hold may drop thousands of blocks, while every Lookup,
+// Reserve, Commit and Acquire waits (docs/PERFORMANCE.md, "Daemon: fairness between engines").
+constexpr size_t kMaxReleasesPerRound = 256;
+constexpr absl::Duration kReleasePause = absl::Microseconds(50);
+
 struct Move {
   Entry* entry = nullptr;
   DiskSlot slot;
@@ -141,20 +149,25 @@ void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQU
   s.changed_cv.SignalAll();
 }
 
-// Drops least recently used disk blocks until the disk's live bytes are at most `target`.
+// Drops least recently used disk blocks until the disk's live bytes are at most `target`, at
+// most kMaxReleasesPerRound of them (`*bounded`, when given, tells whether it dropped that many).
 // Returns the bytes dropped. REQUIRES: s.mu held.
-uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host) {
+uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host, bool* bounded = nullptr) {
   uint64_t dropped = 0;
+  size_t released = 0;
   Entry* e = s.disk_lru.back();
-  while (e != nullptr && s.disk->used_bytes() - s.quarantined_bytes > target) {
+  while (e != nullptr && s.disk->used_bytes() - s.quarantined_bytes > target &&
+         released < kMaxReleasesPerRound) {
     Entry* prev = DiskLru::Prev(e);
     if (e->pins == 0 && !e->migrating) {
       dropped += e->slot_size;
       internal::DropDiskCopy(s, e, persistent_host);
       ++s.counters.disk_dropped;
+      ++released;
     }
     e = prev;
   }
+  if (bounded != nullptr) *bounded = released == kMaxReleasesPerRound;
   return dropped;
 }
 
@@ -255,6 +268,9 @@ void BlockStore::BackgroundLoop() {
   const double disk_capacity = static_cast<double>(s.disk->capacity_bytes());
   const double gpu_capacity = s.gpu ? static_cast<double>(s.gpu->slots().capacity_bytes()) : 0.0;
   absl::Time oldest_pending = absl::InfiniteFuture();
+  // Set when a round stopped at kMaxReleasesPerRound on its way down to a tier's low watermark:
+  // the next rounds go on down to it although the tier is below its high watermark by then.
+  bool host_unfinished = false, disk_unfinished = false;
   absl::MutexLock lock(&s.mu);
   while (true) {
     // While the index takes no writes (a full drive), nothing is committed and nothing new goes
@@ -276,9 +292,10 @@ void BlockStore::BackgroundLoop() {
     if (!gpu_pressure) s.host_wanted_by_gpu = 0;
     const bool host_pressure =
         static_cast<double>(s.host_used) > options_.host_watermarks.high * host_capacity ||
-        s.room_waiters > 0 || s.host_wanted_by_gpu > 0 || s.demote_all;
-    const bool disk_pressure =
-        has_disk && static_cast<double>(disk_live) > options_.disk_watermarks.high * disk_capacity;
+        s.room_waiters > 0 || s.host_wanted_by_gpu > 0 || s.demote_all || host_unfinished;
+    const bool disk_pressure = has_disk && (static_cast<double>(disk_live) >
+                                                options_.disk_watermarks.high * disk_capacity ||
+                                            disk_unfinished);
     const bool pending =
         !s.pending.empty() || !s.unsaved_namespaces.empty() || !s.unsaved_meta.empty();
     if (pending && oldest_pending == absl::InfiniteFuture()) oldest_pending = absl::Now();
@@ -314,9 +331,10 @@ void BlockStore::BackgroundLoop() {
     }
 
     // (4) first, so that demotions below find room: disk above its high watermark.
+    disk_unfinished = false;
     if (disk_pressure) {
       EvictDisk(s, static_cast<uint64_t>(options_.disk_watermarks.low * disk_capacity),
-                persistent_host);
+                persistent_host, &disk_unfinished);
     }
 
     // (5) before (3): GPU pages go to the host tier, whose own pressure is handled next round.
@@ -383,6 +401,7 @@ void BlockStore::BackgroundLoop() {
       ++s.migrating;
       moves.push_back(Move{e, *slot, false, true, absl::OkStatus()});
     }
+    host_unfinished = false;
     if (host_pressure && !disk_full) {
       const uint64_t low = static_cast<uint64_t>(options_.host_watermarks.low * host_capacity);
       uint64_t target = s.demote_all ? 0 : low;
@@ -392,9 +411,14 @@ void BlockStore::BackgroundLoop() {
       }
       uint64_t leaving = 0;
       bool moved_any = false;
+      size_t released = 0;  // host copies freed and blocks dropped
       Entry* e = s.host_lru.back();
       while (e != nullptr && s.host_used - leaving > target &&
              moves.size() < options_.demotion_batch) {
+        if (released == kMaxReleasesPerRound) {
+          host_unfinished = true;
+          break;
+        }
         Entry* prev = HostLru::Prev(e);
         if (e->pins == 0 && !e->migrating) {
           const bool admitted =
@@ -405,6 +429,7 @@ void BlockStore::BackgroundLoop() {
               internal::FreeHostCopy(s, e);
               ++s.counters.host_copy_freed;
               moved_any = true;
+              ++released;
             }
           } else if (disk_writes && admitted) {
             std::optional<DiskSlot> slot = allocate(e);
@@ -418,6 +443,7 @@ void BlockStore::BackgroundLoop() {
             internal::Detach(s, e, RemovedBy::kEvicted);
             ++s.counters.host_dropped;
             moved_any = true;
+            ++released;
           }
         }
         e = prev;
@@ -426,6 +452,11 @@ void BlockStore::BackgroundLoop() {
     }
     if (disk_full && evicted == 0 && s.quarantine.empty()) {
       s.demote_all = false;  // nothing can make room: DemoteAll moves what fits
+    }
+    if (moves.empty() && (host_unfinished || disk_unfinished)) {
+      s.changed_cv.SignalAll();                         // callers waiting for room try again
+      s.work_cv.WaitWithTimeout(&s.mu, kReleasePause);  // the lock's waiters go first
+      continue;
     }
     if (moves.empty()) {
       // Read again: this round's evictions may have queued deletions.

@@ -56,7 +56,8 @@ TEST_F(KvtierdStartupTest, EveryConfigurationErrorIsReportedInOneRun) {
                                            "index:\n  sync: sometimes\n";
   std::string out;
   EXPECT_EQ(RunKvtierd({"--config=" + dir_->File("bad.yaml"), "--set=host.pin=bogus",
-                        "--set=engines.lease_seconds=-1", "--set=nonsense", "--check-config"},
+                        "--set=engines.lease_seconds=-1", "--set=server.chunk_pages=0",
+                        "--set=nonsense", "--check-config"},
                        &out),
             1)
       << out;
@@ -67,6 +68,7 @@ TEST_F(KvtierdStartupTest, EveryConfigurationErrorIsReportedInOneRun) {
            std::string("kvtierd: field 'index.sync': 'sometimes' is not none, batch or always"),
            std::string("kvtierd: field 'host.pin': 'bogus' is not auto, cuda, mlock or none"),
            std::string("kvtierd: field 'engines.lease_seconds': -1 is outside"),
+           std::string("kvtierd: field 'server.chunk_pages': 0 is outside [1, 65536]"),
            std::string("kvtierd: --set 'nonsense': expected field.path=value"),
        }) {
     EXPECT_TRUE(Contains(out, line)) << line << "\nnot in:\n" << out;

@@ -7,6 +7,7 @@
 
 #include "tools/bench/disk_bench.h"
 #include "tools/bench/e2e_bench.h"
+#include "tools/bench/fairness_bench.h"
 #include "tools/bench/index_bench.h"
 #include "tools/bench/kernels_subcommand.h"
 #include "tools/bench/lookup_bench.h"
@@ -26,6 +27,8 @@ constexpr Subcommand kSubcommands[] = {
      kvtier::bench::RunIndexBench},
     {"lookup", "Lookup RPC latency of a kvtierd child process over its Unix socket, vs Hello",
      kvtier::bench::RunLookupBench},
+    {"fairness", "a small request's latency while other engines run 4096-page batches, vs unloaded",
+     kvtier::bench::RunFairnessBench},
     {"e2e", "GPU pages through kvtierd: offload and onboard with nvfp4 vs raw (CUDA IPC pools)",
      kvtier::bench::RunE2eBench},
     {"kernels", "fused nvfp4 offload/onboard on the GPU vs cudaMemcpyAsync, raw copy, unfused",

@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -53,6 +52,7 @@
 #include "daemon/service/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/service.grpc.pb.h"
+#include "tools/bench/bench_common.h"
 #include "tools/bench/daemon_process.h"
 
 namespace kvtier::bench {
@@ -152,19 +152,6 @@ absl::StatusOr<LookupBenchFlags> ParseFlags(int argc, char** argv, bool* help) {
 
 std::chrono::system_clock::time_point RpcDeadline() {
   return std::chrono::system_clock::now() + kRpcTimeout;
-}
-
-// A distinct 32-byte block hash for chain position `i`.
-std::string HashOf(uint64_t i) {
-  std::string h(32, '\0');
-  uint64_t x = i * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  for (size_t b = 0; b < h.size(); b += 8) {
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    std::memcpy(h.data() + b, &x, 8);
-  }
-  return h;
 }
 
 // "host" for TIER_HOST.
@@ -289,36 +276,11 @@ absl::Status Unregister(DaemonProcess& daemon, const std::string& engine_id) {
   return absl::OkStatus();
 }
 
-struct Latency {
-  double p50_us = 0;
-  double p99_us = 0;
-  double p999_us = 0;
-  double mean_us = 0;
-};
-
-// Nearest-rank percentiles (the smallest sample with at least p of the samples at or below it).
-Latency Summarize(std::vector<double> us) {
-  Latency l;
-  if (us.empty()) return l;
-  std::sort(us.begin(), us.end());
-  const auto rank = [&](double p) {
-    const double r = std::ceil(p * static_cast<double>(us.size()));
-    return us[std::min(us.size() - 1, static_cast<size_t>(std::max(1.0, r)) - 1)];
-  };
-  l.p50_us = rank(0.50);
-  l.p99_us = rank(0.99);
-  l.p999_us = rank(0.999);
-  double sum = 0;
-  for (double v : us) sum += v;
-  l.mean_us = sum / static_cast<double>(us.size());
-  return l;
-}
-
 struct Row {
   uint32_t chain = 0;
   uint32_t hits = 0;
-  Latency lookup;
-  Latency hello;
+  LatencySummary lookup;
+  LatencySummary hello;
 };
 
 // kWarmup untimed, then `iterations` timed Lookups of the first `chain` hashes, each followed by a
@@ -413,7 +375,7 @@ absl::StatusOr<Report> RunWithDaemon(DaemonProcess& daemon, const std::string& k
   }
   std::vector<std::string> hashes;
   hashes.reserve(kPages);
-  for (uint32_t i = 0; i < kPages; ++i) hashes.push_back(HashOf(i));
+  for (uint32_t i = 0; i < kPages; ++i) hashes.push_back(SyntheticBlockHash(i));
   absl::StatusOr<Engine> engine = RegisterAndOffload(daemon, dir, hashes);
   if (!engine.ok()) return engine.status();
   report.engine = *std::move(engine);
@@ -461,7 +423,7 @@ void PrintTable(const Report& report, const LookupBenchFlags& flags, const std::
   }
 }
 
-Json LatencyJson(const Latency& l) {
+Json LatencyJson(const LatencySummary& l) {
   return Json{{"p50", l.p50_us}, {"p99", l.p99_us}, {"p99_9", l.p999_us}, {"mean", l.mean_us}};
 }
 

@@ -115,6 +115,37 @@ TEST_F(BlockStoreTest, DiskPressureDropsLeastRecentlyUsed) {
   for (uint64_t id = 0; id < 1200; id += 7) ExpectBlock(*store, id);
 }
 
+// A round drops at most a few hundred blocks under the store's lock, then lets the lock's waiters
+// in: thousands of blocks to drop take many rounds, which still go all the way down to the low
+// watermark (although the tier is below its high one after the first) and keep the most recently
+// used blocks.
+TEST_F(BlockStoreTest, HostPressureDropsThousandsOfBlocksInBoundedRounds) {
+  options_.disk.dirs.clear();  // no disk tier: the host tier drops
+  options_.host.capacity_bytes = 64ull << 20;
+  options_.host_watermarks = {0.95, 0.10};
+  auto store = Open().value();
+  const uint64_t capacity = options_.host.capacity_bytes;
+  // Small blocks up to 94% of the tier, then 60 KB ones until one crosses the high watermark.
+  constexpr uint32_t kSmall = 4000, kLarge = 60000;
+  uint64_t id = 0;
+  while (store->Stats().tiers[1].used_bytes < capacity * 94 / 100) {
+    for (int k = 0; k < 100; ++k, ++id) ASSERT_TRUE(store->Put(Key(id), Block(id, kSmall)).ok());
+  }
+  const uint64_t small_blocks = id;
+  ASSERT_GT(small_blocks, 10000u);
+  while (store->Stats().evictions_host_dropped == 0) {
+    ASSERT_LT(id, small_blocks + 100) << "no eviction past the high watermark";
+    ASSERT_TRUE(store->Put(Key(id), Block(id, kLarge)).ok());
+    ++id;
+    ASSERT_TRUE(store->Flush().ok());  // the background thread is done
+  }
+  const StoreStats stats = store->Stats();
+  EXPECT_LE(stats.tiers[1].used_bytes, capacity / 10) << "the drop stopped above the low watermark";
+  EXPECT_GT(stats.evictions_host_dropped, 9000u);
+  EXPECT_EQ(ExpectBlock(*store, id - 1, kLarge), Tier::kHost);
+  EXPECT_FALSE(store->Acquire(Key(0)).value().has_value()) << "the oldest block went first";
+}
+
 TEST_F(BlockStoreTest, AdmissionReusedOrDurableDropsColdBlocks) {
   options_.admission = DiskAdmission::kReusedOrDurable;
   auto store = Open().value();
