@@ -390,8 +390,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   }
   std::unique_ptr<UnixListener> listener;
   {
-    absl::StatusOr<std::unique_ptr<UnixListener>> l =
-        UnixListener::Start(unix_fd, server.get(), peers.get());
+    absl::StatusOr<std::unique_ptr<UnixListener>> l = UnixListener::Start(
+        unix_fd, server.get(), peers.get(), socket_activated ? std::string() : config.socket);
     if (!l.ok()) {
       server->Shutdown();
       return l.status();

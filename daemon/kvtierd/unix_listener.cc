@@ -43,27 +43,38 @@ absl::StatusOr<int> UnixListener::Bind(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "server.socket %s: a Unix socket path has 1 to %d bytes", path, sizeof(addr.sun_path) - 1));
   }
+  // Bound and listening under a temporary name first, then renamed into place: a client that
+  // sees the path can connect (a socket file that exists but does not listen yet would refuse it,
+  // and libkvtier fails at once on a refused connection). Where the temporary name does not fit
+  // sun_path, the socket is bound at `path` itself.
+  std::string bound = absl::StrFormat("%s.%d.tmp", path, getpid());
+  if (bound.size() >= sizeof(addr.sun_path)) bound = path;
   addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
+  std::memcpy(addr.sun_path, bound.data(), bound.size());
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     return absl::UnavailableError(
         absl::StrFormat("cannot listen on unix:%s: socket: %s", path, std::strerror(errno)));
   }
+  unlink(bound.c_str());  // a temporary name left by a kvtierd killed here with the same pid
   const char* step = "bind";
   bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   if (ok) {
     step = "chmod";  // group access for engines in the daemon's group, before anyone can connect
-    ok = chmod(path.c_str(), 0660) == 0;
+    ok = chmod(bound.c_str(), 0660) == 0;
   }
   if (ok) {
     step = "listen";
     ok = listen(fd, SOMAXCONN) == 0;
   }
+  if (ok && bound != path) {
+    step = "rename";
+    ok = rename(bound.c_str(), path.c_str()) == 0;
+  }
   if (!ok) {
     const int err = errno;
     close(fd);
-    if (std::strcmp(step, "bind") != 0) unlink(path.c_str());
+    if (std::strcmp(step, "bind") != 0) unlink(bound.c_str());
     return absl::UnavailableError(
         absl::StrFormat("cannot listen on unix:%s: %s: %s", path, step, std::strerror(err)));
   }
@@ -72,7 +83,8 @@ absl::StatusOr<int> UnixListener::Bind(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(int listen_fd,
                                                                   grpc::Server* server,
-                                                                  service::PeerCredentials* peers) {
+                                                                  service::PeerCredentials* peers,
+                                                                  const std::string& path) {
   std::unique_ptr<UnixListener> l(new UnixListener());
   l->listen_fd_ = listen_fd;  // closed by the destructor from here on
   l->server_ = server;
@@ -88,8 +100,10 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(int listen_fd,
   }
   sockaddr_un addr{};
   socklen_t len = sizeof(addr);
-  if (getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
-      len > offsetof(sockaddr_un, sun_path)) {
+  if (!path.empty()) {
+    l->path_ = path;
+  } else if (getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+             len > offsetof(sockaddr_un, sun_path)) {
     const size_t n = len - offsetof(sockaddr_un, sun_path);
     if (addr.sun_path[0] == '\0') {
       l->path_.assign(1, '@');  // an abstract socket

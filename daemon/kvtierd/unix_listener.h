@@ -19,16 +19,19 @@ namespace kvtier::kvtierd {
 class UnixListener {
  public:
   // A listening Unix stream socket at `path` (which must not exist: kvtierd clears a stale one
-  // first), mode 0660 before it listens; the fd, close-on-exec. Unavailable naming the path and
-  // the error otherwise.
+  // first), mode 0660 and listening before the path appears (it is bound under a temporary name
+  // beside `path` and renamed), so whoever sees the path can connect; the fd, close-on-exec.
+  // Unavailable naming the path and the error otherwise.
   static absl::StatusOr<int> Bind(const std::string& path);
 
   // Checks that `listen_fd` is a listening AF_UNIX stream socket (FailedPrecondition naming what
   // it is otherwise: a TCP socket would bypass tcp.listen's TLS), makes it non-blocking and starts
   // accepting. Takes ownership of `listen_fd` (closed also on error); borrows `server`, which must
   // be started and outlive the listener, and `peers` (may be null), which must outlive it too.
+  // `path` names the socket in path() and logs; empty: the name the socket is bound to.
   static absl::StatusOr<std::unique_ptr<UnixListener>> Start(int listen_fd, grpc::Server* server,
-                                                             service::PeerCredentials* peers);
+                                                             service::PeerCredentials* peers,
+                                                             const std::string& path = "");
 
   // Stops accepting and closes the fd. Connections already handed over stay with the server;
   // those not accepted yet are refused (a socket kvtierd bound) or wait in the socket's backlog

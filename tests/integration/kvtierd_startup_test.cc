@@ -8,8 +8,11 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -181,6 +184,53 @@ TEST_F(KvtierdStartupTest, CheckConfigFindsWhatAStartWouldFailOnAndCreatesNothin
   EXPECT_TRUE(Contains(out, "another process is serving on " + Socket())) << out;
   EXPECT_TRUE(Contains(out, "metrics.listen: cannot listen on")) << out;
   EXPECT_EQ(StopDaemon(SIGTERM), 0) << Log();
+}
+
+// A client that sees the socket's path can connect: libkvtier fails at once on a refused
+// connection, so a path that existed before the daemon listened on it (bind, then chmod, then
+// listen) made a client started beside the daemon fail now and then. A thread spins on the path
+// while kvtierd starts (two more keep the CPUs busy) and connects the moment it appears, over
+// several starts.
+TEST_F(KvtierdStartupTest, TheSocketPathAppearsOnlyOnceItAcceptsConnections) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(Socket().size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, Socket().data(), Socket().size());
+  int refused = 0;
+  for (int start = 0; start < 20; ++start) {
+    std::atomic<bool> stop{false};
+    std::atomic<int> result{-2};  // -2: the path never appeared; 0: connected; else the errno
+    std::thread watcher([&] {
+      struct stat st;
+      while (!stop.load() && ::stat(Socket().c_str(), &st) != 0) {
+      }
+      if (stop.load()) return;
+      const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      result = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
+      close(fd);
+    });
+    // Two busy threads beside it, so the daemon is preempted inside any window it leaves.
+    std::vector<std::thread> busy;
+    for (int i = 0; i < 2; ++i) {
+      busy.emplace_back([&] {
+        while (!stop.load()) {
+        }
+      });
+    }
+    StartDaemon();
+    stop = true;
+    watcher.join();
+    for (std::thread& t : busy) t.join();
+    ASSERT_NE(result.load(), -2) << "the watcher never saw " << Socket();
+    if (result.load() != 0) {
+      ++refused;
+      ADD_FAILURE() << "start " << start << ": connect as " << Socket()
+                    << " appeared: " << std::strerror(result.load());
+    }
+    ASSERT_EQ(StopDaemon(SIGTERM), 0) << Log();
+    ASSERT_FALSE(Exists(Socket())) << "a stopped kvtierd removes its socket";
+  }
+  EXPECT_EQ(refused, 0);
 }
 
 }  // namespace
