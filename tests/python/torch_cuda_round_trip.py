@@ -36,7 +36,7 @@ def main():
     d = daemon_fixture.DaemonTestCase
     d.make_daemon_dir("kvtier-torch-")
     d.start_daemon(args.kvtierd, ["--set=host.capacity=1GiB", "--set=host.chunk=16MiB",
-                                  "--set=host.pin=none", "--set=disk.capacity=256MiB",
+                                  "--set=disk.capacity=256MiB",
                                   "--set=disk.chunk=16MiB", '--set=metrics.listen=""'])
     ok = False
     try:
