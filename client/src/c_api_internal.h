@@ -159,6 +159,36 @@ absl::Status Emplace(Handle** out, absl::StatusOr<Value> value) {
   return absl::OkStatus();
 }
 
+// Registers the engine `o` describes and writes what the caller asked for: its id into
+// engine_id (checked to hold KVTIER_ENGINE_ID_BYTES before registering, since an engine whose id
+// the caller never learns could not be unregistered), the hash root and the info (each may be
+// null). The status of kvtier_client_register_engine[_v2]. Blocks for the RPC.
+inline absl::Status RegisterEngine(kvtier_client* client, const EngineOptions& o, char* engine_id,
+                                   size_t capacity, uint8_t* hash_root, kvtier_engine_info* info) {
+  if (engine_id == nullptr || capacity < KVTIER_ENGINE_ID_BYTES) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine_id needs a buffer of KVTIER_ENGINE_ID_BYTES (", KVTIER_ENGINE_ID_BYTES,
+                     ") bytes, got ", capacity));
+  }
+  absl::StatusOr<Engine> engine = client->impl->RegisterEngine(o);
+  if (!engine.ok()) return engine.status();
+  if (hash_root != nullptr) {
+    std::memset(hash_root, 0, kBlockHashBytes);
+    std::memcpy(hash_root, engine->hash_root.data(),
+                std::min(engine->hash_root.size(), kBlockHashBytes));
+  }
+  if (info != nullptr) {
+    *info = kvtier_engine_info{};
+    info->namespace_id = engine->namespace_id;
+    info->hot_page_bytes = engine->hot_page_bytes;
+    info->cold_block_bytes = engine->cold_block_bytes;
+    info->incarnation_id = engine->incarnation_id;
+    info->lease_ttl_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(engine->lease_ttl));
+    CopyFixed(engine->codec, info->codec);
+  }
+  return WriteString(engine->engine_id, engine_id, capacity, nullptr, "engine id");
+}
+
 }  // namespace kvtier::c_api
 
 #endif  // KVTIER_CLIENT_SRC_C_API_INTERNAL_H_

@@ -187,30 +187,7 @@ int kvtier_client_register_engine_v2(kvtier_client* client, const kvtier_engine_
     }
     o.codec_alignment_bytes = options->codec_alignment_bytes;
     o.lease_ttl = kvtier::c_api::Millis(options->lease_ttl_ms);
-    // Checked before registering: an engine whose id the caller never learns could not be
-    // unregistered.
-    if (engine_id == nullptr || capacity < KVTIER_ENGINE_ID_BYTES) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("engine_id needs a buffer of KVTIER_ENGINE_ID_BYTES (",
-                       KVTIER_ENGINE_ID_BYTES, ") bytes, got ", capacity));
-    }
-    absl::StatusOr<kvtier::Engine> engine = client->impl->RegisterEngine(o);
-    if (!engine.ok()) return engine.status();
-    if (hash_root != nullptr) {
-      std::memset(hash_root, 0, kvtier::kBlockHashBytes);
-      std::memcpy(hash_root, engine->hash_root.data(),
-                  std::min(engine->hash_root.size(), kvtier::kBlockHashBytes));
-    }
-    if (info != nullptr) {
-      *info = kvtier_engine_info{};
-      info->namespace_id = engine->namespace_id;
-      info->hot_page_bytes = engine->hot_page_bytes;
-      info->cold_block_bytes = engine->cold_block_bytes;
-      info->incarnation_id = engine->incarnation_id;
-      info->lease_ttl_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(engine->lease_ttl));
-      kvtier::c_api::CopyFixed(engine->codec, info->codec);
-    }
-    return kvtier::c_api::WriteString(engine->engine_id, engine_id, capacity, nullptr, "engine id");
+    return kvtier::c_api::RegisterEngine(client, o, engine_id, capacity, hash_root, info);
   });
 }
 
