@@ -1,14 +1,13 @@
 // kvtierd: the per-node kvtier daemon. See docs/CONFIG.md and `kvtierd --help`.
 #include <signal.h>
 
-#include <cstdio>
-#include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "common/cli/command_line.h"
 #include "common/logging.h"
 #include "daemon/kvtierd/config.h"
 #include "daemon/kvtierd/daemon.h"
@@ -16,63 +15,52 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: kvtierd [options]
-
-  --config=FILE            YAML configuration (fields: kvtierd --print-default-config)
-  --set=FIELD=VALUE        override one field, e.g. --set=host.capacity=8GiB (repeatable)
-  --socket=PATH            same as --set=server.socket=PATH
-  --state-dir=DIR          same as --set=state_dir=DIR
-  --print-default-config   print the default configuration, with every field explained, and exit
-  --check-config           check the configuration and what a start with it needs (listen
-                           addresses free, TLS certificate and key a pair, tokens file,
-                           directories, tier sizes), report every problem, then exit
-  --repair-index           repair a damaged index (or set it aside when it cannot be), then exit;
-                           needs the configuration the daemon runs with, and no daemon running
-  --version                print the version and exit
-
-Signals: SIGTERM/SIGINT drain and stop; SIGHUP reloads log.level.
+constexpr const char* kFooter = R"(Signals: SIGTERM/SIGINT drain and stop; SIGHUP reloads log.level.
 systemd: with NOTIFY_SOCKET set, kvtierd sends READY=1, RELOADING=1, STOPPING=1 and (with
 WATCHDOG_USEC) WATCHDOG=1 while healthy; with LISTEN_FDS=1 and LISTEN_PID it serves gRPC on the
 inherited Unix socket (fd 3) instead of binding server.socket. See deploy/systemd/README.md.
-Exit status: 0 after a clean stop, 1 on a configuration or start-up error, 2 on a usage error.
-)";
+Exit status: 0 after a clean stop, 1 on a configuration or start-up error, 2 on a usage error.)";
+
+void PrintVersion() { std::cout << "kvtierd 0.1.0\n"; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string file;
-  std::vector<std::string> overrides;
-  bool check_only = false;
-  bool repair_index = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](const char* flag) -> std::string { return arg.substr(std::strlen(flag)); };
-    if (absl::StartsWith(arg, "--config=")) {
-      file = value("--config=");
-    } else if (absl::StartsWith(arg, "--set=")) {
-      overrides.push_back(value("--set="));
-    } else if (absl::StartsWith(arg, "--socket=")) {
-      overrides.push_back("server.socket=" + value("--socket="));
-    } else if (absl::StartsWith(arg, "--state-dir=")) {
-      overrides.push_back("state_dir=" + value("--state-dir="));
-    } else if (arg == "--print-default-config") {
-      std::cout << kvtier::kvtierd::DefaultConfigYaml();
-      return 0;
-    } else if (arg == "--check-config") {
-      check_only = true;
-    } else if (arg == "--repair-index") {
-      repair_index = true;
-    } else if (arg == "--version") {
-      std::cout << "kvtierd 0.1.0\n";
-      return 0;
-    } else if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else {
-      std::cerr << "kvtierd: unknown argument '" << arg << "'\n" << kUsage;
-      return 2;
-    }
+  kvtier::cli::CommandLine command_line("kvtierd");
+  command_line.SetVersion(PrintVersion);
+  command_line.root()
+      .SetUsage("kvtierd [options]")
+      .AddFlag("config", "FILE", "YAML configuration (fields: kvtierd --print-default-config)")
+      .AddRepeatedFlag("set", "FIELD=VALUE",
+                       "override one field, e.g. --set=host.capacity=8GiB; applied after the\n"
+                       "file, in command-line order with --socket and --state-dir")
+      .AddFlag("socket", "PATH", "same as --set=server.socket=PATH")
+      .AddFlag("state-dir", "DIR", "same as --set=state_dir=DIR")
+      .AddSwitch("print-default-config",
+                 "print the default configuration, with every field explained, and exit")
+      .AddSwitch("check-config",
+                 "check the configuration and what a start with it needs (listen\n"
+                 "addresses free, TLS certificate and key a pair, tokens file,\n"
+                 "directories, tier sizes), report every problem, then exit")
+      .AddSwitch("repair-index",
+                 "repair a damaged index (or set it aside when it cannot be), then exit;\n"
+                 "needs the configuration the daemon runs with, and no daemon running")
+      .SetFooter(kFooter);
+  kvtier::cli::Values args;
+  if (std::optional<int> exit_status = command_line.Parse(argc, argv, &args)) return *exit_status;
+  if (args.Has("print-default-config")) {
+    std::cout << kvtier::kvtierd::DefaultConfigYaml();
+    return 0;
   }
+  const std::string file = args.Get("config").value_or("");
+  std::vector<std::string> overrides;
+  for (const auto& [flag, value] : args.flags()) {
+    if (flag == "set") overrides.push_back(value);
+    if (flag == "socket") overrides.push_back("server.socket=" + value);
+    if (flag == "state-dir") overrides.push_back("state_dir=" + value);
+  }
+  const bool check_only = args.Has("check-config");
+  const bool repair_index = args.Has("repair-index");
   absl::StatusOr<kvtier::kvtierd::Config> config = kvtier::kvtierd::LoadConfig(file, overrides);
   if (!config.ok()) {
     for (absl::string_view line : absl::StrSplit(config.status().message(), '\n')) {

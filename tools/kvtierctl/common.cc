@@ -20,26 +20,6 @@
 
 namespace kvtier::ctl {
 
-bool Invocation::Has(const std::string& name) const {
-  return std::any_of(flags.begin(), flags.end(), [&](const auto& f) { return f.first == name; });
-}
-
-std::optional<std::string> Invocation::Get(const std::string& name) const {
-  std::optional<std::string> out;
-  for (const auto& [flag, value] : flags) {
-    if (flag == name) out = value;
-  }
-  return out;
-}
-
-std::vector<std::string> Invocation::GetAll(const std::string& name) const {
-  std::vector<std::string> out;
-  for (const auto& [flag, value] : flags) {
-    if (flag == name) out.push_back(value);
-  }
-  return out;
-}
-
 // ---- Connection ----
 
 namespace {

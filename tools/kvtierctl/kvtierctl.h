@@ -8,9 +8,9 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "common/cli/command_line.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/service.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -26,24 +26,17 @@ inline constexpr int kExitTimeout = 4;  // the deadline passed first (drain goes
 
 using Json = nlohmann::ordered_json;
 
-// One flag a command accepts: --name (a switch) or --name=VALUE.
-struct FlagSpec {
-  std::string name;
-  bool takes_value = false;
-  bool repeatable = false;
-};
-
-// The command line after parsing: the command ("stats", "config validate"), its flags in order
-// and its positional arguments.
+// The command line after parsing (common/cli): the command ("stats", "config validate"), its
+// flags and its positional arguments.
 struct Invocation {
   std::string command;
-  std::vector<std::pair<std::string, std::string>> flags;
+  cli::Values args;
   std::vector<std::string> positional;
 
-  bool Has(const std::string& name) const;
+  bool Has(const std::string& name) const { return args.Has(name); }
   // The last value of --name; nullopt when absent.
-  std::optional<std::string> Get(const std::string& name) const;
-  std::vector<std::string> GetAll(const std::string& name) const;
+  std::optional<std::string> Get(const std::string& name) const { return args.Get(name); }
+  std::vector<std::string> GetAll(const std::string& name) const { return args.GetAll(name); }
   bool json() const { return Has("json"); }
 };
 

@@ -1,29 +1,27 @@
 // kvtierctl: the operator's command line for a running kvtierd. `kvtierctl help` lists the
 // commands; docs/KVTIERCTL.md describes each with its output and exit statuses.
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
+#include "common/cli/command_line.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
 namespace kvtier::ctl {
 namespace {
 
-constexpr const char* kGlobalUsage =
-    R"(connection (every command that talks to kvtierd):
-  --socket=PATH          kvtierd's Unix socket (default $KVTIER_SOCKET, else /run/kvtier/kvtier.sock)
-  --address=ADDRESS      unix:PATH, or HOST:PORT for kvtierd's TCP listener (TLS by default)
-  --tls-ca=FILE --tls-cert=FILE --tls-key=FILE --tls-server-name=NAME
-                         TLS for a HOST:PORT address; --insecure for plain text on loopback
-  --token-file=FILE      file whose first line is the bearer token (default $KVTIER_TOKEN_FILE);
-                         admin commands need an admin tenant's token when authentication is on
-  --timeout=SECONDS      deadline of each call (default 5; drain, verify, clear, evict: 600)
-  --json                 machine-readable output on stdout
+constexpr const char* kExitStatus =
+    R"(exit status: 0 ok, 1 kvtierd unreachable or refused (or an invalid config file), 2 usage error,
+3 verify found bad blocks, 4 the deadline passed first)";
 
-exit status: 0 ok, 1 kvtierd unreachable or refused (or an invalid config file), 2 usage error,
-3 verify found bad blocks, 4 the deadline passed first
-)";
+// One flag of a command: a switch when `value_name` is empty.
+struct FlagSpec {
+  std::string name;
+  std::string value_name;
+  std::string help;
+  bool repeatable = false;
+};
 
 struct Command {
   const char* name;
@@ -35,11 +33,16 @@ struct Command {
 };
 
 const FlagSpec kNamespaceFlags[] = {
-    {"namespace", true}, {"tenant", true}, {"model", true}, {"partition", true}};
+    {"namespace", "HEX", "a namespace by id (16 hex digits, as `kvtierctl namespaces` prints)"},
+    {"tenant", "T", "with --model and --partition: the namespace of that tenant, model, partition"},
+    {"model", "M", "see --tenant"},
+    {"partition", "P", "see --tenant"}};
+
+const FlagSpec kTierFlag = {"tier", "TIER", "gpu, host or disk"};
 
 std::vector<FlagSpec> WithNamespace(std::vector<FlagSpec> flags, bool all) {
   flags.insert(flags.end(), std::begin(kNamespaceFlags), std::end(kNamespaceFlags));
-  if (all) flags.push_back({"all"});
+  if (all) flags.push_back({"all", "", "every namespace"});
   return flags;
 }
 
@@ -60,7 +63,10 @@ const std::vector<Command>& Commands() {
        "onboarded with their compression ratio. --namespace (or --tenant/--model/--partition)\n"
        "adds the selected namespaces' blocks per tier, hits, misses and parked requests;\n"
        "--namespaces adds every namespace, --engines the registered engines.",
-       WithNamespace({{"namespaces"}, {"engines"}}, false), RunStats},
+       WithNamespace({{"namespaces", "", "add every namespace"},
+                      {"engines", "", "add the registered engines"}},
+                     false),
+       RunStats},
       {"namespaces", "the namespaces and what each holds",
        "namespaces [--namespace=HEX | --tenant=T --model=M --partition=P]",
        "One line per namespace: id, tenant, model, partition, codec, blocks and bytes per tier,\n"
@@ -73,7 +79,10 @@ const std::vector<Command>& Commands() {
        "in chain order); --hash-file holds them one per line. --tokens reads token ids (decimal,\n"
        "separated by spaces, commas or newlines; a JSON array works) and hashes full pages of\n"
        "--page-tokens tokens with the namespace's hash root, as its engines do (BlockHasher).",
-       {{"namespace", true}, {"hash-file", true}, {"tokens", true}, {"page-tokens", true}},
+       {kNamespaceFlags[0],
+        {"hash-file", "FILE", "block hashes in hex, one per line"},
+        {"tokens", "FILE", "token ids to hash into full pages (with --page-tokens)"},
+        {"page-tokens", "N", "tokens per page of the namespace's engines"}},
        RunLookup},
       {"evict", "make room in a tier (demote or drop blocks)",
        "evict (--namespace=HEX | --tenant=T --model=M --partition=P | --all) "
@@ -82,15 +91,22 @@ const std::vector<Command>& Commands() {
        "Makes room: least recently used blocks of the selected namespaces leave --tier (demoted\n"
        "to the next tier unless --drop; without --tier they leave the cache). SIZE takes KiB,\n"
        "MiB, GiB suffixes. --hashes evicts exactly those blocks of one --namespace.",
-       WithNamespace(
-           {{"tier", true}, {"bytes", true}, {"blocks", true}, {"hashes", true}, {"drop"}}, true),
+       WithNamespace({{"tier", "TIER", "the tier to make room in: gpu, host or disk"},
+                      {"bytes", "SIZE", "this many bytes (KiB, MiB, GiB suffixes)"},
+                      {"blocks", "N", "this many blocks"},
+                      {"hashes", "HEX,...", "exactly these blocks of one --namespace"},
+                      {"drop", "", "drop the blocks instead of demoting them"}},
+                     true),
        RunEvict},
       {"clear", "remove every block of namespaces",
        "clear (--namespace=HEX | --tenant=T --model=M --partition=P | --all) "
        "[--tier=gpu|host|disk] [--include-parked]",
        "Removes every block of the selected namespaces (from one tier with --tier);\n"
        "--include-parked also releases their parked requests.",
-       WithNamespace({{"tier", true}, {"include-parked"}}, true), RunClear},
+       WithNamespace({{"tier", "TIER", "only this tier: gpu, host or disk"},
+                      {"include-parked", "", "also release parked requests"}},
+                     true),
+       RunClear},
       {"verify", "scrub stored blocks, report and remove bad ones",
        "verify [--tier=host|disk] [--namespace=HEX | --tenant=T ...] [--headers-only]\n"
        "          [--report-only] [--max-blocks=N] [--quiet]",
@@ -98,9 +114,12 @@ const std::vector<Command>& Commands() {
        "the index (--headers-only: headers only). Works namespace by namespace and tier by tier,\n"
        "printing progress on stderr (--quiet: none). Bad blocks are listed and removed (kept\n"
        "with --report-only). Exit status 3 when any block is bad, 4 when --timeout stopped it.",
-       WithNamespace(
-           {{"tier", true}, {"headers-only"}, {"report-only"}, {"max-blocks", true}, {"quiet"}},
-           false),
+       WithNamespace({{"tier", "TIER", "only this tier: host or disk"},
+                      {"headers-only", "", "check headers only"},
+                      {"report-only", "", "list bad blocks but keep them"},
+                      {"max-blocks", "N", "stop after checking N blocks"},
+                      {"quiet", "", "no progress on stderr"}},
+                     false),
        RunVerify},
       {"drain",
        "stop admitting work before a restart; flush to disk",
@@ -111,7 +130,8 @@ const std::vector<Command>& Commands() {
        "keeping the host copy (a cancelled drain still serves from host memory). --cancel\n"
        "accepts work again. Exit status 4 when --timeout passes first (draining goes on; run it\n"
        "again to wait).",
-       {{"flush-to-disk"}, {"cancel"}},
+       {{"flush-to-disk", "", "also copy host-tier blocks without a disk copy to disk"},
+        {"cancel", "", "accept work again"}},
        RunDrain},
       {"watch", "follow cache events",
        "watch [--namespace=HEX | --tenant=T ...] [--from=now|snapshot|SEQUENCE] [--count=N]\n"
@@ -120,7 +140,12 @@ const std::vector<Command>& Commands() {
        "one line each (--json: one JSON object per line) until Ctrl-C, --count events or\n"
        "--duration seconds. --from=snapshot first lists the blocks held now; --from=SEQUENCE\n"
        "replays retained events after that sequence.",
-       WithNamespace({{"from", true}, {"count", true}, {"duration", true}}, false), RunWatch},
+       WithNamespace(
+           {{"from", "WHERE", "now (default), snapshot, or an event SEQUENCE to replay after"},
+            {"count", "N", "stop after N events"},
+            {"duration", "SECONDS", "stop after this many seconds"}},
+           false),
+       RunWatch},
       {"config validate",
        "check a kvtierd configuration file",
        "config validate FILE [--set=FIELD=VALUE ...]",
@@ -128,7 +153,7 @@ const std::vector<Command>& Commands() {
        "it is valid, with the effective socket and tier sizes, or lists every error; exit\n"
        "status 1 when it is not (also for a FILE that is a directory, FIFO or device). Does not\n"
        "contact the daemon.",
-       {{"set", true, true}},
+       {{"set", "FIELD=VALUE", "override one field after the file, as kvtierd --set does", true}},
        RunConfigValidate},
       {"config default",
        "print the default configuration",
@@ -141,146 +166,78 @@ const std::vector<Command>& Commands() {
   return commands;
 }
 
-const FlagSpec kGlobalFlags[] = {
-    {"socket", true},  {"address", true},
-    {"tls-ca", true},  {"tls-cert", true},
-    {"tls-key", true}, {"tls-server-name", true},
-    {"insecure"},      {"token-file", true},
-    {"timeout", true}, {"json"},
-    {"help"},
-};
+void PrintVersion() { std::cout << "kvtierctl 0.1.0\n"; }
 
-const Command* Find(const std::string& name) {
+void DeclareCommandLine(cli::CommandLine& command_line) {
+  command_line.SetVersion(PrintVersion);
+  cli::Command& root = command_line.root();
+  root.SetUsage("[connection flags] COMMAND [flags]")
+      .SetFooter(kExitStatus)
+      .SetFlagGroup("connection flags (every command that talks to kvtierd)")
+      .AddFlag("socket", "PATH",
+               "kvtierd's Unix socket (default $KVTIER_SOCKET, else /run/kvtier/kvtier.sock)")
+      .AddFlag("address", "ADDRESS",
+               "unix:PATH, or HOST:PORT for kvtierd's TCP listener (TLS by default)")
+      .AddFlag("tls-ca", "FILE", "CA certificates for a HOST:PORT address")
+      .AddFlag("tls-cert", "FILE", "client certificate (with --tls-key)")
+      .AddFlag("tls-key", "FILE", "client private key (with --tls-cert)")
+      .AddFlag("tls-server-name", "NAME", "the name the server's certificate must carry")
+      .AddSwitch("insecure", "plain text to a HOST:PORT address on loopback")
+      .AddFlag("token-file", "FILE",
+               "file whose first line is the bearer token (default $KVTIER_TOKEN_FILE);\n"
+               "admin commands need an admin tenant's token when authentication is on")
+      .AddFlag("timeout", "SECONDS",
+               "deadline of each call (default 5; drain, verify, clear, evict: 600)")
+      .AddSwitch("json", "machine-readable output on stdout");
+  cli::Command* config = nullptr;
   for (const Command& c : Commands()) {
-    if (name == c.name) return &c;
+    const std::string name = c.name;
+    cli::Command* sub = nullptr;
+    if (name.rfind("config ", 0) == 0) {
+      if (config == nullptr) {
+        config = &root.AddSubcommand("config", "kvtierd configuration files");
+        config->SetUsage("[connection flags] config COMMAND");
+      }
+      sub = &config->AddSubcommand(name.substr(7), c.summary);
+    } else {
+      sub = &root.AddSubcommand(name, c.summary);
+    }
+    sub->SetUsage(std::string("[connection flags] ") + c.synopsis + " [--json]")
+        .SetDescription(c.help)
+        .SetFooter(kExitStatus);
+    for (const FlagSpec& f : c.flags) {
+      if (f.value_name.empty()) {
+        sub->AddSwitch(f.name, f.help);
+      } else if (f.repeatable) {
+        sub->AddRepeatedFlag(f.name, f.value_name, f.help);
+      } else {
+        sub->AddFlag(f.name, f.value_name, f.help);
+      }
+    }
+    if (name == "lookup") sub->AddPositionals("HASH", "block hashes in hex, in chain order");
+    if (name == "config validate") sub->AddPositionals("FILE", "the configuration file");
   }
-  return nullptr;
-}
-
-void PrintCommandUsage(const Command& c, std::ostream& out) {
-  out << "usage: kvtierctl [connection flags] " << c.synopsis << " [--json]\n\n"
-      << c.help << "\n\n"
-      << kGlobalUsage;
-}
-
-void PrintUsage(std::ostream& out) {
-  out << "usage: kvtierctl [connection flags] COMMAND [flags]\n\ncommands:\n";
-  for (const Command& c : Commands()) {
-    std::string name = c.name;
-    name.resize(17, ' ');
-    out << "  " << name << c.summary << "\n";
-  }
-  out << "\n`kvtierctl help COMMAND` or `kvtierctl COMMAND --help` describes a command.\n\n"
-      << kGlobalUsage;
 }
 
 }  // namespace
 
 int UsageError(const Invocation& inv, const std::string& message) {
-  std::cerr << "kvtierctl: " << message << "\n";
-  if (const Command* c = Find(inv.command)) {
-    std::cerr << "usage: kvtierctl [connection flags] " << c->synopsis << " [--json]\n"
-              << "(kvtierctl " << c->name << " --help for more)\n";
-  } else {
-    std::cerr << "(kvtierctl help lists the commands)\n";
-  }
-  return kExitUsage;
+  return inv.args.PrintUsageError(message);
 }
 
 int Main(int argc, char** argv) {
-  std::vector<std::string> words;
-  std::vector<std::string> flag_args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h") {
-      flag_args.push_back("--help");
-    } else if (absl::StartsWith(arg, "--")) {
-      flag_args.push_back(arg);
-    } else if (absl::StartsWith(arg, "-") && arg != "-") {
-      std::cerr << "kvtierctl: unexpected argument '" << arg << "' (flags are --name or "
-                << "--name=VALUE)\n";
-      return kExitUsage;
-    } else {
-      words.push_back(arg);
-    }
-  }
-  if (words.empty() && flag_args.size() == 1 && flag_args[0] == "--version") {
-    std::cout << "kvtierctl 0.1.0\n";
-    return kExitOk;
-  }
+  cli::CommandLine command_line("kvtierctl");
+  DeclareCommandLine(command_line);
   Invocation inv;
-  size_t used_words = 0;
-  if (!words.empty()) {
-    inv.command = words[0];
-    used_words = 1;
-    if (words[0] == "config" && words.size() > 1) {
-      inv.command += " " + words[1];
-      used_words = 2;
-    }
+  if (std::optional<int> exit_status = command_line.Parse(argc, argv, &inv.args)) {
+    return *exit_status;
   }
-  if (inv.command == "help" || inv.command.empty()) {
-    const bool asked = inv.command == "help" || (flag_args.size() == 1 && flag_args[0] == "--help");
-    std::string topic;
-    for (size_t i = 1; i < words.size(); ++i) topic += (topic.empty() ? "" : " ") + words[i];
-    if (!topic.empty()) {
-      const Command* c = Find(topic);
-      if (c == nullptr) {
-        std::cerr << "kvtierctl: no command '" << topic << "'\n";
-        PrintUsage(std::cerr);
-        return kExitUsage;
-      }
-      PrintCommandUsage(*c, std::cout);
-      return kExitOk;
-    }
-    if (!asked) {
-      std::cerr << "kvtierctl: no command\n";
-      PrintUsage(std::cerr);
-      return kExitUsage;
-    }
-    PrintUsage(std::cout);
-    return kExitOk;
+  inv.command = inv.args.command();
+  inv.positional = inv.args.positional();
+  for (const Command& c : Commands()) {
+    if (inv.command == c.name) return c.run(inv);
   }
-  const Command* command = Find(inv.command);
-  if (command == nullptr) {
-    if (inv.command == "config") {
-      std::cerr << "kvtierctl: config needs a subcommand: validate FILE, or default\n";
-    } else {
-      std::cerr << "kvtierctl: unknown command '" << inv.command << "'\n";
-    }
-    PrintUsage(std::cerr);
-    return kExitUsage;
-  }
-  inv.positional.assign(words.begin() + static_cast<ptrdiff_t>(used_words), words.end());
-  for (const std::string& arg : flag_args) {
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    const bool has_value = eq != std::string::npos;
-    const FlagSpec* spec = nullptr;
-    for (const FlagSpec& f : kGlobalFlags) {
-      if (f.name == name) spec = &f;
-    }
-    for (const FlagSpec& f : command->flags) {
-      if (f.name == name) spec = &f;
-    }
-    if (spec == nullptr) return UsageError(inv, "unknown flag --" + name + " for " + inv.command);
-    if (spec->takes_value != has_value) {
-      return UsageError(inv, spec->takes_value ? "--" + name + " needs a value (--" + name + "=...)"
-                                               : "--" + name + " takes no value");
-    }
-    if (!spec->repeatable && inv.Has(name)) {
-      return UsageError(inv, "--" + name + " given twice");
-    }
-    inv.flags.emplace_back(name, has_value ? arg.substr(eq + 1) : "");
-  }
-  if (inv.Has("help")) {
-    PrintCommandUsage(*command, std::cout);
-    return kExitOk;
-  }
-  const bool takes_positional = inv.command == "lookup" || inv.command == "config validate";
-  if (!takes_positional && !inv.positional.empty()) {
-    return UsageError(inv, "unexpected argument '" + inv.positional[0] + "'");
-  }
-  return command->run(inv);
+  return UsageError(inv, "no command");
 }
 
 }  // namespace kvtier::ctl
