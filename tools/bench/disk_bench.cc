@@ -84,31 +84,6 @@ struct DiskBenchFlags {
   bool huge_pages = false;
 };
 
-constexpr char kHelp[] = R"(Usage: kvtier-bench disk [flags]
-
-Random block I/O through kvtier's BlockFile at fixed queue depths, next to fio on the same file.
-Flags:
-  --dir=DIR               where the test file goes (default $TMPDIR, else /var/tmp)
-  --file-bytes=N          file size; suffixes K, M, G, KiB, MiB, GiB (default 4GiB)
-  --block-sizes=A,B,...   block sizes in bytes, multiples of 4096 (default 1331200,40960)
-  --depths=A,B,...        requests kept in flight (default 1,2,4,8,16,32,64)
-  --seconds=S             duration of each point (default 3)
-  --rounds=N              runs of kvtier and of fio per point, alternating which goes first;
-                          the median run is reported (default 1)
-  --engine=E              auto | uring | threads (default auto)
-  --ops=write,read        operations, in this order (writes first; default write,read)
-  --fio=PATH              the fio binary (default "fio" on PATH)
-  --no-fio                skip the fio baseline
-  --json                  print JSON instead of the table
-  --keep-file             keep the test file afterwards
-  --no-registered-buffers do not register the request buffers with io_uring
-  --huge-pages            back the request buffers with transparent huge pages
-  --no-fill               skip writing the whole file before measuring (a file kept from an
-                          earlier run with --keep-file is already written)
-)";
-
-absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumentError(message); }
-
 // "4GiB", "512M", "1331200".
 absl::StatusOr<uint64_t> ParseBytes(absl::string_view text) {
   static constexpr struct {
@@ -127,7 +102,7 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view text) {
   }
   uint64_t value;
   if (!absl::SimpleAtoi(text, &value) || value == 0 || value > UINT64_MAX / factor) {
-    return UsageError(absl::StrCat("'", text, "' is not a byte count"));
+    return cli::UsageError(absl::StrCat("'", text, "' is not a byte count"));
   }
   return value * factor;
 }
@@ -138,35 +113,21 @@ absl::StatusOr<std::vector<uint32_t>> ParseUintList(absl::string_view flag,
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     uint32_t value;
     if (!absl::SimpleAtoi(part, &value) || value == 0) {
-      return UsageError(absl::StrCat("--", flag, ": '", part, "' is not a positive integer"));
+      return cli::UsageError(absl::StrCat("--", flag, ": '", part, "' is not a positive integer"));
     }
     values.push_back(value);
   }
   return values;
 }
 
-absl::StatusOr<DiskBenchFlags> ParseFlags(int argc, char** argv, bool* help) {
+absl::StatusOr<DiskBenchFlags> ParseFlags(const cli::Values& values) {
   DiskBenchFlags flags;
   const char* tmpdir = std::getenv("TMPDIR");
   flags.dir = tmpdir != nullptr && tmpdir[0] != '\0' ? tmpdir : "/var/tmp";
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return flags;
-    }
-    if (!absl::ConsumePrefix(&arg, "--")) {
-      return UsageError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    std::string name(arg);
-    std::optional<std::string> value;
-    if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
-      name = std::string(arg.substr(0, eq));
-      value = std::string(arg.substr(eq + 1));
-    }
+  for (const auto& [name, given] : values.flags()) {
+    std::optional<std::string> value = given;
     if (name == "no-fio" || name == "json" || name == "keep-file" ||
         name == "no-registered-buffers" || name == "no-fill" || name == "huge-pages") {
-      if (value.has_value()) return UsageError(absl::StrCat("--", name, " takes no value"));
       if (name == "no-fio") flags.run_fio = false;
       if (name == "json") flags.json = true;
       if (name == "keep-file") flags.keep_file = true;
@@ -174,15 +135,6 @@ absl::StatusOr<DiskBenchFlags> ParseFlags(int argc, char** argv, bool* help) {
       if (name == "no-fill") flags.fill = false;
       if (name == "huge-pages") flags.huge_pages = true;
       continue;
-    }
-    static constexpr absl::string_view kValued[] = {
-        "dir", "file-bytes", "block-sizes", "depths", "seconds", "engine", "ops", "fio", "rounds"};
-    if (std::find(std::begin(kValued), std::end(kValued), name) == std::end(kValued)) {
-      return UsageError(absl::StrCat("unknown flag --", name));
-    }
-    if (!value.has_value()) {
-      if (i + 1 >= argc) return UsageError(absl::StrCat("--", name, " needs a value"));
-      value = argv[++i];
     }
     if (name == "dir") {
       flags.dir = *value;
@@ -196,11 +148,11 @@ absl::StatusOr<DiskBenchFlags> ParseFlags(int argc, char** argv, bool* help) {
       (name == "depths" ? flags.depths : flags.block_sizes) = *std::move(list);
     } else if (name == "seconds") {
       if (!absl::SimpleAtod(*value, &flags.seconds) || !(flags.seconds > 0)) {
-        return UsageError(absl::StrCat("--seconds: '", *value, "' is not a positive number"));
+        return cli::UsageError(absl::StrCat("--seconds: '", *value, "' is not a positive number"));
       }
     } else if (name == "rounds") {
       if (!absl::SimpleAtoi(*value, &flags.rounds) || flags.rounds == 0 || flags.rounds > 100) {
-        return UsageError(absl::StrCat("--rounds: '", *value, "' is not in [1, 100]"));
+        return cli::UsageError(absl::StrCat("--rounds: '", *value, "' is not in [1, 100]"));
       }
     } else if (name == "engine") {
       if (*value == "auto") {
@@ -210,14 +162,15 @@ absl::StatusOr<DiskBenchFlags> ParseFlags(int argc, char** argv, bool* help) {
       } else if (*value == "threads") {
         flags.engine = io::IoEngine::kThreadPool;
       } else {
-        return UsageError(absl::StrCat("--engine: '", *value, "' is not auto, uring or threads"));
+        return cli::UsageError(
+            absl::StrCat("--engine: '", *value, "' is not auto, uring or threads"));
       }
     } else if (name == "ops") {
       flags.ops.clear();
       bool seen[2] = {false, false};
       for (absl::string_view op : absl::StrSplit(*value, ',')) {
         if (op != "write" && op != "read") {
-          return UsageError(absl::StrCat("--ops: '", op, "' is not write or read"));
+          return cli::UsageError(absl::StrCat("--ops: '", op, "' is not write or read"));
         }
         seen[op == "read"] = true;
       }
@@ -229,15 +182,16 @@ absl::StatusOr<DiskBenchFlags> ParseFlags(int argc, char** argv, bool* help) {
   }
   for (uint32_t block : flags.block_sizes) {
     if (block % kAlignment != 0) {
-      return UsageError(absl::StrCat("block size ", block, " is not a multiple of ", kAlignment));
+      return cli::UsageError(
+          absl::StrCat("block size ", block, " is not a multiple of ", kAlignment));
     }
     if (flags.file_bytes / block < 2) {
-      return UsageError(
+      return cli::UsageError(
           absl::StrCat("--file-bytes ", flags.file_bytes, " holds fewer than 2 blocks of ", block));
     }
   }
   for (uint32_t depth : flags.depths) {
-    if (depth > 4096) return UsageError(absl::StrCat("depth ", depth, " is above 4096"));
+    if (depth > 4096) return cli::UsageError(absl::StrCat("depth ", depth, " is above 4096"));
   }
   flags.file_bytes -= flags.file_bytes % kAlignment;
   return flags;
@@ -732,18 +686,36 @@ Json ToJson(const std::vector<Point>& points, const DiskBenchFlags& flags, const
 
 }  // namespace
 
-int RunDiskBench(int argc, char** argv) {
-  bool help = false;
-  absl::StatusOr<DiskBenchFlags> parsed = ParseFlags(argc, argv, &help);
-  if (help) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "kvtier-bench disk: %s\n\n%s",
-                 std::string(parsed.status().message()).c_str(), kHelp);
-    return 2;
-  }
+void DeclareDiskBenchFlags(cli::Command& command) {
+  command.SetDescription(
+      "Random block I/O through kvtier's BlockFile at fixed queue depths, next to fio on the same "
+      "file.");
+  command.AddFlag("dir", "DIR", "where the test file goes (default $TMPDIR, else /var/tmp)");
+  command.AddFlag("file-bytes", "N", "file size; suffixes K, M, G, KiB, MiB, GiB (default 4GiB)");
+  command.AddFlag("block-sizes", "A,B,...",
+                  "block sizes in bytes, multiples of 4096 (default 1331200,40960)");
+  command.AddFlag("depths", "A,B,...", "requests kept in flight (default 1,2,4,8,16,32,64)");
+  command.AddFlag("seconds", "S", "duration of each point (default 3)");
+  command.AddFlag("rounds", "N",
+                  "runs of kvtier and of fio per point, alternating which goes first;\n"
+                  "the median run is reported (default 1)");
+  command.AddFlag("engine", "E", "auto | uring | threads (default auto)");
+  command.AddFlag("ops", "write,read",
+                  "operations, in this order (writes first; default write,read)");
+  command.AddFlag("fio", "PATH", "the fio binary (default \"fio\" on PATH)");
+  command.AddSwitch("no-fio", "skip the fio baseline");
+  command.AddSwitch("json", "print JSON instead of the table");
+  command.AddSwitch("keep-file", "keep the test file afterwards");
+  command.AddSwitch("no-registered-buffers", "do not register the request buffers with io_uring");
+  command.AddSwitch("huge-pages", "back the request buffers with transparent huge pages");
+  command.AddSwitch("no-fill",
+                    "skip writing the whole file before measuring (a file kept from an\n"
+                    "earlier run with --keep-file is already written)");
+}
+
+int RunDiskBench(const cli::Values& values) {
+  absl::StatusOr<DiskBenchFlags> parsed = ParseFlags(values);
+  if (!parsed.ok()) return values.PrintUsageError(parsed.status().message());
   const DiskBenchFlags& flags = *parsed;
   uint32_t max_depth = 1;
   uint32_t max_block = kAlignment;

@@ -4,12 +4,17 @@
 #ifndef KVTIER_TOOLS_BENCH_DISK_BENCH_H_
 #define KVTIER_TOOLS_BENCH_DISK_BENCH_H_
 
+#include "common/cli/command_line.h"
+
 namespace kvtier::bench {
 
-// Runs the disk benchmark. `argv[0]` is the subcommand name ("disk"); flags follow (--help lists
+// Declares the subcommand's flags and help on `command`.
+void DeclareDiskBenchFlags(cli::Command& command);
+
+// Runs the disk benchmark. `values` are its parsed flags (--help lists
 // them). Prints a table, or JSON with --json, on stdout and progress on stderr. Returns 0 on
 // success, 1 on an I/O error (kvtier or fio), 2 on a usage error. Blocks for the whole run.
-int RunDiskBench(int argc, char** argv);
+int RunDiskBench(const cli::Values& values);
 
 }  // namespace kvtier::bench
 

@@ -84,31 +84,6 @@ using Json = nlohmann::json;
 constexpr uint32_t kMaxPages = 65536;  // per batch; the pool has twice as many slots
 constexpr uint32_t kMaxRounds = 1000;
 
-constexpr char kHelp[] = R"(Usage: kvtier-bench e2e [flags]
-
-GPU pages end to end through a kvtierd child process. This process allocates a device pool, shares
-it with the daemon through CUDA IPC and registers an engine; each round is one Offload RPC of
---pages pages into the daemon's CUDA-pinned host tier and one Onboard RPC of the same blocks into
-other slots of the pool. Codec raw, then codec nvfp4, in the same run, next to cudaMemcpy of the
-same bytes (device <-> pinned host, in this process) and an Offload RPC of no pages. Onboarded
-pages are checked (raw byte for byte; nvfp4 against its error bound). Needs a CUDA device.
-Flags:
-  --kvtierd=PATH        the daemon binary (default: kvtierd in the directory of kvtier-bench)
-  --dir=DIR             scratch directory for the daemon's state, socket and log; created if
-                        missing, and kept (default: a fresh directory under /tmp, removed at the
-                        end)
-  --pages=N             pages per batch (one Offload and one Onboard RPC each), in [1, 65536] and
-                        at most the daemon's items per request (default 256); the pool has 2N slots
-  --rounds=N            batches per codec, in [1, 1000] (default 3)
-  --preset=NAME         page layout: qwen3-8b (36 layers, 8 KV heads, 128 dims, 32 tokens, BF16:
-                        4,718,592 bytes a page) or deepseek-v3 (default qwen3-8b)
-  --host-capacity=SIZE  the daemon's host tier (host.capacity): bytes, or a number with KiB, MiB,
-                        GiB or TiB; one batch of cold blocks must fit in it (default 16GiB)
-  --json                print JSON instead of the table
-)";
-
-absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumentError(message); }
-
 // "16GiB", "512MiB", "4096" (the daemon's grammar for sizes) -> bytes; zero is refused.
 absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   size_t digits = 0;
@@ -133,62 +108,43 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   uint64_t value = 0;
   if (number.empty() || scale == 0 || !absl::SimpleAtoi(number, &value) || value == 0 ||
       value > std::numeric_limits<uint64_t>::max() / scale) {
-    return UsageError(absl::StrCat("--host-capacity: '", text,
-                                   "' is not a positive size (bytes, or a number with KiB, MiB, "
-                                   "GiB or TiB)"));
+    return cli::UsageError(
+        absl::StrCat("--host-capacity: '", text,
+                     "' is not a positive size (bytes, or a number with KiB, MiB, "
+                     "GiB or TiB)"));
   }
   return value * scale;
 }
 
-absl::StatusOr<E2eFlags> ParseFlags(int argc, char** argv, bool* help) {
+absl::StatusOr<E2eFlags> ParseFlags(const cli::Values& values) {
   E2eFlags flags;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return flags;
-    }
-    if (!absl::ConsumePrefix(&arg, "--")) {
-      return UsageError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    std::string name(arg);
-    std::optional<std::string> value;
-    if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
-      name = std::string(arg.substr(0, eq));
-      value = std::string(arg.substr(eq + 1));
-    }
+  for (const auto& [name, given] : values.flags()) {
+    std::optional<std::string> value = given;
     if (name == "json") {
-      if (value.has_value()) return UsageError("--json takes no value");
       flags.json = true;
       continue;
     }
-    static constexpr absl::string_view kValued[] = {"kvtierd", "dir",    "pages",
-                                                    "rounds",  "preset", "host-capacity"};
-    if (std::find(std::begin(kValued), std::end(kValued), name) == std::end(kValued)) {
-      return UsageError(absl::StrCat("unknown flag --", name));
-    }
-    if (!value.has_value()) {
-      if (i + 1 >= argc) return UsageError(absl::StrCat("--", name, " needs a value"));
-      value = argv[++i];
-    }
-    if (value->empty()) return UsageError(absl::StrCat("--", name, " needs a value"));
+    if (value->empty()) return cli::UsageError(absl::StrCat("--", name, " needs a value"));
     if (name == "kvtierd") {
       flags.kvtierd = *value;
     } else if (name == "dir") {
       flags.dir = *value;
     } else if (name == "pages") {
       if (!absl::SimpleAtoi(*value, &flags.pages) || flags.pages == 0 || flags.pages > kMaxPages) {
-        return UsageError(absl::StrCat("--pages: '", *value, "' is not in [1, ", kMaxPages, "]"));
+        return cli::UsageError(
+            absl::StrCat("--pages: '", *value, "' is not in [1, ", kMaxPages, "]"));
       }
     } else if (name == "rounds") {
       if (!absl::SimpleAtoi(*value, &flags.rounds) || flags.rounds == 0 ||
           flags.rounds > kMaxRounds) {
-        return UsageError(absl::StrCat("--rounds: '", *value, "' is not in [1, ", kMaxRounds, "]"));
+        return cli::UsageError(
+            absl::StrCat("--rounds: '", *value, "' is not in [1, ", kMaxRounds, "]"));
       }
     } else if (name == "preset") {
       if (*value != tools::kQwen3_8bPreset && *value != tools::kDeepseekV3Preset) {
-        return UsageError(absl::StrCat("--preset: '", *value, "' is not ", tools::kQwen3_8bPreset,
-                                       " or ", tools::kDeepseekV3Preset));
+        return cli::UsageError(absl::StrCat("--preset: '", *value, "' is not ",
+                                            tools::kQwen3_8bPreset, " or ",
+                                            tools::kDeepseekV3Preset));
       }
       flags.preset = *value;
     } else {  // host-capacity
@@ -364,18 +320,41 @@ Json ToJson(const Report& report, const Setup& setup, const std::string& kvtierd
 
 }  // namespace
 
-int RunE2eBench(int argc, char** argv) {
-  bool help = false;
-  absl::StatusOr<E2eFlags> parsed = ParseFlags(argc, argv, &help);
-  if (help) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "kvtier-bench e2e: %s\n\n%s",
-                 std::string(parsed.status().message()).c_str(), kHelp);
-    return 2;
-  }
+void DeclareE2eBenchFlags(cli::Command& command) {
+  command.SetDescription(
+      "GPU pages end to end through a kvtierd child process. This process allocates a device pool, "
+      "shares\n"
+      "it with the daemon through CUDA IPC and registers an engine; each round is one Offload RPC "
+      "of\n"
+      "--pages pages into the daemon's CUDA-pinned host tier and one Onboard RPC of the same "
+      "blocks into\n"
+      "other slots of the pool. Codec raw, then codec nvfp4, in the same run, next to cudaMemcpy "
+      "of the\n"
+      "same bytes (device <-> pinned host, in this process) and an Offload RPC of no pages. "
+      "Onboarded\n"
+      "pages are checked (raw byte for byte; nvfp4 against its error bound). Needs a CUDA device.");
+  command.AddFlag("kvtierd", "PATH",
+                  "the daemon binary (default: kvtierd in the directory of kvtier-bench)");
+  command.AddFlag("dir", "DIR",
+                  "scratch directory for the daemon's state, socket and log; created if\n"
+                  "missing, and kept (default: a fresh directory under /tmp, removed at the\n"
+                  "end)");
+  command.AddFlag("pages", "N",
+                  "pages per batch (one Offload and one Onboard RPC each), in [1, 65536] and\n"
+                  "at most the daemon's items per request (default 256); the pool has 2N slots");
+  command.AddFlag("rounds", "N", "batches per codec, in [1, 1000] (default 3)");
+  command.AddFlag("preset", "NAME",
+                  "page layout: qwen3-8b (36 layers, 8 KV heads, 128 dims, 32 tokens, BF16:\n"
+                  "4,718,592 bytes a page) or deepseek-v3 (default qwen3-8b)");
+  command.AddFlag("host-capacity", "SIZE",
+                  "the daemon's host tier (host.capacity): bytes, or a number with KiB, MiB,\n"
+                  "GiB or TiB; one batch of cold blocks must fit in it (default 16GiB)");
+  command.AddSwitch("json", "print JSON instead of the table");
+}
+
+int RunE2eBench(const cli::Values& values) {
+  absl::StatusOr<E2eFlags> parsed = ParseFlags(values);
+  if (!parsed.ok()) return values.PrintUsageError(parsed.status().message());
   Setup setup;
   setup.flags = *std::move(parsed);
   const E2eFlags& flags = setup.flags;

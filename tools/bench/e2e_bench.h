@@ -6,14 +6,19 @@
 #ifndef KVTIER_TOOLS_BENCH_E2E_BENCH_H_
 #define KVTIER_TOOLS_BENCH_E2E_BENCH_H_
 
+#include "common/cli/command_line.h"
+
 namespace kvtier::bench {
 
-// Runs the end-to-end benchmark. `argv[0]` is the subcommand name ("e2e"); flags follow (--help
+// Declares the subcommand's flags and help on `command`.
+void DeclareE2eBenchFlags(cli::Command& command);
+
+// Runs the end-to-end benchmark. `values` are its parsed flags (--help
 // lists them). Starts kvtierd as a child process and stops it (SIGTERM) before returning. Prints a
 // table, or JSON with --json, on stdout and progress on stderr. Returns 0 on success, 1 on an
 // error (no CUDA device, the daemon, an RPC, an item that did not succeed, onboarded pages that
 // fail their check), 2 on a usage error. Blocks for the whole run.
-int RunE2eBench(int argc, char** argv);
+int RunE2eBench(const cli::Values& values);
 
 }  // namespace kvtier::bench
 

@@ -62,7 +62,6 @@
 #include "kvtier/v1/service.grpc.pb.h"
 #include "tools/bench/bench_common.h"
 #include "tools/bench/daemon_process.h"
-#include "tools/codec/flag_parser.h"
 
 namespace kvtier::bench {
 namespace {
@@ -96,82 +95,41 @@ struct FairnessFlags {
   bool json = false;
 };
 
-const std::vector<tools::FlagDef>& FlagDefs() {
-  static const std::vector<tools::FlagDef> defs = {
-      {"kvtierd", "PATH", "the daemon binary (default: kvtierd in the directory of kvtier-bench)"},
-      {"baseline-kvtierd", "PATH",
-       "a second daemon binary measured in the same run, rounds alternating (default: none)"},
-      {"set", "K=V[;K=V]",
-       "more settings for --kvtierd's daemon, not the baseline's (e.g. server.chunk_pages=16)"},
-      {"dir", "DIR",
-       "scratch directory for the daemon's state, socket and log and the pool files; kept "
-       "(default: a fresh directory under /tmp, removed at the end)"},
-      {"workers", "N", "the daemon's server.workers (default 2)"},
-      {"bulk-engines", "N", "engines looping Offload and Onboard batches (default 4)"},
-      {"bulk-codecs", "LIST", "codecs the bulk engines take in turn (default nvfp4,raw)"},
-      {"page-kib", "N", "page size in KiB, a multiple of 8 in [8, 1024] (default 32)"},
-      {"batch", "N", "pages per bulk Offload and Onboard, 1 to 4096 (default 4096)"},
-      {"probes", "N", "Lookups and as many Onboards of the probe per phase (default 200)"},
-      {"rounds", "N", "rounds of an unloaded and a loaded phase (default 3)"},
-      {"warmup-ms", "N", "load before the probe starts in a loaded phase (default 500)"},
-      {"probe-gap-ms", "N", "pause between two probe calls (default 2)"},
-      {"loaded-seconds", "N",
-       "shortest loaded phase: the bulk engines go on after the probe's last call until then, "
-       "for their throughput (default 10)"},
-      {"host", "SIZE", "the daemon's host.capacity (default 2GiB)"},
-      {"disk", "SIZE", "the daemon's disk.capacity (default 0: no disk tier)"},
-      {"json", "", "print JSON instead of the table"},
-  };
-  return defs;
-}
-
-std::string Help() {
-  return absl::StrCat(
-      "Usage: kvtier-bench fairness [flags]\n\n"
-      "Latency of a probe engine's Lookup (64 hashes) and one-page Onboard while other engines\n"
-      "loop 4096-page Offload and Onboard batches, against the probe alone, in alternating\n"
-      "phases.\nFlags:\n",
-      tools::FormatFlagHelp(FlagDefs()));
-}
-
 // Reads flag `name` into `*out` when given, within [min, max].
-absl::Status ReadUint(const tools::FlagValues& values, absl::string_view name, uint32_t min,
-                      uint32_t max, uint32_t* out) {
+absl::Status ReadUint(const cli::Values& values, absl::string_view name, uint32_t min, uint32_t max,
+                      uint32_t* out) {
   absl::StatusOr<std::optional<uint32_t>> v = values.OptionalUint32(name);
   if (!v.ok()) return v.status();
   if (!v->has_value()) return absl::OkStatus();
   if (**v < min || **v > max) {
-    return tools::UsageError(
+    return cli::UsageError(
         absl::StrFormat("flag --%s: %d is outside [%d, %d]", name, **v, min, max));
   }
   *out = **v;
   return absl::OkStatus();
 }
 
-absl::StatusOr<FairnessFlags> ParseFairnessFlags(int argc, char** argv, bool* help) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  absl::StatusOr<tools::FlagValues> values = tools::ParseFlags("fairness", FlagDefs(), args, help);
-  if (!values.ok() || *help) return values.status();
+absl::StatusOr<FairnessFlags> ParseFairnessFlags(const cli::Values& values) {
   FairnessFlags flags;
-  if (auto v = values->Get("kvtierd")) flags.kvtierd = *v;
-  if (auto v = values->Get("baseline-kvtierd")) flags.baseline_kvtierd = *v;
-  if (auto v = values->Get("set")) {
+  if (auto v = values.Get("kvtierd")) flags.kvtierd = *v;
+  if (auto v = values.Get("baseline-kvtierd")) flags.baseline_kvtierd = *v;
+  if (auto v = values.Get("set")) {
     for (absl::string_view kv : absl::StrSplit(*v, ';', absl::SkipEmpty())) {
       if (!absl::StrContains(kv, '=')) {
-        return tools::UsageError(absl::StrCat("flag --set: '", kv, "' is not key=value"));
+        return cli::UsageError(absl::StrCat("flag --set: '", kv, "' is not key=value"));
       }
       flags.settings.emplace_back(kv);
     }
   }
-  if (auto v = values->Get("dir")) flags.dir = *v;
-  if (auto v = values->Get("host")) flags.host = *v;
-  if (auto v = values->Get("disk")) flags.disk = *v;
-  flags.json = values->Has("json");
-  if (auto v = values->Get("bulk-codecs")) {
+  if (auto v = values.Get("dir")) flags.dir = *v;
+  if (auto v = values.Get("host")) flags.host = *v;
+  if (auto v = values.Get("disk")) flags.disk = *v;
+  flags.json = values.Has("json");
+  if (auto v = values.Get("bulk-codecs")) {
     flags.bulk_codecs = absl::StrSplit(*v, ',');
     for (const std::string& c : flags.bulk_codecs) {
       if (!codec::CodecSpec::Parse(c).ok()) {
-        return tools::UsageError(absl::StrCat("flag --bulk-codecs: '", c, "' is not a codec"));
+        return cli::UsageError(absl::StrCat("flag --bulk-codecs: '", c, "' is not a codec"));
       }
     }
   }
@@ -187,10 +145,10 @@ absl::StatusOr<FairnessFlags> ParseFairnessFlags(int argc, char** argv, bool* he
         Bound{"warmup-ms", 0, 600000, &flags.warmup_ms},
         Bound{"probe-gap-ms", 0, 10000, &flags.probe_gap_ms},
         Bound{"loaded-seconds", 0, 3600, &flags.loaded_seconds}}) {
-    if (absl::Status st = ReadUint(*values, b.name, b.min, b.max, b.out); !st.ok()) return st;
+    if (absl::Status st = ReadUint(values, b.name, b.min, b.max, b.out); !st.ok()) return st;
   }
   if (flags.page_kib % 8 != 0) {
-    return tools::UsageError(
+    return cli::UsageError(
         absl::StrFormat("flag --page-kib: %d is not a multiple of 8", flags.page_kib));
   }
   return flags;
@@ -678,18 +636,53 @@ Json ToJson(const Session& session, const FairnessFlags& flags) {
 
 }  // namespace
 
-int RunFairnessBench(int argc, char** argv) {
-  bool help = false;
-  absl::StatusOr<FairnessFlags> parsed = ParseFairnessFlags(argc, argv, &help);
-  if (help) {
-    std::fputs(Help().c_str(), stdout);
-    return 0;
+void DeclareFairnessBenchFlags(cli::Command& command) {
+  command.SetDescription(
+      "Latency of a probe engine's Lookup (64 hashes) and one-page Onboard while other engines\n"
+      "loop 4096-page Offload and Onboard batches, against the probe alone, in alternating\n"
+      "phases.");
+  struct FlagDef {
+    const char* name;
+    const char* value_name;
+    const char* help;
+  };
+  static constexpr FlagDef kFlags[] = {
+      {"kvtierd", "PATH", "the daemon binary (default: kvtierd in the directory of kvtier-bench)"},
+      {"baseline-kvtierd", "PATH",
+       "a second daemon binary measured in the same run, rounds alternating (default: none)"},
+      {"set", "K=V[;K=V]",
+       "more settings for --kvtierd's daemon, not the baseline's (e.g. server.chunk_pages=16)"},
+      {"dir", "DIR",
+       "scratch directory for the daemon's state, socket and log and the pool files; kept "
+       "(default: a fresh directory under /tmp, removed at the end)"},
+      {"workers", "N", "the daemon's server.workers (default 2)"},
+      {"bulk-engines", "N", "engines looping Offload and Onboard batches (default 4)"},
+      {"bulk-codecs", "LIST", "codecs the bulk engines take in turn (default nvfp4,raw)"},
+      {"page-kib", "N", "page size in KiB, a multiple of 8 in [8, 1024] (default 32)"},
+      {"batch", "N", "pages per bulk Offload and Onboard, 1 to 4096 (default 4096)"},
+      {"probes", "N", "Lookups and as many Onboards of the probe per phase (default 200)"},
+      {"rounds", "N", "rounds of an unloaded and a loaded phase (default 3)"},
+      {"warmup-ms", "N", "load before the probe starts in a loaded phase (default 500)"},
+      {"probe-gap-ms", "N", "pause between two probe calls (default 2)"},
+      {"loaded-seconds", "N",
+       "shortest loaded phase: the bulk engines go on after the probe's last call until then, "
+       "for their throughput (default 10)"},
+      {"host", "SIZE", "the daemon's host.capacity (default 2GiB)"},
+      {"disk", "SIZE", "the daemon's disk.capacity (default 0: no disk tier)"},
+      {"json", "", "print JSON instead of the table"},
+  };
+  for (const FlagDef& flag : kFlags) {
+    if (*flag.value_name == '\0') {
+      command.AddSwitch(flag.name, flag.help);
+    } else {
+      command.AddFlag(flag.name, flag.value_name, flag.help);
+    }
   }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "kvtier-bench fairness: %s\n\n%s",
-                 std::string(parsed.status().message()).c_str(), Help().c_str());
-    return 2;
-  }
+}
+
+int RunFairnessBench(const cli::Values& values) {
+  absl::StatusOr<FairnessFlags> parsed = ParseFairnessFlags(values);
+  if (!parsed.ok()) return values.PrintUsageError(parsed.status().message());
   const FairnessFlags& flags = *parsed;
   std::string kvtierd = flags.kvtierd;
   if (kvtierd.empty()) {

@@ -6,15 +6,19 @@
 #ifndef KVTIER_TOOLS_BENCH_FAIRNESS_BENCH_H_
 #define KVTIER_TOOLS_BENCH_FAIRNESS_BENCH_H_
 
+#include "common/cli/command_line.h"
+
 namespace kvtier::bench {
 
-// Runs the fairness benchmark. `argv[0]` is the subcommand name ("fairness"); flags follow
-// (--help lists them). Starts kvtierd (and, with --baseline-kvtierd, a second daemon measured the
-// same way in alternating rounds) as a child process and stops it (SIGTERM) before returning.
-// Prints a table, or JSON with --json, on stdout and progress on stderr. Returns 0 on success, 1 on
-// an error (the daemon, an RPC, or a probe that missed its pinned blocks), 2 on a usage error.
-// Blocks for the whole run.
-int RunFairnessBench(int argc, char** argv);
+// Declares the subcommand's flags and help on `command`.
+void DeclareFairnessBenchFlags(cli::Command& command);
+
+// Runs the fairness benchmark. `values` are its parsed flags (--help lists them). Starts kvtierd
+// (and, with --baseline-kvtierd, a second daemon measured the same way in alternating rounds) as a
+// child process and stops it (SIGTERM) before returning. Prints a table, or JSON with --json, on
+// stdout and progress on stderr. Returns 0 on success, 1 on an error (the daemon, an RPC, or a
+// probe that missed its pinned blocks), 2 on a usage error. Blocks for the whole run.
+int RunFairnessBench(const cli::Values& values);
 
 }  // namespace kvtier::bench
 

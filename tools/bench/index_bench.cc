@@ -68,16 +68,6 @@ struct Flags {
   bool keep = false;
 };
 
-void Usage() {
-  std::printf(
-      "Usage: kvtier-bench index [--blocks=N] [--lookups=N] [--chain=N] [--chain-reps=N]\n"
-      "                          [--dir=D] [--keep] [--json]\n"
-      "  --blocks      disk blocks (4 KiB cold blocks) to store and recover (default 1000000)\n"
-      "  --lookups     random single-hash lookups to time (default 5000000)\n"
-      "  --chain       blocks per chain lookup (default 4096); --chain-reps chains (2000)\n"
-      "  --dir         where the index and the disk file go (default $TMPDIR or /var/tmp)\n");
-}
-
 struct Percentiles {
   double p50 = 0, p99 = 0, max = 0;
 };
@@ -93,33 +83,36 @@ Percentiles Summarize(std::vector<double> v) {
 
 }  // namespace
 
-int RunIndexBench(int argc, char** argv) {
+void DeclareIndexBenchFlags(cli::Command& command) {
+  command
+      .SetDescription(
+          "The store's index: recovery of N disk blocks, random lookups/s, and chain lookups\n"
+          "against RocksDB MultiGet.")
+      .AddFlag("blocks", "N",
+               "disk blocks (4 KiB cold blocks) to store and recover (default 1000000)")
+      .AddFlag("lookups", "N", "random single-hash lookups to time (default 5000000)")
+      .AddFlag("chain", "N", "blocks per chain lookup (default 4096)")
+      .AddFlag("chain-reps", "N", "chain lookups to time (default 2000)")
+      .AddFlag("dir", "DIR", "where the index and the disk file go (default $TMPDIR or /var/tmp)")
+      .AddSwitch("keep", "keep the index and the disk file afterwards")
+      .AddSwitch("json", "print JSON instead of the table");
+}
+
+int RunIndexBench(const cli::Values& values) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto num = [&](const char* name, uint64_t* out) {
-      const size_t n = std::strlen(name);
-      return a.compare(0, n, name) == 0 && absl::SimpleAtoi(a.substr(n), out);
-    };
-    if (a == "--help" || a == "-h") {
-      Usage();
-      return 0;
-    } else if (a == "--json") {
-      f.json = true;
-    } else if (a == "--keep") {
-      f.keep = true;
-    } else if (a.rfind("--dir=", 0) == 0) {
-      f.dir = a.substr(6);
-    } else if (!num("--blocks=", &f.blocks) && !num("--lookups=", &f.lookups) &&
-               !num("--chain=", &f.chain) && !num("--chain-reps=", &f.chain_reps)) {
-      std::fprintf(stderr, "kvtier-bench index: unknown flag '%s'\n", a.c_str());
-      Usage();
-      return 2;
-    }
+  f.json = values.Has("json");
+  f.keep = values.Has("keep");
+  f.dir = values.Get("dir").value_or("");
+  for (const auto& [name, out] : {std::pair<const char*, uint64_t*>{"blocks", &f.blocks},
+                                  {"lookups", &f.lookups},
+                                  {"chain", &f.chain},
+                                  {"chain-reps", &f.chain_reps}}) {
+    absl::StatusOr<std::optional<uint64_t>> v = values.OptionalUint64(name);
+    if (!v.ok()) return values.PrintUsageError(v.status().message());
+    if (v->has_value()) *out = **v;
   }
   if (f.blocks < f.chain || f.chain == 0) {
-    std::fprintf(stderr, "kvtier-bench index: --blocks must be at least --chain\n");
-    return 2;
+    return values.PrintUsageError("--chain must be positive and --blocks at least --chain");
   }
   SetMinLogSeverity(LogSeverity::kWarning);
   if (f.dir.empty()) {

@@ -4,10 +4,16 @@
 #ifndef KVTIER_TOOLS_BENCH_INDEX_BENCH_H_
 #define KVTIER_TOOLS_BENCH_INDEX_BENCH_H_
 
+#include "common/cli/command_line.h"
+
 namespace kvtier::bench {
 
-// argv[0] is "index". Returns the process exit status.
-int RunIndexBench(int argc, char** argv);
+// Declares the subcommand's flags and help on `command`.
+void DeclareIndexBenchFlags(cli::Command& command);
+
+// Runs the index benchmark with its parsed flags. Returns the process exit status (2 on a usage
+// error).
+int RunIndexBench(const cli::Values& values);
 
 }  // namespace kvtier::bench
 

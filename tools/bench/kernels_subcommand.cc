@@ -27,7 +27,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 #if KVTIER_BENCH_WITH_CUDA
@@ -58,50 +60,42 @@ struct Flags {
   bool json = false;
 };
 
-// Returns 0 to run, 1 for --help (printed), 2 for a usage error (printed).
-int ParseFlags(int argc, char** argv, Flags& f) {
-  const char* usage =
-      "usage: kvtier-bench kernels [--batches=1,16,256] [--min-time=SECONDS] [--device=N] "
-      "[--codec=nvfp4|nvfp4x2] [--target-ctas=N] [--json]\n"
-      "Fused nvfp4 offload/onboard on the GPU against cudaMemcpyAsync, the batched raw copy\n"
-      "kernel and the unfused path, for four page kinds; hot bytes per second.\n";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name, std::string& out) {
-      const size_t n = std::char_traits<char>::length(name);
-      if (a.compare(0, n, name) != 0) return false;
-      out = a.substr(n);
-      return true;
-    };
-    std::string v;
-    if (a == "--help" || a == "-h") {
-      std::printf("%s", usage);
-      return 1;
-    } else if (a == "--json") {
-      f.json = true;
-    } else if (value("--min-time=", v) && absl::SimpleAtod(v, &f.min_time) && f.min_time >= 0) {
-    } else if (value("--device=", v) && absl::SimpleAtoi(v, &f.device) && f.device >= 0) {
-    } else if (value("--codec=", v) && (v == "nvfp4" || v == "nvfp4x2")) {
-      f.codec = v;
-    } else if (value("--target-ctas=", v) && absl::SimpleAtoi(v, &f.target_ctas) &&
-               f.target_ctas >= 0) {
-    } else if (value("--batches=", v)) {
-      f.batches.clear();
-      for (absl::string_view s : absl::StrSplit(v, ',')) {
-        int n = 0;
-        if (!absl::SimpleAtoi(s, &n) || n < 1 || n > 4096) {
-          std::fprintf(stderr, "kvtier-bench kernels: bad batch '%s'\n%s", std::string(s).c_str(),
-                       usage);
-          return 2;
-        }
-        f.batches.push_back(n);
-      }
-    } else {
-      std::fprintf(stderr, "kvtier-bench kernels: unknown or bad flag '%s'\n%s", a.c_str(), usage);
-      return 2;
+// The flags of one run; a usage error names the flag and the value.
+absl::StatusOr<Flags> ParseFlags(const cli::Values& values) {
+  Flags f;
+  f.json = values.Has("json");
+  if (auto v = values.Get("min-time")) {
+    if (!absl::SimpleAtod(*v, &f.min_time) || !(f.min_time >= 0)) {
+      return cli::UsageError(absl::StrCat("--min-time: '", *v, "' is not a number of seconds"));
     }
   }
-  return 0;
+  if (auto v = values.Get("device")) {
+    if (!absl::SimpleAtoi(*v, &f.device) || f.device < 0) {
+      return cli::UsageError(absl::StrCat("--device: '", *v, "' is not a device ordinal"));
+    }
+  }
+  if (auto v = values.Get("codec")) {
+    if (*v != "nvfp4" && *v != "nvfp4x2") {
+      return cli::UsageError(absl::StrCat("--codec: '", *v, "' is not nvfp4 or nvfp4x2"));
+    }
+    f.codec = *v;
+  }
+  if (auto v = values.Get("target-ctas")) {
+    if (!absl::SimpleAtoi(*v, &f.target_ctas) || f.target_ctas < 0) {
+      return cli::UsageError(absl::StrCat("--target-ctas: '", *v, "' is not a CTA count"));
+    }
+  }
+  if (auto v = values.Get("batches")) {
+    f.batches.clear();
+    for (absl::string_view s : absl::StrSplit(*v, ',')) {
+      int n = 0;
+      if (!absl::SimpleAtoi(s, &n) || n < 1 || n > 4096) {
+        return cli::UsageError(absl::StrCat("--batches: '", s, "' is not in [1, 4096]"));
+      }
+      f.batches.push_back(n);
+    }
+  }
+  return f;
 }
 
 #if KVTIER_BENCH_WITH_CUDA
@@ -398,9 +392,23 @@ std::string Json(const std::string& device, const Flags& f, const std::vector<Ro
 
 }  // namespace
 
-int RunKernelsBench(int argc, char** argv) {
-  Flags f;
-  if (const int rc = ParseFlags(argc, argv, f); rc != 0) return rc == 1 ? 0 : 2;
+void DeclareKernelsBenchFlags(cli::Command& command) {
+  command
+      .SetDescription(
+          "Fused nvfp4 offload/onboard on the GPU against cudaMemcpyAsync, the batched raw copy\n"
+          "kernel and the unfused path, for four page kinds; hot bytes per second.")
+      .AddFlag("batches", "A,B,...", "pages per batch, each in [1, 4096] (default 1,16,256)")
+      .AddFlag("min-time", "SECONDS", "shortest timing of each point (default 0.2)")
+      .AddFlag("device", "N", "the CUDA device (default 0)")
+      .AddFlag("codec", "C", "nvfp4 (default) or nvfp4x2")
+      .AddFlag("target-ctas", "N", "GpuNvfp4Codec::set_target_ctas when > 0 (default 0)")
+      .AddSwitch("json", "print JSON instead of the table");
+}
+
+int RunKernelsBench(const cli::Values& values) {
+  absl::StatusOr<Flags> parsed = ParseFlags(values);
+  if (!parsed.ok()) return values.PrintUsageError(parsed.status().message());
+  [[maybe_unused]] const Flags& f = *parsed;
 #if !KVTIER_BENCH_WITH_CUDA
   std::fprintf(stderr,
                "kvtier-bench kernels: this build has no CUDA (KVTIER_CUDA=OFF or no nvcc); "

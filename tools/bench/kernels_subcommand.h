@@ -4,13 +4,18 @@
 #ifndef KVTIER_TOOLS_BENCH_KERNELS_SUBCOMMAND_H_
 #define KVTIER_TOOLS_BENCH_KERNELS_SUBCOMMAND_H_
 
+#include "common/cli/command_line.h"
+
 namespace kvtier::bench {
 
-// Runs the kernels benchmark. `argv[0]` is the subcommand name ("kernels"); flags follow (--help
-// lists them). Prints a table, or JSON with --json, on stdout. Returns 0 on success and when there
-// is nothing to measure (a build without CUDA, no usable GPU: it says so on stderr), 1 on a CUDA
-// error, 2 on a usage error. Blocks for the whole run.
-int RunKernelsBench(int argc, char** argv);
+// Declares the subcommand's flags and help on `command`.
+void DeclareKernelsBenchFlags(cli::Command& command);
+
+// Runs the kernels benchmark with its parsed flags (--help lists them). Prints a table, or JSON
+// with --json, on stdout. Returns 0 on success and when there is nothing to measure (a build
+// without CUDA, no usable GPU: it says so on stderr), 1 on a CUDA error, 2 on a usage error. Blocks
+// for the whole run.
+int RunKernelsBench(const cli::Values& values);
 
 }  // namespace kvtier::bench
 

@@ -1,10 +1,11 @@
 // kvtier-bench: end-to-end benchmarks, one subcommand each. Add a subcommand with one line in
-// kSubcommands (and its source in tools/bench/CMakeLists.txt).
+// kSubcommands (its flags' declaration and its entry point; its source in
+// tools/bench/CMakeLists.txt).
 //
 // Usage: kvtier-bench <subcommand> [flags]   (kvtier-bench <subcommand> --help for its flags)
-#include <cstdio>
-#include <cstring>
+#include <optional>
 
+#include "common/cli/command_line.h"
 #include "tools/bench/disk_bench.h"
 #include "tools/bench/e2e_bench.h"
 #include "tools/bench/fairness_bench.h"
@@ -17,42 +18,38 @@ namespace {
 struct Subcommand {
   const char* name;
   const char* summary;
-  int (*run)(int argc, char** argv);  // argv[0] is the subcommand name
+  void (*declare)(kvtier::cli::Command& command);
+  int (*run)(const kvtier::cli::Values& values);
 };
 
 constexpr Subcommand kSubcommands[] = {
     {"disk", "block file I/O (io_uring / thread pool) against fio on the same file",
-     kvtier::bench::RunDiskBench},
+     kvtier::bench::DeclareDiskBenchFlags, kvtier::bench::RunDiskBench},
     {"index", "the store's index: recovery of N disk blocks, lookups/s, chain latency vs MultiGet",
-     kvtier::bench::RunIndexBench},
+     kvtier::bench::DeclareIndexBenchFlags, kvtier::bench::RunIndexBench},
     {"lookup", "Lookup RPC latency of a kvtierd child process over its Unix socket, vs Hello",
-     kvtier::bench::RunLookupBench},
+     kvtier::bench::DeclareLookupBenchFlags, kvtier::bench::RunLookupBench},
     {"fairness", "a small request's latency while other engines run 4096-page batches, vs unloaded",
-     kvtier::bench::RunFairnessBench},
+     kvtier::bench::DeclareFairnessBenchFlags, kvtier::bench::RunFairnessBench},
     {"e2e", "GPU pages through kvtierd: offload and onboard with nvfp4 vs raw (CUDA IPC pools)",
-     kvtier::bench::RunE2eBench},
+     kvtier::bench::DeclareE2eBenchFlags, kvtier::bench::RunE2eBench},
     {"kernels", "fused nvfp4 offload/onboard on the GPU vs cudaMemcpyAsync, raw copy, unfused",
-     kvtier::bench::RunKernelsBench},
+     kvtier::bench::DeclareKernelsBenchFlags, kvtier::bench::RunKernelsBench},
 };
-
-void PrintUsage(std::FILE* out) {
-  std::fprintf(out, "Usage: kvtier-bench <subcommand> [flags]\n\nSubcommands:\n");
-  for (const Subcommand& s : kSubcommands) std::fprintf(out, "  %-10s %s\n", s.name, s.summary);
-  std::fprintf(out, "\n'kvtier-bench <subcommand> --help' lists the flags of a subcommand.\n");
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
-      std::strcmp(argv[1], "help") == 0) {
-    PrintUsage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  kvtier::cli::CommandLine command_line("kvtier-bench");
+  for (const Subcommand& s : kSubcommands) {
+    s.declare(command_line.root().AddSubcommand(s.name, s.summary));
+  }
+  kvtier::cli::Values values;
+  if (std::optional<int> exit_status = command_line.Parse(argc, argv, &values)) {
+    return *exit_status;
   }
   for (const Subcommand& s : kSubcommands) {
-    if (std::strcmp(argv[1], s.name) == 0) return s.run(argc - 1, argv + 1);
+    if (values.command() == s.name) return s.run(values);
   }
-  std::fprintf(stderr, "kvtier-bench: unknown subcommand '%s'\n\n", argv[1]);
-  PrintUsage(stderr);
-  return 2;
+  return values.PrintUsageError("no command");
 }

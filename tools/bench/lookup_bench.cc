@@ -74,28 +74,12 @@ struct LookupBenchFlags {
   bool json = false;
 };
 
-constexpr char kHelp[] = R"(Usage: kvtier-bench lookup [flags]
-
-Lookup RPC latency of a real kvtierd over its Unix socket, for chains that are all hits, next to
-the latency of a Hello RPC on the same channel (the transport round trip).
-Flags:
-  --kvtierd=PATH     the daemon binary (default: kvtierd in the directory of kvtier-bench)
-  --dir=DIR          scratch directory for the daemon's state, socket and log and the engine's host
-                     pool file; created if missing, and kept (default: a fresh directory under
-                     /tmp, removed at the end)
-  --chains=A,B,...   chain lengths to look up, each in [1, 4096] (default 1,64,4096)
-  --iterations=N     timed lookups per chain length, after 200 untimed ones (default 2000)
-  --json             print JSON instead of the table
-)";
-
-absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumentError(message); }
-
 absl::StatusOr<std::vector<uint32_t>> ParseChains(absl::string_view text) {
   std::vector<uint32_t> values;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     uint32_t value;
     if (!absl::SimpleAtoi(part, &value) || value == 0 || value > kPages) {
-      return UsageError(
+      return cli::UsageError(
           absl::StrCat("--chains: '", part, "' is not a chain length in [1, ", kPages, "]"));
     }
     values.push_back(value);
@@ -103,37 +87,15 @@ absl::StatusOr<std::vector<uint32_t>> ParseChains(absl::string_view text) {
   return values;
 }
 
-absl::StatusOr<LookupBenchFlags> ParseFlags(int argc, char** argv, bool* help) {
+absl::StatusOr<LookupBenchFlags> ParseFlags(const cli::Values& values) {
   LookupBenchFlags flags;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return flags;
-    }
-    if (!absl::ConsumePrefix(&arg, "--")) {
-      return UsageError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    std::string name(arg);
-    std::optional<std::string> value;
-    if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
-      name = std::string(arg.substr(0, eq));
-      value = std::string(arg.substr(eq + 1));
-    }
+  for (const auto& [name, given] : values.flags()) {
+    std::optional<std::string> value = given;
     if (name == "json") {
-      if (value.has_value()) return UsageError("--json takes no value");
       flags.json = true;
       continue;
     }
-    static constexpr absl::string_view kValued[] = {"kvtierd", "dir", "chains", "iterations"};
-    if (std::find(std::begin(kValued), std::end(kValued), name) == std::end(kValued)) {
-      return UsageError(absl::StrCat("unknown flag --", name));
-    }
-    if (!value.has_value()) {
-      if (i + 1 >= argc) return UsageError(absl::StrCat("--", name, " needs a value"));
-      value = argv[++i];
-    }
-    if (value->empty()) return UsageError(absl::StrCat("--", name, " needs a value"));
+    if (value->empty()) return cli::UsageError(absl::StrCat("--", name, " needs a value"));
     if (name == "kvtierd") {
       flags.kvtierd = *value;
     } else if (name == "dir") {
@@ -144,7 +106,7 @@ absl::StatusOr<LookupBenchFlags> ParseFlags(int argc, char** argv, bool* help) {
       flags.chains = *std::move(chains);
     } else if (!absl::SimpleAtoi(*value, &flags.iterations) || flags.iterations == 0 ||
                flags.iterations > 10'000'000) {
-      return UsageError(absl::StrCat("--iterations: '", *value, "' is not in [1, 10000000]"));
+      return cli::UsageError(absl::StrCat("--iterations: '", *value, "' is not in [1, 10000000]"));
     }
   }
   return flags;
@@ -455,18 +417,27 @@ Json ToJson(const Report& report, const LookupBenchFlags& flags, const std::stri
 
 }  // namespace
 
-int RunLookupBench(int argc, char** argv) {
-  bool help = false;
-  absl::StatusOr<LookupBenchFlags> parsed = ParseFlags(argc, argv, &help);
-  if (help) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "kvtier-bench lookup: %s\n\n%s",
-                 std::string(parsed.status().message()).c_str(), kHelp);
-    return 2;
-  }
+void DeclareLookupBenchFlags(cli::Command& command) {
+  command.SetDescription(
+      "Lookup RPC latency of a real kvtierd over its Unix socket, for chains that are all hits, "
+      "next to\n"
+      "the latency of a Hello RPC on the same channel (the transport round trip).");
+  command.AddFlag("kvtierd", "PATH",
+                  "the daemon binary (default: kvtierd in the directory of kvtier-bench)");
+  command.AddFlag("dir", "DIR",
+                  "scratch directory for the daemon's state, socket and log and the engine's host\n"
+                  "pool file; created if missing, and kept (default: a fresh directory under\n"
+                  "/tmp, removed at the end)");
+  command.AddFlag("chains", "A,B,...",
+                  "chain lengths to look up, each in [1, 4096] (default 1,64,4096)");
+  command.AddFlag("iterations", "N",
+                  "timed lookups per chain length, after 200 untimed ones (default 2000)");
+  command.AddSwitch("json", "print JSON instead of the table");
+}
+
+int RunLookupBench(const cli::Values& values) {
+  absl::StatusOr<LookupBenchFlags> parsed = ParseFlags(values);
+  if (!parsed.ok()) return values.PrintUsageError(parsed.status().message());
   const LookupBenchFlags& flags = *parsed;
   std::string kvtierd = flags.kvtierd;
   if (kvtierd.empty()) {

@@ -5,14 +5,19 @@
 #ifndef KVTIER_TOOLS_BENCH_LOOKUP_BENCH_H_
 #define KVTIER_TOOLS_BENCH_LOOKUP_BENCH_H_
 
+#include "common/cli/command_line.h"
+
 namespace kvtier::bench {
 
-// Runs the lookup benchmark. `argv[0]` is the subcommand name ("lookup"); flags follow (--help
+// Declares the subcommand's flags and help on `command`.
+void DeclareLookupBenchFlags(cli::Command& command);
+
+// Runs the lookup benchmark. `values` are its parsed flags (--help
 // lists them). Starts kvtierd as a child process and stops it (SIGTERM) before returning. Prints a
 // table, or JSON with --json, on stdout and progress on stderr. Returns 0 on success, 1 on an
 // error (the daemon, an RPC, or a lookup that did not hit the whole chain), 2 on a usage error.
 // Blocks for the whole run.
-int RunLookupBench(int argc, char** argv);
+int RunLookupBench(const cli::Values& values);
 
 }  // namespace kvtier::bench
 

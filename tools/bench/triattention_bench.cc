@@ -19,12 +19,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "codec/dtype.h"
+#include "common/cli/command_line.h"
 #include "kernels/hbm_probe.h"
 #include "nlohmann/json.hpp"
 #include "triattention/gpu_round.h"
@@ -64,39 +68,32 @@ struct Flags {
   bool json = false;
 };
 
-bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name, int64_t* out) {
-      const std::string prefix = absl::StrCat("--", name, "=");
-      if (a.rfind(prefix, 0) != 0) return false;
-      *out = std::atoll(a.c_str() + prefix.size());
-      return true;
-    };
-    int64_t v = 0;
-    if (a == "--json") {
-      f->json = true;
-    } else if (value("requests", &v)) {
-      f->requests = static_cast<int>(v);
-    } else if (value("prompt", &v)) {
-      f->prompt = v;
-    } else if (value("budget", &v)) {
-      f->budget = v;
-    } else if (value("beta", &v)) {
-      f->beta = v;
-    } else if (value("long", &v)) {
-      f->long_decode = v;
-    } else if (value("long-requests", &v)) {
-      f->long_requests = static_cast<int>(v);
-    } else if (value("iters", &v)) {
-      f->iters = static_cast<int>(v);
-    } else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
-      return false;
+// Reads the flags into `*f`; a usage error names the flag and the value.
+absl::Status ParseFlags(const cli::Values& values, Flags* f) {
+  f->json = values.Has("json");
+  struct Bound {
+    const char* name;
+    uint64_t min;
+    int64_t* out;
+  };
+  int64_t requests = f->requests, long_requests = f->long_requests, iters = f->iters;
+  for (const Bound& b : {Bound{"requests", 1, &requests}, Bound{"prompt", 0, &f->prompt},
+                         Bound{"budget", 1, &f->budget}, Bound{"beta", 1, &f->beta},
+                         Bound{"long", 1, &f->long_decode},
+                         Bound{"long-requests", 1, &long_requests}, Bound{"iters", 1, &iters}}) {
+    absl::StatusOr<std::optional<uint64_t>> v = values.OptionalUint64(b.name);
+    if (!v.ok()) return v.status();
+    if (!v->has_value()) continue;
+    if (**v < b.min || **v > (uint64_t{1} << 31)) {
+      return cli::UsageError(
+          absl::StrCat("flag --", b.name, ": ", **v, " is outside [", b.min, ", 2^31]"));
     }
+    *b.out = static_cast<int64_t>(**v);
   }
-  return f->requests > 0 && f->prompt >= 0 && f->budget > 0 && f->beta > 0 && f->long_decode > 0 &&
-         f->long_requests > 0 && f->iters > 0;
+  f->requests = static_cast<int>(requests);
+  f->long_requests = static_cast<int>(long_requests);
+  f->iters = static_cast<int>(iters);
+  return absl::OkStatus();
 }
 
 // Qwen3-8B attention geometry.
@@ -396,13 +393,26 @@ int Run(const Flags& f) {
 }  // namespace kvtier::tools
 
 int main(int argc, char** argv) {
+  kvtier::cli::CommandLine command_line("kvtier-triattention-bench");
+  command_line.root()
+      .SetDescription(
+          "The batched TriAttention round on the GPU (Qwen3-8B geometry) against an HBM read\n"
+          "sweep of the same bytes.")
+      .AddFlag("requests", "N", "requests per round (default 32)")
+      .AddFlag("prompt", "TOKENS", "prompt tokens per request (default 1024)")
+      .AddFlag("budget", "TOKENS", "KV budget per request (default 2048)")
+      .AddFlag("beta", "TOKENS", "tokens per round (default 128)")
+      .AddFlag("long", "TOKENS", "decode length of the long requests (default 16384)")
+      .AddFlag("long-requests", "N", "long requests (default 8)")
+      .AddFlag("iters", "N", "timed iterations (default 10)")
+      .AddSwitch("json", "print JSON instead of the table");
+  kvtier::cli::Values values;
+  if (std::optional<int> exit_status = command_line.Parse(argc, argv, &values)) {
+    return *exit_status;
+  }
   kvtier::tools::Flags flags;
-  if (!kvtier::tools::ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr,
-                 "usage: kvtier-triattention-bench [--requests=32] [--prompt=1024] "
-                 "[--budget=2048] [--beta=128] [--long=16384] [--long-requests=8] [--iters=10] "
-                 "[--json]\n");
-    return 2;
+  if (absl::Status st = kvtier::tools::ParseFlags(values, &flags); !st.ok()) {
+    return values.PrintUsageError(st.message());
   }
   return kvtier::tools::Run(flags);
 }

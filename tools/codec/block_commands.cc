@@ -38,10 +38,10 @@ absl::StatusOr<codec::PageLayout> LoadLayoutFile(const std::string& path) {
   return layout;
 }
 
-absl::StatusOr<codec::CodecSpec> CodecSpecFromFlags(const FlagValues& flags) {
+absl::StatusOr<codec::CodecSpec> CodecSpecFromFlags(const cli::Values& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::string text, flags.RequiredString("codec"));
   absl::StatusOr<codec::CodecSpec> spec = codec::CodecSpec::Parse(text);
-  if (!spec.ok()) return UsageError(absl::StrCat("flag --codec: ", spec.status().message()));
+  if (!spec.ok()) return cli::UsageError(absl::StrCat("flag --codec: ", spec.status().message()));
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint32_t> alignment, flags.OptionalUint32("alignment"));
   if (alignment.has_value()) spec->alignment_bytes = *alignment;
   return spec;
@@ -73,7 +73,7 @@ absl::StatusOr<codec::ColdBlockHeader> ProbeFirstBlockHeader(const std::string& 
   return header;
 }
 
-absl::Status RunEncode(const FlagValues& flags) {
+absl::Status RunEncode(const cli::Values& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::string layout_path, flags.RequiredString("layout"));
   KVTIER_ASSIGN_OR_RETURN(codec::CodecSpec spec, CodecSpecFromFlags(flags));
   KVTIER_ASSIGN_OR_RETURN(std::string in_path, flags.RequiredString("in"));
@@ -119,13 +119,13 @@ absl::Status RunEncode(const FlagValues& flags) {
   return absl::OkStatus();
 }
 
-absl::Status RunDecode(const FlagValues& flags) {
+absl::Status RunDecode(const cli::Values& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::string layout_path, flags.RequiredString("layout"));
   KVTIER_ASSIGN_OR_RETURN(std::string in_path, flags.RequiredString("in"));
   KVTIER_ASSIGN_OR_RETURN(std::string out_path, flags.RequiredString("out"));
   KVTIER_RETURN_IF_ERROR(CheckDistinctFiles(in_path, out_path));
   if (flags.Has("alignment") && !flags.Has("codec")) {
-    return UsageError(
+    return cli::UsageError(
         "flag --alignment needs --codec (without --codec, the codec and alignment are read from "
         "the first block's header)");
   }
@@ -176,7 +176,7 @@ absl::Status RunDecode(const FlagValues& flags) {
   return absl::OkStatus();
 }
 
-absl::Status RunInspect(const FlagValues& flags) {
+absl::Status RunInspect(const cli::Values& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::string in_path, flags.RequiredString("in"));
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint64_t> block_flag, flags.OptionalUint64("block"));
   const bool json = flags.Has("json");

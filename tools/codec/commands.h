@@ -15,22 +15,22 @@
 #include "codec/codec.h"
 #include "codec/cold_block.h"
 #include "codec/page_layout.h"
-#include "tools/codec/flag_parser.h"
+#include "common/cli/command_line.h"
 
 namespace kvtier::tools {
 
-absl::Status RunLayout(const FlagValues& flags);     // layout_command.cc
-absl::Status RunEncode(const FlagValues& flags);     // block_commands.cc
-absl::Status RunDecode(const FlagValues& flags);     // block_commands.cc
-absl::Status RunInspect(const FlagValues& flags);    // block_commands.cc
-absl::Status RunRoundtrip(const FlagValues& flags);  // roundtrip_command.cc
-absl::Status RunDemo(const FlagValues& flags);       // demo_command.cc
+absl::Status RunLayout(const cli::Values& flags);     // layout_command.cc
+absl::Status RunEncode(const cli::Values& flags);     // block_commands.cc
+absl::Status RunDecode(const cli::Values& flags);     // block_commands.cc
+absl::Status RunInspect(const cli::Values& flags);    // block_commands.cc
+absl::Status RunRoundtrip(const cli::Values& flags);  // roundtrip_command.cc
+absl::Status RunDemo(const cli::Values& flags);       // demo_command.cc
 
 // Reads and validates a layout JSON file; errors are prefixed with the path.
 absl::StatusOr<codec::PageLayout> LoadLayoutFile(const std::string& path);
 
 // The codec named by --codec (and --alignment, when given). Usage errors for bad spellings.
-absl::StatusOr<codec::CodecSpec> CodecSpecFromFlags(const FlagValues& flags);
+absl::StatusOr<codec::CodecSpec> CodecSpecFromFlags(const cli::Values& flags);
 
 // Codec::Create with an error that names the codec and the layout file.
 absl::StatusOr<std::unique_ptr<codec::Codec>> CreateCodec(const codec::PageLayout& layout,

@@ -83,12 +83,12 @@ absl::Status RunModel(const DemoModel& model, uint32_t page_count, uint64_t seed
 
 }  // namespace
 
-absl::Status RunDemo(const FlagValues& flags) {
+absl::Status RunDemo(const cli::Values& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint32_t> pages_flag, flags.OptionalUint32("pages"));
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint64_t> seed_flag, flags.OptionalUint64("seed"));
   const uint32_t page_count = pages_flag.value_or(kDefaultPages);
   if (page_count < 1 || page_count > kMaxPages) {
-    return UsageError(
+    return cli::UsageError(
         absl::StrCat("flag --pages: ", page_count, " is not in [1, ", kMaxPages, "]"));
   }
   const uint64_t seed = seed_flag.value_or(1);

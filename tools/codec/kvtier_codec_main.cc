@@ -2,6 +2,7 @@
 // files of pages, inspect block headers, measure round-trip error, and run the first-run demo.
 // Exit codes: 0 success, 1 runtime error (bad data, I/O), 2 usage error. Errors go to stderr as
 // "kvtier-codec: <message>".
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,27 +11,35 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/cli/command_line.h"
 #include "tools/codec/commands.h"
-#include "tools/codec/flag_parser.h"
 
 namespace kvtier::tools {
 namespace {
 
 constexpr int kExitOk = 0;
 constexpr int kExitRuntimeError = 1;
-constexpr int kExitUsageError = 2;
+
+// One flag of a command: a switch when `value_name` is empty.
+struct FlagDef {
+  std::string name;
+  std::string value_name;  // e.g. "N", "FILE"
+  std::string help;        // one line
+};
 
 struct Command {
   absl::string_view name;
+  absl::string_view summary;  // one line for `kvtier-codec help`
   absl::string_view synopsis;
   absl::string_view description;
   std::vector<FlagDef> flags;
-  absl::Status (*run)(const FlagValues& flags);
+  absl::Status (*run)(const cli::Values& flags);
 };
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command>* const commands = new std::vector<Command>{
       {"layout",
+       "print the JSON form of a page layout (a family or a model preset)",
        "layout (--family gqa|mla|hybrid | --preset qwen3-8b|deepseek-v3) [geometry flags]",
        "Prints the JSON form of a page layout (codec/FORMAT.md, \"Layout JSON\") on stdout.\n"
        "Presets: qwen3-8b = gqa, 36 layers, 8 KV heads, head_dim 128, 32 tokens, bf16, RoPE over\n"
@@ -53,6 +62,7 @@ const std::vector<Command>& Commands() {
         {"state-bytes", "B", "recurrent state bytes per state layer per page (hybrid)"}},
        &RunLayout},
       {"encode",
+       "encode a file of flat pages into a file of cold blocks",
        "encode --layout L.json --codec C [--alignment A] --in pages.bin --out blocks.bin",
        "Encodes a file of flat pages (FlatPageBytes(layout) bytes each: every buffer's rows back\n"
        "to back in layout order, little-endian) into a file of cold blocks, one per page. Prints "
@@ -67,6 +77,7 @@ const std::vector<Command>& Commands() {
         {"out", "FILE", "output blocks (written as FILE.tmp, renamed when complete)"}},
        &RunEncode},
       {"decode",
+       "decode a file of cold blocks into a file of flat pages, checking each",
        "decode --layout L.json --in blocks.bin --out pages.bin [--codec C [--alignment A]]",
        "Decodes a file of cold blocks into a file of flat pages. The codec and alignment are read\n"
        "from the first block's header unless --codec is given. Every block is checked (header and\n"
@@ -79,6 +90,7 @@ const std::vector<Command>& Commands() {
         {"alignment", "A", "expected block alignment, with --codec (default 4096)"}},
        &RunDecode},
       {"inspect",
+       "print the header of one block of a block file",
        "inspect --in blocks.bin [--block N] [--json]",
        "Prints the header of one block of a block file (default the first), human-readable or as\n"
        "JSON. Needs no layout: the block size is found from the first header.",
@@ -87,6 +99,7 @@ const std::vector<Command>& Commands() {
         {"json", "", "print the header as JSON"}},
        &RunInspect},
       {"roundtrip",
+       "encode and decode pages, report error and compression per buffer",
        "roundtrip --layout L.json --codec C (--in pages.bin | --generate N [--sigma S] "
        "[--seed X]) [--trips K] [--json]",
        "Encodes and decodes every page K times (each trip starts from the previous trip's output)\n"
@@ -108,6 +121,7 @@ const std::vector<Command>& Commands() {
         {"json", "", "print the report as JSON"}},
        &RunRoundtrip},
       {"demo",
+       "the first-run demonstration on Qwen3-8B and DeepSeek-V3 pages",
        "demo [--pages N] [--seed X]",
        "The first-run demonstration: generates Qwen3-8B and DeepSeek-V3 pages (N(0, 1) values "
        "with\n"
@@ -119,66 +133,35 @@ const std::vector<Command>& Commands() {
   return *commands;
 }
 
-std::string TopLevelUsage() {
-  std::string usage =
-      "usage: kvtier-codec <command> [flags]   (kvtier-codec <command> --help for its flags)\n\n"
-      "commands:\n";
-  for (const Command& command : Commands()) absl::StrAppend(&usage, "  ", command.synopsis, "\n");
-  absl::StrAppend(&usage,
-                  "\nexit codes: 0 success, 1 runtime error, 2 usage error.\n"
-                  "Flags take their value as '--flag value' or '--flag=value'.\n");
-  return usage;
-}
-
-std::string CommandHelp(const Command& command) {
-  std::vector<FlagDef> flags = command.flags;
-  flags.push_back({"help", "", "print this help"});
-  return absl::StrCat("usage: kvtier-codec ", command.synopsis, "\n\n", command.description,
-                      "\n\nflags:\n", FormatFlagHelp(flags));
-}
-
 int Main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    absl::FPrintF(stderr, "%s", TopLevelUsage());
-    return kExitUsageError;
-  }
-  const std::string& name = args[0];
-  if (name == "--help" || name == "-h" || name == "help") {
-    if (name == "help" && args.size() > 1) {
-      for (const Command& command : Commands()) {
-        if (command.name == args[1]) {
-          absl::PrintF("%s", CommandHelp(command));
-          return kExitOk;
-        }
+  cli::CommandLine command_line("kvtier-codec");
+  command_line.root().SetFooter(
+      "exit codes: 0 success, 1 runtime error, 2 usage error.\n"
+      "Flags take their value as '--flag value' or '--flag=value'.");
+  for (const Command& command : Commands()) {
+    cli::Command& sub = command_line.root().AddSubcommand(command.name, command.summary);
+    sub.SetUsage(command.synopsis).SetDescription(command.description);
+    for (const FlagDef& flag : command.flags) {
+      if (flag.value_name.empty()) {
+        sub.AddSwitch(flag.name, flag.help);
+      } else {
+        sub.AddFlag(flag.name, flag.value_name, flag.help);
       }
     }
-    absl::PrintF("%s", TopLevelUsage());
-    return kExitOk;
   }
-  const Command* command = nullptr;
-  for (const Command& candidate : Commands()) {
-    if (candidate.name == name) command = &candidate;
+  cli::Values flags;
+  if (std::optional<int> exit_status = command_line.Parse(argc, argv, &flags)) {
+    return *exit_status;
   }
-  if (command == nullptr) {
-    std::string names;
-    for (const Command& candidate : Commands()) {
-      absl::StrAppend(&names, names.empty() ? "" : ", ", candidate.name);
-    }
-    absl::FPrintF(stderr, "kvtier-codec: unknown command '%s' (commands: %s)\n", name, names);
-    return kExitUsageError;
+  for (const Command& command : Commands()) {
+    if (command.name != flags.command()) continue;
+    absl::Status status = command.run(flags);
+    if (status.ok()) return kExitOk;
+    if (cli::IsUsageError(status)) return flags.PrintUsageError(status.message());
+    absl::FPrintF(stderr, "kvtier-codec: %s\n", status.message());
+    return kExitRuntimeError;
   }
-  bool help_requested = false;
-  absl::StatusOr<FlagValues> flags = ParseFlags(
-      command->name, command->flags, absl::MakeConstSpan(args).subspan(1), &help_requested);
-  if (help_requested) {
-    absl::PrintF("%s", CommandHelp(*command));
-    return kExitOk;
-  }
-  absl::Status status = flags.ok() ? command->run(*flags) : flags.status();
-  if (status.ok()) return kExitOk;
-  absl::FPrintF(stderr, "kvtier-codec: %s\n", status.message());
-  return IsUsageError(status) ? kExitUsageError : kExitRuntimeError;
+  return flags.PrintUsageError("no command");
 }
 
 }  // namespace

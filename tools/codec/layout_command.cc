@@ -40,41 +40,42 @@ constexpr GeometryFlag kGeometryFlags[] = {
     {"state-bytes", false, false, true},
 };
 
-absl::Status CheckApplicable(const FlagValues& flags, absl::string_view family) {
+absl::Status CheckApplicable(const cli::Values& flags, absl::string_view family) {
   for (const GeometryFlag& flag : kGeometryFlags) {
     const bool applies = family == "gqa" ? flag.gqa : family == "mla" ? flag.mla : flag.hybrid;
     if (!applies && flags.Has(flag.name)) {
-      return UsageError(absl::StrCat("flag --", flag.name, " does not apply to --family ", family));
+      return cli::UsageError(
+          absl::StrCat("flag --", flag.name, " does not apply to --family ", family));
     }
   }
   return absl::OkStatus();
 }
 
 // Overrides `*field` with flag `name` when given; without a preset the flag is required.
-absl::Status ApplyUint32(const FlagValues& flags, absl::string_view name, bool required,
+absl::Status ApplyUint32(const cli::Values& flags, absl::string_view name, bool required,
                          uint32_t* field) {
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint32_t> value, flags.OptionalUint32(name));
   if (value.has_value()) {
     *field = *value;
   } else if (required) {
-    return UsageError(absl::StrCat("missing required flag --", name, " (or use --preset)"));
+    return cli::UsageError(absl::StrCat("missing required flag --", name, " (or use --preset)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ApplyDType(const FlagValues& flags, codec::DType* dtype) {
+absl::Status ApplyDType(const cli::Values& flags, codec::DType* dtype) {
   std::optional<std::string> text = flags.Get("dtype");
   if (!text.has_value()) return absl::OkStatus();
   absl::StatusOr<codec::DType> parsed = codec::ParseDType(*text);
   if (!parsed.ok() || !codec::IsQuantizable(*parsed)) {
-    return UsageError(
+    return cli::UsageError(
         absl::StrCat("flag --dtype: '", *text, "' is not one of bf16, fp16, fp8_e4m3"));
   }
   *dtype = *parsed;
   return absl::OkStatus();
 }
 
-absl::StatusOr<codec::PageLayout> BuildGqa(const FlagValues& flags, bool preset) {
+absl::StatusOr<codec::PageLayout> BuildGqa(const cli::Values& flags, bool preset) {
   codec::GqaOptions o = preset ? Qwen3_8bOptions() : codec::GqaOptions{};
   KVTIER_RETURN_IF_ERROR(ApplyUint32(flags, "layers", !preset, &o.num_layers));
   KVTIER_RETURN_IF_ERROR(ApplyUint32(flags, "kv-heads", !preset, &o.kv_heads));
@@ -89,7 +90,7 @@ absl::StatusOr<codec::PageLayout> BuildGqa(const FlagValues& flags, bool preset)
   return codec::BuildGqaLayout(o);
 }
 
-absl::StatusOr<codec::PageLayout> BuildMla(const FlagValues& flags, bool preset) {
+absl::StatusOr<codec::PageLayout> BuildMla(const cli::Values& flags, bool preset) {
   codec::MlaOptions o = preset ? DeepseekV3Options() : codec::MlaOptions{};
   KVTIER_RETURN_IF_ERROR(ApplyUint32(flags, "layers", !preset, &o.num_layers));
   KVTIER_RETURN_IF_ERROR(ApplyUint32(flags, "kv-lora-rank", false, &o.kv_lora_rank));
@@ -101,12 +102,12 @@ absl::StatusOr<codec::PageLayout> BuildMla(const FlagValues& flags, bool preset)
   return codec::BuildMlaLayout(o);
 }
 
-absl::StatusOr<codec::PageLayout> BuildHybrid(const FlagValues& flags) {
+absl::StatusOr<codec::PageLayout> BuildHybrid(const cli::Values& flags) {
   codec::HybridOptions o;
   KVTIER_RETURN_IF_ERROR(ApplyUint32(flags, "layers", true, &o.num_layers));
   KVTIER_ASSIGN_OR_RETURN(std::optional<std::vector<uint32_t>> attention,
                           flags.OptionalUint32List("attention-layers"));
-  if (!attention.has_value()) return UsageError("missing required flag --attention-layers");
+  if (!attention.has_value()) return cli::UsageError("missing required flag --attention-layers");
   o.attention_layers = *std::move(attention);
   KVTIER_RETURN_IF_ERROR(ApplyUint32(flags, "kv-heads", true, &o.kv_heads));
   KVTIER_RETURN_IF_ERROR(ApplyUint32(flags, "head-dim", true, &o.head_dim));
@@ -120,7 +121,7 @@ absl::StatusOr<codec::PageLayout> BuildHybrid(const FlagValues& flags) {
 
 }  // namespace
 
-absl::Status RunLayout(const FlagValues& flags) {
+absl::Status RunLayout(const cli::Values& flags) {
   std::optional<std::string> preset = flags.Get("preset");
   std::optional<std::string> family = flags.Get("family");
   std::string preset_family;
@@ -130,19 +131,20 @@ absl::Status RunLayout(const FlagValues& flags) {
     } else if (*preset == kDeepseekV3Preset) {
       preset_family = "mla";
     } else {
-      return UsageError(absl::StrCat("flag --preset: unknown preset '", *preset, "' (expected ",
-                                     kQwen3_8bPreset, " or ", kDeepseekV3Preset, ")"));
+      return cli::UsageError(absl::StrCat("flag --preset: unknown preset '", *preset,
+                                          "' (expected ", kQwen3_8bPreset, " or ",
+                                          kDeepseekV3Preset, ")"));
     }
     if (family.has_value() && *family != preset_family) {
-      return UsageError(absl::StrCat("--family ", *family, " contradicts --preset ", *preset,
-                                     " (a ", preset_family, " model)"));
+      return cli::UsageError(absl::StrCat("--family ", *family, " contradicts --preset ", *preset,
+                                          " (a ", preset_family, " model)"));
     }
     family = preset_family;
   }
-  if (!family.has_value()) return UsageError("missing required flag --family (or --preset)");
+  if (!family.has_value()) return cli::UsageError("missing required flag --family (or --preset)");
   if (*family != "gqa" && *family != "mla" && *family != "hybrid") {
-    return UsageError(absl::StrCat("flag --family: unknown family '", *family,
-                                   "' (expected gqa, mla or hybrid)"));
+    return cli::UsageError(absl::StrCat("flag --family: unknown family '", *family,
+                                        "' (expected gqa, mla or hybrid)"));
   }
   KVTIER_RETURN_IF_ERROR(CheckApplicable(flags, *family));
 
@@ -155,8 +157,9 @@ absl::Status RunLayout(const FlagValues& flags) {
     layout = BuildHybrid(flags);
   }
   if (!layout.ok()) {
-    if (IsUsageError(layout.status())) return layout.status();
-    return UsageError(absl::StrCat("invalid ", *family, " layout: ", layout.status().ToString()));
+    if (cli::IsUsageError(layout.status())) return layout.status();
+    return cli::UsageError(
+        absl::StrCat("invalid ", *family, " layout: ", layout.status().ToString()));
   }
   absl::PrintF("%s\n", codec::LayoutToJson(*layout));
   return absl::OkStatus();

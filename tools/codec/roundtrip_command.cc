@@ -77,7 +77,7 @@ std::string StatsLine(const BufferErrorStats& stats, uint64_t hot_bytes_per_page
 
 }  // namespace
 
-absl::Status RunRoundtrip(const FlagValues& flags) {
+absl::Status RunRoundtrip(const cli::Values& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::string layout_path, flags.RequiredString("layout"));
   KVTIER_ASSIGN_OR_RETURN(codec::CodecSpec spec, CodecSpecFromFlags(flags));
   std::optional<std::string> in_path = flags.Get("in");
@@ -87,16 +87,18 @@ absl::Status RunRoundtrip(const FlagValues& flags) {
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint32_t> trips_flag, flags.OptionalUint32("trips"));
   const bool json = flags.Has("json");
   if (in_path.has_value() == generate.has_value()) {
-    return UsageError("give exactly one of --in FILE and --generate N");
+    return cli::UsageError("give exactly one of --in FILE and --generate N");
   }
   if (in_path.has_value() && (sigma.has_value() || seed.has_value())) {
-    return UsageError("--sigma and --seed apply to --generate only");
+    return cli::UsageError("--sigma and --seed apply to --generate only");
   }
-  if (generate.has_value() && *generate == 0) return UsageError("flag --generate: must be >= 1");
-  if (sigma.has_value() && *sigma <= 0) return UsageError("flag --sigma: must be > 0");
+  if (generate.has_value() && *generate == 0)
+    return cli::UsageError("flag --generate: must be >= 1");
+  if (sigma.has_value() && *sigma <= 0) return cli::UsageError("flag --sigma: must be > 0");
   const uint32_t trips = trips_flag.value_or(1);
   if (trips < 1 || trips > kMaxTrips) {
-    return UsageError(absl::StrCat("flag --trips: ", trips, " is not in [1, ", kMaxTrips, "]"));
+    return cli::UsageError(
+        absl::StrCat("flag --trips: ", trips, " is not in [1, ", kMaxTrips, "]"));
   }
 
   KVTIER_ASSIGN_OR_RETURN(codec::PageLayout layout, LoadLayoutFile(layout_path));

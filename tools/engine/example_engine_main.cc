@@ -23,19 +23,26 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/cli/command_line.h"
 #include "common/file_reading.h"
 #include "kvtier/client.h"
 #include "kvtier/compression.h"
 #include "kvtier/layout.h"
 #include "nlohmann/json.hpp"
-#include "tools/codec/flag_parser.h"
 #include "tools/engine/replay.h"
 #include "tools/engine/trace.h"
 
 namespace kvtier::engine {
 namespace {
 
-const tools::FlagDef kFlags[] = {
+// One flag: a switch when `value_name` is empty.
+struct FlagDef {
+  const char* name;
+  const char* value_name;
+  const char* help;
+};
+
+const FlagDef kFlags[] = {
     {"socket", "PATH", "kvtierd's socket (default $KVTIER_SOCKET, else /run/kvtier/kvtier.sock)"},
     {"trace", "FILE", "replay a Mooncake trace (JSON lines); default: the synthetic agentic trace"},
     {"requests", "N", "replay the first N requests (trace) or N sessions (synthetic; default 32)"},
@@ -75,41 +82,43 @@ std::string Pct(uint64_t part, uint64_t whole) {
 }
 
 int Main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  bool help = false;
-  absl::StatusOr<tools::FlagValues> flags =
-      tools::ParseFlags("kvtier-example-engine", kFlags, args, &help);
-  if (help) {
-    std::printf("usage: kvtier-example-engine [flags]\n\n%s",
-                tools::FormatFlagHelp(kFlags).c_str());
-    return 0;
+  cli::CommandLine command_line("kvtier-example-engine");
+  command_line.root().SetFooter(
+      "Exit status: 0 when the replay ran and nothing mismatched, 1 on an error or a mismatch, 2 "
+      "on\n"
+      "a usage error.");
+  for (const FlagDef& flag : kFlags) {
+    if (*flag.value_name == '\0') {
+      command_line.root().AddSwitch(flag.name, flag.help);
+    } else {
+      command_line.root().AddFlag(flag.name, flag.value_name, flag.help);
+    }
   }
-  auto usage = [](const absl::Status& st) {
-    std::fprintf(stderr, "kvtier-example-engine: %s\n(see --help)\n",
-                 std::string(st.message()).c_str());
-    return 2;
-  };
+  cli::Values flags;
+  if (std::optional<int> exit_status = command_line.Parse(argc, argv, &flags)) {
+    return *exit_status;
+  }
+  auto usage = [&](const absl::Status& st) { return flags.PrintUsageError(st.message()); };
   auto fail = [](const absl::Status& st) {
     std::fprintf(stderr, "kvtier-example-engine: %s\n", st.ToString().c_str());
     return 1;
   };
-  if (!flags.ok()) return usage(flags.status());
-  const bool json = flags->Has("json"), quiet = flags->Has("quiet");
-  absl::StatusOr<std::optional<uint64_t>> requests = flags->OptionalUint64("requests");
-  absl::StatusOr<std::optional<uint64_t>> seed = flags->OptionalUint64("seed");
-  absl::StatusOr<std::optional<uint32_t>> page_tokens = flags->OptionalUint32("tokens-per-page");
+  const bool json = flags.Has("json"), quiet = flags.Has("quiet");
+  absl::StatusOr<std::optional<uint64_t>> requests = flags.OptionalUint64("requests");
+  absl::StatusOr<std::optional<uint64_t>> seed = flags.OptionalUint64("seed");
+  absl::StatusOr<std::optional<uint32_t>> page_tokens = flags.OptionalUint32("tokens-per-page");
   for (const absl::Status& st : {requests.status(), seed.status(), page_tokens.status()}) {
     if (!st.ok()) return usage(st);
   }
   const uint32_t tokens_per_page = page_tokens->value_or(512);
-  const std::string layout_name = flags->Get("layout").value_or("tiny");
+  const std::string layout_name = flags.Get("layout").value_or("tiny");
   absl::StatusOr<PageLayout> layout = LayoutFromFlag(layout_name, tokens_per_page);
   if (!layout.ok()) return usage(layout.status());
 
   // The workload.
   std::vector<Session> sessions;
   std::string workload;
-  if (std::optional<std::string> trace = flags->Get("trace")) {
+  if (std::optional<std::string> trace = flags.Get("trace")) {
     absl::StatusOr<std::vector<Session>> loaded = LoadMooncakeTrace(*trace, requests->value_or(0));
     if (!loaded.ok()) return fail(loaded.status());
     sessions = *std::move(loaded);
@@ -122,7 +131,7 @@ int Main(int argc, char** argv) {
     workload = absl::StrCat("synthetic agentic sessions (seed ", o.seed, ")");
   }
   // The KV pool's place.
-  const std::string where = flags->Get("device").value_or("auto");
+  const std::string where = flags.Get("device").value_or("auto");
   int device = -1;
   if (where == "auto") {
     device = CudaAvailable() ? 0 : -1;
@@ -134,14 +143,14 @@ int Main(int argc, char** argv) {
     }
   }
   EngineRunOptions options;
-  options.socket = flags->Get("socket").value_or(EnvOr("KVTIER_SOCKET", "/run/kvtier/kvtier.sock"));
+  options.socket = flags.Get("socket").value_or(EnvOr("KVTIER_SOCKET", "/run/kvtier/kvtier.sock"));
   options.sessions = std::move(sessions);
   options.layout = *layout;
   options.device = device;
-  options.pool_dir = flags->Get("pool-dir").value_or(EnvOr("KVTIER_POOL_DIR", "/dev/shm"));
-  options.model = flags->Get("model").value_or(absl::StrCat("kvtier-example/", layout_name));
+  options.pool_dir = flags.Get("pool-dir").value_or(EnvOr("KVTIER_POOL_DIR", "/dev/shm"));
+  options.model = flags.Get("model").value_or(absl::StrCat("kvtier-example/", layout_name));
   options.quiet = quiet;
-  if (std::optional<std::string> files = flags->Get("config")) {
+  if (std::optional<std::string> files = flags.Get("config")) {
     for (const std::string& f :
          std::vector<std::string>(absl::StrSplit(*files, ',', absl::SkipEmpty()))) {
       absl::StatusOr<CompressionConfig> c = LoadCompressionConfig(f);
@@ -151,7 +160,7 @@ int Main(int argc, char** argv) {
   } else {
     CompressionConfig c;
     c.algorithm = "quantization_for_cold_page";
-    const std::string codec = flags->Get("codec").value_or("nvfp4");
+    const std::string codec = flags.Get("codec").value_or("nvfp4");
     const size_t plus = codec.find("+rope");
     c.quant = codec.substr(0, plus);
     c.rope_precision = plus == std::string::npos ? "quantized" : "lossless";
