@@ -29,13 +29,13 @@ int main(int argc, char** argv) {
   kvtier::cli::CommandLine command_line("kvtierd");
   command_line.SetVersion(PrintVersion);
   command_line.root()
-      .SetUsage("kvtierd [options]")
+      .SetUsage("[options]")
       .AddFlag("config", "FILE", "YAML configuration (fields: kvtierd --print-default-config)")
       .AddRepeatedFlag("set", "FIELD=VALUE",
                        "override one field, e.g. --set=host.capacity=8GiB; applied after the\n"
                        "file, in command-line order with --socket and --state-dir")
-      .AddFlag("socket", "PATH", "same as --set=server.socket=PATH")
-      .AddFlag("state-dir", "DIR", "same as --set=state_dir=DIR")
+      .AddRepeatedFlag("socket", "PATH", "same as --set=server.socket=PATH")
+      .AddRepeatedFlag("state-dir", "DIR", "same as --set=state_dir=DIR")
       .AddSwitch("print-default-config",
                  "print the default configuration, with every field explained, and exit")
       .AddSwitch("check-config",

@@ -3,7 +3,8 @@
 // configuration file is refused at once; --check-config finds what a start would fail on (a busy
 // port, a state directory that cannot be created, a socket path taken by a file, a missing tokens
 // file, a host tier larger than the memory limit) without creating anything; and a start with a
-// busy metrics port fails before it opens the store (no index directory appears). Label
+// busy metrics port fails before it opens the store (no index directory appears); flags take
+// their value after a space or an equals sign, and a wrong command line exits 2. Label
 // integration; every kvtierd run is under a timeout, so a hang fails instead of blocking.
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -231,6 +232,47 @@ TEST_F(KvtierdStartupTest, TheSocketPathAppearsOnlyOnceItAcceptsConnections) {
     ASSERT_FALSE(Exists(Socket())) << "a stopped kvtierd removes its socket";
   }
   EXPECT_EQ(refused, 0);
+}
+
+TEST_F(KvtierdStartupTest, FlagsTakeTheirValueAfterASpaceOrAnEqualsSign) {
+  // The fixture's flags with the value as the next argument: kvtierd serves on that socket and
+  // keeps its state in that directory.
+  std::vector<std::string> args = {KvtierdPath()};
+  for (const std::string& arg : Args()) {
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t eq = arg.find('=');
+    args.push_back(arg.substr(0, eq));
+    args.push_back(arg.substr(eq + 1));
+  }
+  ASSERT_EQ(args[1], "--state-dir");
+  ASSERT_EQ(args[3], "--socket");
+  absl::StatusOr<KvtierdChild> child = SpawnKvtierd(args, Socket(), dir_->File("kvtierd.log"));
+  ASSERT_TRUE(child.ok()) << child.status().message() << ":\n" << Log();
+  pid_ = child->pid;
+  EXPECT_TRUE(Exists(dir_->File("state")));
+  EXPECT_EQ(StopDaemon(SIGTERM), 0) << Log();
+}
+
+TEST_F(KvtierdStartupTest, AWrongCommandLineExitsTwoNamingTheFlag) {
+  std::string out;
+  EXPECT_EQ(RunKvtierd({"--frobnicate"}, &out), 2) << out;
+  EXPECT_TRUE(Contains(out, "kvtierd: unknown flag --frobnicate\nusage: kvtierd [options]")) << out;
+  EXPECT_EQ(RunKvtierd({"--config"}, &out), 2) << out;
+  EXPECT_TRUE(Contains(out, "kvtierd: --config needs a value")) << out;
+  EXPECT_EQ(RunKvtierd({"--config", "a.yaml", "--config=b.yaml"}, &out), 2) << out;
+  EXPECT_TRUE(Contains(out, "kvtierd: --config given more than once")) << out;
+  EXPECT_EQ(RunKvtierd({"--check-config=yes"}, &out), 2) << out;
+  EXPECT_TRUE(Contains(out, "kvtierd: --check-config takes no value")) << out;
+  EXPECT_EQ(RunKvtierd({"stray"}, &out), 2) << out;
+  EXPECT_TRUE(Contains(out, "kvtierd: unexpected argument 'stray'")) << out;
+  EXPECT_FALSE(Exists(dir_->File("state"))) << "a usage error starts nothing";
+  EXPECT_EQ(RunKvtierd({"--help"}, &out), 0) << out;
+  EXPECT_TRUE(Contains(out, "usage: kvtierd [options]")) << out;
+  EXPECT_TRUE(Contains(out, "  --state-dir DIR")) << out;
+  EXPECT_TRUE(Contains(out, "override one field, e.g. --set=host.capacity=8GiB")) << out;
+  EXPECT_TRUE(Contains(out, "Exit status: 0 after a clean stop")) << out;
+  EXPECT_EQ(RunKvtierd({"--version"}, &out), 0) << out;
+  EXPECT_TRUE(Contains(out, "kvtierd 0.1.0")) << out;
 }
 
 }  // namespace

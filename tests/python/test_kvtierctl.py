@@ -173,6 +173,26 @@ class KvtierctlTest(daemon_fixture.DaemonTestCase):
         _, err = self.ctl("status", "--timeout=2", rc=1, socket=missing)
         self.assertIn("is kvtierd running and listening on unix:" + missing, err)
 
+    def test_01b_values_after_a_space(self):
+        # Every flag takes its value as --flag VALUE as well as --flag=VALUE, before or after the
+        # command.
+        runs = [
+            [KVTIERCTL, "--socket", self.socket, "status"],
+            [KVTIERCTL, "status", "--socket", self.socket, "--timeout", "30"],
+            [KVTIERCTL, "--socket", self.socket, "stats", "--namespace", self.ns, "--json"],
+        ]
+        for cmd in runs:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            self.assertEqual(done.returncode, 0, f"{cmd}: {done.stderr}")
+            if "--json" in cmd:
+                self.assertEqual(len(json.loads(done.stdout)["namespaces"]), 1)
+            else:
+                self.assertIn("kvtierd 0.1.0 on ", done.stdout)
+        _, err = self.ctl("status", "--timeout", rc=2)
+        self.assertIn("--timeout needs a value", err)
+        _, err = self.ctl("status", "--socket", self.socket, rc=2)  # ctl() passes one already
+        self.assertIn("--socket given more than once", err)
+
     def test_02_status(self):
         out, _ = self.ctl("status")
         self.assertIn("kvtierd 0.1.0 on ", out)

@@ -327,9 +327,33 @@ TEST_F(KvtierCodecToolTest, UsageErrorsExitWithCodeTwo) {
   EXPECT_EQ(Run({"frobnicate"}).exit_code, 2);
   EXPECT_EQ(Run({}).exit_code, 2);
 
+  ToolResult twice = Run({"inspect", "--in", Path("pages.bin"), "--in", Path("pages.bin")});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_THAT(twice.err, HasSubstr("kvtier-codec: --in given more than once"));
+  ToolResult no_value = Run({"inspect", "--in"});
+  EXPECT_THAT(no_value.err, HasSubstr("kvtier-codec: --in needs a value"));
+  EXPECT_THAT(no_value.err, HasSubstr("usage: kvtier-codec inspect --in blocks.bin"));
+
   ToolResult help = Run({"decode", "--help"});
   EXPECT_EQ(help.exit_code, 0);
-  EXPECT_THAT(help.out, AllOf(HasSubstr("usage: kvtier-codec decode"), HasSubstr("--layout")));
+  EXPECT_THAT(help.out, AllOf(HasSubstr("usage: kvtier-codec decode"), HasSubstr("--layout FILE"),
+                              HasSubstr("payload checksums")));
+  EXPECT_EQ(Run({"help", "decode"}).out, help.out);
+  ToolResult top = Run({"--help"});
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_THAT(top.out, AllOf(HasSubstr("  roundtrip"), HasSubstr("2 usage error")));
+}
+
+TEST_F(KvtierCodecToolTest, FlagsTakeTheirValueAfterASpaceOrAnEqualsSign) {
+  WriteLayoutAndPages();
+  ToolResult spaced = Run({"encode", "--layout", Path("L.json"), "--codec", "nvfp4", "--in",
+                           Path("pages.bin"), "--out", Path("a.bin")});
+  ASSERT_EQ(spaced.exit_code, 0) << spaced.err;
+  ToolResult joined = Run({"encode", "--layout=" + Path("L.json"), "--codec=nvfp4",
+                           "--in=" + Path("pages.bin"), "--out=" + Path("b.bin")});
+  ASSERT_EQ(joined.exit_code, 0) << joined.err;
+  EXPECT_EQ(ReadFile(dir_ / "a.bin"), ReadFile(dir_ / "b.bin"));
+  EXPECT_FALSE(ReadFile(dir_ / "a.bin").empty());
 }
 
 TEST_F(KvtierCodecToolTest, InspectPrintsTheChosenBlock) {
