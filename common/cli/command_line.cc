@@ -16,18 +16,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 
 namespace kvtier::cli {
 namespace {
@@ -69,31 +68,6 @@ absl::Status UsageError(absl::string_view message) {
 
 bool IsUsageError(const absl::Status& status) {
   return status.GetPayload(kUsageErrorPayload).has_value();
-}
-
-absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
-  absl::string_view digits = absl::StripAsciiWhitespace(text);
-  size_t end = 0;
-  while (end < digits.size() && absl::ascii_isdigit(static_cast<unsigned char>(digits[end]))) {
-    ++end;
-  }
-  std::string suffix = absl::AsciiStrToLower(absl::StripAsciiWhitespace(digits.substr(end)));
-  digits = digits.substr(0, end);
-  int shift = -1;
-  if (suffix.empty() || suffix == "b") shift = 0;
-  if (suffix == "k" || suffix == "kib") shift = 10;
-  if (suffix == "m" || suffix == "mib") shift = 20;
-  if (suffix == "g" || suffix == "gib") shift = 30;
-  if (suffix == "t" || suffix == "tib") shift = 40;
-  uint64_t value = 0;
-  if (digits.empty() || shift < 0 || !absl::SimpleAtoi(digits, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", text, "' is not a byte count (digits with an optional B, KiB, MiB, GiB or TiB)"));
-  }
-  if (shift > 0 && value > (std::numeric_limits<uint64_t>::max() >> shift)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is more than 2^64 bytes"));
-  }
-  return value << shift;
 }
 
 // ---- Command ----
@@ -322,14 +296,6 @@ absl::StatusOr<std::optional<std::vector<uint32_t>>> Values::OptionalUint32List(
     values.push_back(value);
   }
   return std::optional<std::vector<uint32_t>>(std::move(values));
-}
-
-absl::StatusOr<std::optional<uint64_t>> Values::OptionalByteSize(absl::string_view name) const {
-  std::optional<std::string> text = Get(name);
-  if (!text.has_value()) return std::optional<uint64_t>();
-  absl::StatusOr<uint64_t> bytes = ParseByteSize(*text);
-  if (!bytes.ok()) return UsageError(absl::StrCat("flag --", name, ": ", bytes.status().message()));
-  return std::optional<uint64_t>(*bytes);
 }
 
 int Values::PrintUsageError(absl::string_view message) const {

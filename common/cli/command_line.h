@@ -132,8 +132,6 @@ class Values {
   // A comma-separated list of unsigned 32-bit integers ("3,7,11"); "" is the empty list.
   absl::StatusOr<std::optional<std::vector<uint32_t>>> OptionalUint32List(
       absl::string_view name) const;
-  // A byte count: digits with an optional suffix B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024).
-  absl::StatusOr<std::optional<uint64_t>> OptionalByteSize(absl::string_view name) const;
 
   // Prints "PROGRAM: MESSAGE", the selected command's usage line and where its help is to stderr;
   // returns kExitUsage.
@@ -147,10 +145,6 @@ class Values {
   std::vector<std::pair<std::string, std::string>> flags_;
   std::vector<std::string> positional_;
 };
-
-// Parses a byte count as Values::OptionalByteSize does; InvalidArgument (not a usage error)
-// naming `text` otherwise, so callers can say where it came from.
-absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
 
 // A program's command line. Declare the commands on root(), then Parse once.
 class CommandLine {
