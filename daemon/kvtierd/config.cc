@@ -100,7 +100,8 @@ disk:
   # Directories of the disk tier (one preallocated file each). Empty: <state_dir>/disk.
   dirs: []
   # Disk tier size, all directories together. auto: a quarter of the free space of the first
-  # directory's file system, at most 256 GiB, rounded down to whole chunks. 0: no disk tier.
+  # directory's file system (the tier's own files counted as free, so restarts agree), at most
+  # 256 GiB, rounded down to whole chunks. 0: no disk tier.
   capacity: auto
   chunk: 256MiB
   # io_uring queue depth per file (1 to 4096).
