@@ -478,9 +478,12 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
         LogField("config", source.file.empty() ? std::string("built-in defaults") : source.file),
         LogField("socket", unix_address), LogField("tcp", tcp_address),
         LogField("metrics", metrics ? metrics->address() : std::string()),
-        LogField("gpu_capacity_bytes", stats.tiers[0].capacity_bytes),
-        LogField("host_capacity_bytes", stats.tiers[1].capacity_bytes),
-        LogField("disk_capacity_bytes", stats.tiers[2].capacity_bytes),
+        LogField("gpu_capacity_bytes",
+                 stats.tiers[static_cast<int>(index::Tier::kGpu)].capacity_bytes),
+        LogField("host_capacity_bytes",
+                 stats.tiers[static_cast<int>(index::Tier::kHost)].capacity_bytes),
+        LogField("disk_capacity_bytes",
+                 stats.tiers[static_cast<int>(index::Tier::kDisk)].capacity_bytes),
         LogField("incarnation", absl::StrFormat("%016x", service->incarnation())),
         LogField("pid", static_cast<int64_t>(getpid())));
   }

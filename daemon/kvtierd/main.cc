@@ -28,9 +28,9 @@ constexpr const char* kUsage = R"(usage: kvtierd [options]
                            directories, tier sizes), report every problem, then exit
   --repair-index           repair a damaged index (or set it aside when it cannot be), then exit;
                            needs the configuration the daemon runs with, and no daemon running
-  --version                print the version, git revision and build features, and exit
+  --version                print the version and exit
 
-Signals: SIGTERM/SIGINT drain and stop; SIGHUP reloads log.level and log.format.
+Signals: SIGTERM/SIGINT drain and stop; SIGHUP reloads log.level.
 systemd: with NOTIFY_SOCKET set, kvtierd sends READY=1, RELOADING=1, STOPPING=1 and (with
 WATCHDOG_USEC) WATCHDOG=1 while healthy; with LISTEN_FDS=1 and LISTEN_PID it serves gRPC on the
 inherited Unix socket (fd 3) instead of binding server.socket. See deploy/systemd/README.md.
