@@ -380,6 +380,17 @@ UringBlockFile::UringBlockFile(int fd, int wake_fd, const BlockFileOptions& opti
       direct_io_(IsDirectIo(fd)),
       max_fixed_buffer_bytes_(MaxPageSegmentBytes(fd) > 0 ? MaxPageSegmentBytes(fd) : UINT64_MAX) {}
 
+absl::Status UringAvailable() {
+  io_uring ring;
+  const int rc = io_uring_queue_init(1, &ring, 0);
+  if (rc < 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("the kernel refuses io_uring_setup: ", ErrnoText(-rc)));
+  }
+  io_uring_queue_exit(&ring);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<UringBlockFile>> UringBlockFile::Create(
     int fd, const BlockFileOptions& options) {
   if (absl::Status valid = ValidateBlockFileOptions(options); !valid.ok()) return valid;

@@ -130,8 +130,12 @@ metrics:
   listen: 127.0.0.1:9464
 
 log:
-  # Lowest level logged: info, warning, error.
+  # Lowest level logged: info, warning, error. SIGHUP reloads it.
   level: info
+  # Line format on stderr: text (one human-readable line per event) or json (one JSON object per
+  # line: time, level, component, source, message, fields; docs/OPERATIONS.md, Logs). SIGHUP
+  # reloads it.
+  format: text
 
 auth:
   # File of tenant tokens, one "<tenant> sha256:<hex of the token's SHA-256>" per line. Empty:
@@ -576,6 +580,10 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   c.log_level = r.String("log.level");
   if (c.log_level != "info" && c.log_level != "warning" && c.log_level != "error") {
     r.Fail("log.level", absl::StrFormat("'%s' is not info, warning or error", c.log_level));
+  }
+  c.log_format = r.String("log.format");
+  if (c.log_format != "text" && c.log_format != "json") {
+    r.Fail("log.format", absl::StrFormat("'%s' is not text or json", c.log_format));
   }
   c.auth_tokens_file = r.String("auth.tokens_file");
   if (!c.auth_tokens_file.empty() && c.auth_tokens_file[0] != '/') {

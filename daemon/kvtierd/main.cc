@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--repair-index") {
       repair_index = true;
     } else if (arg == "--version") {
-      std::cout << "kvtierd 0.1.0\n";
+      std::cout << kvtier::kvtierd::VersionText();
       return 0;
     } else if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;

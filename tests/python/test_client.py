@@ -116,6 +116,9 @@ class ClientTest(daemon_fixture.DaemonTestCase):
         self.assertFalse(self.client.hello().draining)
         self.assertEqual(self.client.hello().incarnation_id, server.incarnation_id)
         self.assertEqual(kvtier.__version__, "0.1.0")
+        self.assertEqual(kvtier.library_version(), kvtier.__version__)
+        # The daemon of the same build reports the same version in Hello.
+        self.assertEqual(server.server_version, kvtier.library_version())
         self.assertEqual(len(self.engine.hash_root), kvtier.BLOCK_HASH_BYTES)
         self.assertEqual(self.engine.codec, "raw")
         self.assertEqual(self.engine.hot_page_bytes, self.page_bytes)

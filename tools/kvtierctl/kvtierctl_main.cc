@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/build_info/build_info.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
 namespace kvtier::ctl {
@@ -205,7 +206,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (words.empty() && flag_args.size() == 1 && flag_args[0] == "--version") {
-    std::cout << "kvtierctl 0.1.0\n";
+    std::cout << kvtier::build_info::VersionText("kvtierctl");
     return kExitOk;
   }
   Invocation inv;
