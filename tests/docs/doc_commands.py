@@ -205,8 +205,12 @@ def script_for(doc, blocks, source, workdir):
         where = f"{os.path.basename(doc)}:{b.line}"
         if b.tag not in SHELL_TAGS:
             if b.example:
-                with open(os.path.join(workdir, b.example), "w", encoding="utf-8") as f:
-                    f.write(b.text)
+                path = os.path.join(workdir, b.example)
+                if os.path.lexists(path):  # never over a link into the source tree
+                    print(f"{where}: example '{b.example}' not written: the name is taken")
+                else:
+                    with open(path, "w", encoding="utf-8") as f:
+                        f.write(b.text)
             if b.directives:
                 sys.exit(f"{where}: doc-test directives on a '{b.tag or 'plain'}' block")
             continue
