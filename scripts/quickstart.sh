@@ -5,15 +5,36 @@
 # are set: a small host tier, so that the replay also reaches the disk tier), replays a short
 # agentic workload through the example engine (NVFP4 cold pages, every returned page checked),
 # prints the daemon's per-tier table (kvtierctl stats) and stops the daemon with SIGTERM.
+# The build holds everything `cmake --install build-quickstart` installs (daemon, tools, libkvtier,
+# headers, CMake package, kvtier.pc), so docs/QUICKSTART.md's next step works from it.
 # Usage: scripts/quickstart.sh [kvtier-example-engine flags, e.g. --requests 64 --codec raw]
+#   Flags given here replace the script's defaults for the engine (--requests 48).
+#   KVTIER_BUILD_DIR=DIR uses the executables of an existing build in DIR instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 . scripts/env.sh
-cmake -S . -B build-quickstart -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF \
-  -DKVTIER_BUILD_BENCHMARKS=OFF -DKVTIER_BUILD_PYTHON=OFF > /dev/null
-cmake --build build-quickstart --target kvtierd kvtierctl kvtier-example-engine
-bin=$PWD/build-quickstart/bin
+if [ -n "${KVTIER_BUILD_DIR:-}" ]; then
+  bin=$(cd "$KVTIER_BUILD_DIR" && pwd)/bin
+  echo "== using the build in $KVTIER_BUILD_DIR"
+else
+  cmake -S . -B build-quickstart -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF \
+    -DKVTIER_BUILD_BENCHMARKS=OFF -DKVTIER_BUILD_PYTHON=OFF > /dev/null
+  cmake --build build-quickstart
+  bin=$PWD/build-quickstart/bin
+fi
+
+# The engine's flags: the script's defaults, each left out when the command line names it.
+given() {
+  local flag=$1 arg
+  shift
+  for arg in "$@"; do
+    case $arg in "$flag" | "$flag"=*) return 0 ;; esac
+  done
+  return 1
+}
+engine_flags=()
+given --requests "$@" || engine_flags+=(--requests 48)
 
 dir=$(mktemp -d /tmp/kvtier-quickstart.XXXXXX)
 pid=""
@@ -41,7 +62,7 @@ done
 
 echo
 echo "== kvtier-example-engine: agentic sessions (shared system prompts, tool calls) through libkvtier"
-"$bin/kvtier-example-engine" --requests 48 "$@"
+"$bin/kvtier-example-engine" ${engine_flags[@]+"${engine_flags[@]}"} "$@"
 
 echo
 echo "== kvtierctl stats"

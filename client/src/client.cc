@@ -52,13 +52,7 @@
 
 namespace kvtier {
 
-std::string_view LibraryVersion() {
-#ifdef KVTIER_VERSION
-  return KVTIER_VERSION;
-#else
-  return "0.1.0";
-#endif
-}
+std::string_view LibraryVersion() { return KVTIER_VERSION_STRING; }
 
 namespace {
 

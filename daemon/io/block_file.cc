@@ -6,7 +6,10 @@
 //   direct I/O, e.g. tmpfs on old kernels) falls back to buffered I/O, logged once per process.
 // - fallocate(mode 0) runs over [0, size_bytes) on every open: it extends a short file, fills holes
 //   of a sparse one so that later writes cannot fail with ENOSPC, and never shrinks a longer file.
-//   A file this call created is removed again when preallocation or the engine fails.
+//   A file this call created is removed again when preallocation or the engine fails; an older
+//   file that preallocation had begun to extend is cut back to its former size.
+// - It runs in chunks of preallocate_chunk_bytes (1 GiB) with a ProgressLog advanced after each:
+//   a large file on a slow drive takes long enough that a start must say where it is.
 // - kAuto tries io_uring first; a refusal is logged once and the thread pool takes over.
 #include "daemon/io/block_file.h"
 
@@ -14,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <string>
@@ -26,7 +30,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "common/format_bytes.h"
 #include "common/logging.h"
+#include "common/progress.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/io/thread_pool_block_file.h"
 #include "daemon/io/uring_block_file.h"
@@ -55,14 +61,32 @@ absl::Status OpenError(int err, absl::string_view path) {
   }
 }
 
-// Extends the file to `size_bytes` with allocated blocks. Never shrinks it.
-absl::Status Preallocate(int fd, const BlockFileOptions& options) {
+// Allocates [offset, offset + length), retrying EINTR. 0 or the errno.
+int FallocateRange(int fd, uint64_t offset, uint64_t length) {
   int rc;
   do {
-    rc = fallocate(fd, 0, 0, static_cast<off_t>(options.size_bytes));
+    rc = fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(length));
   } while (rc != 0 && errno == EINTR);
-  if (rc == 0) return absl::OkStatus();
-  const int err = errno;
+  return rc == 0 ? 0 : errno;
+}
+
+// Extends the file to `size_bytes` with allocated blocks, chunk by chunk. Never shrinks it.
+absl::Status Preallocate(int fd, const BlockFileOptions& options) {
+  const uint64_t chunk = std::max<uint64_t>(
+      options.preallocate_chunk_bytes / options.alignment * options.alignment, options.alignment);
+  ProgressLog progress(absl::StrCat("disk tier: preallocating ", FormatBytes(options.size_bytes),
+                                    " for '", options.path, "'"),
+                       options.size_bytes, options.progress);
+  int err = 0;
+  for (uint64_t off = 0; off < options.size_bytes && err == 0; off += chunk) {
+    const uint64_t length = std::min(chunk, options.size_bytes - off);
+    err = FallocateRange(fd, off, length);
+    if (err == 0) progress.Advance(length);
+  }
+  if (err == 0) {
+    progress.Finish();
+    return absl::OkStatus();
+  }
   const std::string message = absl::StrFormat("cannot preallocate %u bytes for '%s': %s",
                                               options.size_bytes, options.path, ErrnoText(err));
   if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(message);
@@ -262,6 +286,12 @@ absl::StatusOr<std::unique_ptr<BlockFile>> OpenBlockFile(const BlockFileOptions&
 
   absl::Status prealloc = Preallocate(fd, options);
   if (!prealloc.ok()) {
+    struct stat now;
+    if (existed && fstat(fd, &now) == 0 && now.st_size > before.st_size &&
+        ftruncate(fd, before.st_size) != 0) {
+      KVTIER_LOG(kWarning, "cannot cut '", options.path, "' back to ", before.st_size,
+                 " bytes: ", ErrnoText(errno));
+    }
     close(fd);
     if (!existed) unlink(options.path.c_str());
     return prealloc;

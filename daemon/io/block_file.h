@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/histogram.h"
+#include "common/progress.h"
 
 namespace kvtier::io {
 
@@ -109,6 +110,10 @@ struct BlockFileOptions {
   // with huge pages (MADV_HUGEPAGE, hugetlbfs) where possible: large blocks then reach the device
   // in few segments (1,331,200-byte reads ran 3x faster on the development VM's virtio disk).
   std::vector<absl::Span<uint8_t>> registered_buffers;
+  // Preallocation runs in chunks of this size (rounded down to the alignment) and logs its
+  // progress through `progress` when it takes long.
+  uint64_t preallocate_chunk_bytes = 1ull << 30;
+  ProgressOptions progress;
 };
 
 // Opens `options.path`, creating it and preallocating size_bytes with fallocate (a file that is
@@ -116,7 +121,9 @@ struct BlockFileOptions {
 // options or a path that is not a regular file; PermissionDenied when the file cannot be opened
 // for lack of permission; ResourceExhausted when fallocate reports ENOSPC / EDQUOT; Unimplemented
 // when kUring is asked for and the kernel refuses a ring; Internal with the errno otherwise (a
-// missing directory included). A file this call created is removed again on error. Blocks.
+// missing directory included). A file this call created is removed again on error, and an older
+// one that preallocation began to extend is cut back to its former size. Blocks (preallocation of
+// a large file takes seconds; it logs progress through options.progress).
 absl::StatusOr<std::unique_ptr<BlockFile>> OpenBlockFile(const BlockFileOptions& options);
 
 // Maps an errno from a transfer to the status codes listed at Submit().

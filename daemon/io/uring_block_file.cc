@@ -16,6 +16,10 @@
 // where it stopped (with O_DIRECT a read that stops off a 512-byte boundary met the end of file).
 // res == 0 on a read is an unexpected end of file. Every CQE is marked seen (cq_advance).
 //
+// Registration of the buffers faults in and pins every page of the host tier, for every file, which
+// takes seconds for a large tier; so where the kernel has sparse buffer tables (5.19) the regions
+// (1 GiB each) are registered one at a time with a ProgressLog between them.
+//
 // Registered buffers: a request inside one registered region uses READ_FIXED/WRITE_FIXED, unless
 // it is longer than the device's max_segments pages. The kernel hands a fixed buffer of 4 KiB
 // pages to the block layer as one bvec per page (only pages of huge folios are coalesced), and the
@@ -46,7 +50,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/types/span.h"
+#include "common/format_bytes.h"
 #include "common/logging.h"
+#include "common/progress.h"
 #include "daemon/io/posix_file.h"
 
 namespace kvtier::io {
@@ -73,8 +79,8 @@ struct UringBlockFile::Op {
 // Everything only the ring thread touches.
 class UringBlockFile::Ring {
  public:
-  Ring(UringBlockFile* file, std::vector<absl::Span<uint8_t>> buffers)
-      : file_(file), buffers_(std::move(buffers)) {}
+  Ring(UringBlockFile* file, std::vector<absl::Span<uint8_t>> buffers, ProgressOptions progress)
+      : file_(file), buffers_(std::move(buffers)), progress_(std::move(progress)) {}
 
   // The ring thread's body.
   void Run() {
@@ -139,7 +145,7 @@ class UringBlockFile::Ring {
       }
     }
     if (iovecs.empty()) return;
-    const int rc = io_uring_register_buffers(&ring_, iovecs.data(), iovecs.size());
+    const int rc = RegisterIovecs(iovecs);
     if (rc != 0) {
       KVTIER_LOG_FIRST(kWarning, "io_uring cannot register ", iovecs.size(), " buffer regions (",
                        ErrnoText(-rc), "; RLIMIT_MEMLOCK?); block I/O uses unregistered buffers");
@@ -152,6 +158,32 @@ class UringBlockFile::Ring {
     std::sort(regions_.begin(), regions_.end(),
               [](const Region& a, const Region& b) { return a.begin < b.begin; });
     file_->buffers_registered_.store(true, std::memory_order_release);
+  }
+
+  // Registers `iovecs` as the ring's fixed buffers 0..n-1: into a sparse table one region at a
+  // time with progress lines (the kernel faults in and pins every page, seconds for a large
+  // unpinned host tier), or in one call where the kernel has no sparse tables (before 5.19).
+  // 0 or -errno; on failure nothing stays registered.
+  int RegisterIovecs(const std::vector<iovec>& iovecs) {
+    if (io_uring_register_buffers_sparse(&ring_, iovecs.size()) != 0) {
+      return io_uring_register_buffers(&ring_, iovecs.data(), iovecs.size());
+    }
+    uint64_t total = 0;
+    for (const iovec& v : iovecs) total += v.iov_len;
+    ProgressLog progress(absl::StrCat("disk tier: registering ", FormatBytes(total),
+                                      " of I/O buffers with io_uring for '", file_->path_, "'"),
+                         total, progress_);
+    for (size_t i = 0; i < iovecs.size(); ++i) {
+      const __u64 tag = 0;
+      const int rc = io_uring_register_buffers_update_tag(&ring_, i, &iovecs[i], &tag, 1);
+      if (rc < 0) {
+        io_uring_unregister_buffers(&ring_);
+        return rc;
+      }
+      progress.Advance(iovecs[i].iov_len);
+    }
+    progress.Finish();
+    return 0;
   }
 
   // The index of the registered buffer holding all of [address, address + length), or -1.
@@ -325,6 +357,7 @@ class UringBlockFile::Ring {
 
   UringBlockFile* const file_;
   const std::vector<absl::Span<uint8_t>> buffers_;
+  const ProgressOptions progress_;
   io_uring ring_;
   bool fixed_file_ = false;
   std::vector<Region> regions_;  // registered buffers, sorted by address
@@ -347,6 +380,17 @@ UringBlockFile::UringBlockFile(int fd, int wake_fd, const BlockFileOptions& opti
       direct_io_(IsDirectIo(fd)),
       max_fixed_buffer_bytes_(MaxPageSegmentBytes(fd) > 0 ? MaxPageSegmentBytes(fd) : UINT64_MAX) {}
 
+absl::Status UringAvailable() {
+  io_uring ring;
+  const int rc = io_uring_queue_init(1, &ring, 0);
+  if (rc < 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("the kernel refuses io_uring_setup: ", ErrnoText(-rc)));
+  }
+  io_uring_queue_exit(&ring);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<UringBlockFile>> UringBlockFile::Create(
     int fd, const BlockFileOptions& options) {
   if (absl::Status valid = ValidateBlockFileOptions(options); !valid.ok()) return valid;
@@ -356,7 +400,7 @@ absl::StatusOr<std::unique_ptr<UringBlockFile>> UringBlockFile::Create(
         absl::StrCat("eventfd for '", options.path, "' failed: ", ErrnoText(errno)));
   }
   auto file = absl::WrapUnique(new UringBlockFile(fd, wake_fd, options));
-  file->ring_ = std::make_unique<Ring>(file.get(), options.registered_buffers);
+  file->ring_ = std::make_unique<Ring>(file.get(), options.registered_buffers, options.progress);
   Ring* ring = file->ring_.get();
   try {
     file->thread_ = std::thread([ring] { ring->Run(); });

@@ -89,6 +89,12 @@ class UringBlockFile final : public BlockFile {
   std::thread::id ring_thread_id_;  // set by the ring thread before Create() returns
 };
 
+// Whether the running kernel grants this process an io_uring: sets up a one-entry ring and tears
+// it down. OK when it does; Unimplemented with the errno text when it refuses (ENOSYS on an old
+// kernel, EPERM under a seccomp profile or kernel.io_uring_disabled). Blocks for the two system
+// calls only.
+absl::Status UringAvailable();
+
 }  // namespace kvtier::io
 
 #endif  // KVTIER_DAEMON_IO_URING_BLOCK_FILE_H_

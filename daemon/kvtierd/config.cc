@@ -100,7 +100,8 @@ disk:
   # Directories of the disk tier (one preallocated file each). Empty: <state_dir>/disk.
   dirs: []
   # Disk tier size, all directories together. auto: a quarter of the free space of the first
-  # directory's file system, at most 256 GiB, rounded down to whole chunks. 0: no disk tier.
+  # directory's file system (the tier's own files counted as free, so restarts agree), at most
+  # 256 GiB, rounded down to whole chunks. 0: no disk tier.
   capacity: auto
   chunk: 256MiB
   # io_uring queue depth per file (1 to 4096).
@@ -129,8 +130,12 @@ metrics:
   listen: 127.0.0.1:9464
 
 log:
-  # Lowest level logged: info, warning, error.
+  # Lowest level logged: info, warning, error. SIGHUP reloads it.
   level: info
+  # Line format on stderr: text (one human-readable line per event) or json (one JSON object per
+  # line: time, level, component, source, message, fields; docs/OPERATIONS.md, Logs). SIGHUP
+  # reloads it.
+  format: text
 
 auth:
   # File of tenant tokens, one "<tenant> sha256:<hex of the token's SHA-256>" per line. Empty:
@@ -575,6 +580,10 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   c.log_level = r.String("log.level");
   if (c.log_level != "info" && c.log_level != "warning" && c.log_level != "error") {
     r.Fail("log.level", absl::StrFormat("'%s' is not info, warning or error", c.log_level));
+  }
+  c.log_format = r.String("log.format");
+  if (c.log_format != "text" && c.log_format != "json") {
+    r.Fail("log.format", absl::StrFormat("'%s' is not text or json", c.log_format));
   }
   c.auth_tokens_file = r.String("auth.tokens_file");
   if (!c.auth_tokens_file.empty() && c.auth_tokens_file[0] != '/') {

@@ -68,7 +68,8 @@ struct Config {
   std::string tcp_tls_cert_pem, tcp_tls_key_pem, tcp_tls_client_ca_pem;
   bool tcp_insecure = false;  // plain text; only on a loopback host
   // log
-  std::string log_level;
+  std::string log_level;   // "info" | "warning" | "error"
+  std::string log_format;  // "text" | "json"
   // auth
   std::string auth_tokens_file;  // empty: authentication off
   std::vector<std::string> auth_admin_tenants;

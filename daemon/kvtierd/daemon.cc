@@ -25,9 +25,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/build_info/build_info.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
+#include "daemon/io/uring_block_file.h"
 #include "daemon/kvtierd/metrics_http.h"
 #include "daemon/kvtierd/probes.h"
 #include "daemon/kvtierd/startup_checks.h"
@@ -37,6 +39,7 @@
 #include "daemon/service/admin_service.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/store/block_store.h"
+#include "grpc/support/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 
@@ -47,6 +50,20 @@ LogSeverity ParseLevel(const std::string& level) {
   if (level == "warning") return LogSeverity::kWarning;
   if (level == "error") return LogSeverity::kError;
   return LogSeverity::kInfo;
+}
+
+LogFormat ParseFormat(const std::string& format) {
+  return format == "json" ? LogFormat::kJson : LogFormat::kText;
+}
+
+// gRPC's own messages (a port it cannot bind, a TLS handshake it refuses) go through the daemon's
+// logger, so that they have its format too (one JSON object per line with log.format json). gRPC
+// filters them by GRPC_VERBOSITY (default: errors only) before this is called.
+void ForwardGrpcLog(gpr_log_func_args* args) {
+  const LogSeverity severity =
+      args->severity == GPR_LOG_SEVERITY_ERROR ? LogSeverity::kError : LogSeverity::kInfo;
+  EmitLog(severity, args->file != nullptr ? args->file : "grpc", args->line,
+          args->message != nullptr ? args->message : "", {}, "grpc");
 }
 
 absl::Status MakeDirs(const std::string& path, const char* what) {
@@ -233,8 +250,18 @@ absl::StatusOr<std::string> RepairIndex(const Config& config) {
                       "; the next start creates an empty index (the disk tier starts empty)");
 }
 
+std::string VersionText() {
+  const absl::Status ring = io::UringAvailable();
+  return build_info::VersionText(
+      "kvtierd", {{"kernel", ring.ok() ? std::string("grants io_uring rings")
+                                       : absl::StrCat(ring.message(),
+                                                      " (the disk tier uses a thread pool)")}});
+}
+
 absl::Status Run(const Config& config, const ConfigSource& source) {
   SetMinLogSeverity(ParseLevel(config.log_level));
+  SetLogFormat(ParseFormat(config.log_format));
+  gpr_set_log_function(&ForwardGrpcLog);
   // systemd: readiness and watchdog notifications, and a socket-activated Unix socket.
   const SystemdNotifier notifier = SystemdNotifier::FromEnvironment();
   auto notify = [&notifier](const std::string& state) {
@@ -343,6 +370,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     so.auth = std::move(*auth);
   }
   so.hash_root_key = *key;
+  so.version = std::string(build_info::Get().version);
   auto service = std::make_unique<service::KvTierService>(store->get(), so);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -437,8 +465,28 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   const std::string serving = absl::StrCat(
       "unix:", unix_address, tcp_address.empty() ? "" : absl::StrCat(", tcp ", tcp_address),
       metrics ? absl::StrCat(", metrics on http://", metrics->address()) : "");
-  KVTIER_LOG(kInfo, "kvtierd ready: ", serving,
-             absl::StrFormat(", incarnation %016x", service->incarnation()));
+  // The start-up line: what runs (version, revision), with which configuration, and the tier
+  // sizes the store really has (auto sizes resolved, rounded to whole chunks).
+  {
+    const store::StoreStats stats = (*store)->Stats();
+    const build_info::BuildInfo& build = build_info::Get();
+    KVTIER_LOG_FIELDS(
+        kInfo,
+        absl::StrCat("kvtierd ready: ", serving,
+                     absl::StrFormat(", incarnation %016x", service->incarnation())),
+        LogField("version", build.version), LogField("revision", build.revision),
+        LogField("config", source.file.empty() ? std::string("built-in defaults") : source.file),
+        LogField("socket", unix_address), LogField("tcp", tcp_address),
+        LogField("metrics", metrics ? metrics->address() : std::string()),
+        LogField("gpu_capacity_bytes",
+                 stats.tiers[static_cast<int>(index::Tier::kGpu)].capacity_bytes),
+        LogField("host_capacity_bytes",
+                 stats.tiers[static_cast<int>(index::Tier::kHost)].capacity_bytes),
+        LogField("disk_capacity_bytes",
+                 stats.tiers[static_cast<int>(index::Tier::kDisk)].capacity_bytes),
+        LogField("incarnation", absl::StrFormat("%016x", service->incarnation())),
+        LogField("pid", static_cast<int64_t>(getpid())));
+  }
   // Every listener is up: systemd may start the units ordered after this one.
   notify(absl::StrCat("READY=1\nSTATUS=serving on ", serving, "\nMAINPID=", getpid()));
   StoreHealthCheck health(store->get());
@@ -471,7 +519,9 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
         continue;
       }
       SetMinLogSeverity(ParseLevel(reloaded->log_level));
+      SetLogFormat(ParseFormat(reloaded->log_format));
       KVTIER_LOG(kWarning, "SIGHUP: reloaded log.level (", reloaded->log_level,
+                 ") and log.format (", reloaded->log_format,
                  "); other fields take effect at the next start");
       notify(absl::StrCat("READY=1\nSTATUS=serving on ", serving));
       continue;

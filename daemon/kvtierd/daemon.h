@@ -2,10 +2,10 @@
 // on the configured Unix socket and optional TCP (TLS) listener (with server reflection) and the
 // metrics endpoint, and handles signals: SIGTERM and SIGINT drain and stop (event streams end,
 // in-flight requests finish within shutdown_grace_seconds, the index is flushed), SIGHUP reloads
-// the settings that are safe to change while running (log.level). Under systemd it speaks the
-// sd_notify protocol (READY=1 once every listener is up, RELOADING=1, STOPPING=1, WATCHDOG=1 while
-// the store is healthy) and serves a socket-activated Unix socket ($LISTEN_FDS) instead of binding
-// server.socket.
+// the settings that are safe to change while running (log.level, log.format). Under systemd it
+// speaks the sd_notify protocol (READY=1 once every listener is up, RELOADING=1, STOPPING=1,
+// WATCHDOG=1 while the store is healthy) and serves a socket-activated Unix socket ($LISTEN_FDS)
+// instead of binding server.socket.
 #ifndef KVTIER_DAEMON_KVTIERD_DAEMON_H_
 #define KVTIER_DAEMON_KVTIERD_DAEMON_H_
 
@@ -26,6 +26,10 @@ struct ConfigSource {
 // Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (call before any thread starts, so that
 // every thread inherits the mask and Run's sigwait receives them).
 void BlockShutdownSignals();
+
+// What `kvtierd --version` prints: build_info::VersionText, and whether this kernel grants an
+// io_uring (io::UringAvailable). Blocks for the ring's two system calls.
+std::string VersionText();
 
 // Runs the daemon until SIGTERM or SIGINT. Returns the error that kept it from starting (the
 // store's, the socket's) or from stopping cleanly. Reads and unsets the systemd environment

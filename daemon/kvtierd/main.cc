@@ -21,7 +21,7 @@ WATCHDOG_USEC) WATCHDOG=1 while healthy; with LISTEN_FDS=1 and LISTEN_PID it ser
 inherited Unix socket (fd 3) instead of binding server.socket. See deploy/systemd/README.md.
 Exit status: 0 after a clean stop, 1 on a configuration or start-up error, 2 on a usage error.)";
 
-void PrintVersion() { std::cout << "kvtierd 0.1.0\n"; }
+void PrintVersion() { std::cout << kvtier::kvtierd::VersionText(); }
 
 }  // namespace
 

@@ -29,6 +29,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/build_info/build_info.h"
 #include "common/logging.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/kvtierd/tcp_listen.h"
@@ -152,14 +153,51 @@ class Writer {
   }
   std::string Take() { return std::move(out_); }
 
+  // `value` as a label value: backslash, double quote and newline escaped, as the text format
+  // requires.
+  static std::string LabelValue(absl::string_view value) {
+    return absl::StrReplaceAll(value, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+  }
+
  private:
   std::string out_;
 };
 
 }  // namespace
 
-std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& service, bool ready) {
+std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& service, bool ready,
+                          const std::optional<ProcessStats>& process) {
   Writer w;
+  const build_info::BuildInfo& build = build_info::Get();
+  w.Family("kvtier_build_info", "gauge",
+           "Always 1; the labels say what kvtierd was built from and with (kvtierd --version).");
+  w.Sample(
+      "kvtier_build_info",
+      absl::StrFormat("version=\"%s\",revision=\"%s\",cuda_archs=\"%s\",io_uring=\"%s\"",
+                      Writer::LabelValue(build.version), Writer::LabelValue(build.revision),
+                      Writer::LabelValue(build.cuda_archs.empty() ? "none" : build.cuda_archs),
+                      Writer::LabelValue(build.liburing_version.empty()
+                                             ? "none"
+                                             : absl::StrCat("liburing ", build.liburing_version))),
+      1);
+  if (process.has_value()) {
+    // The names, types and help texts of Prometheus' client libraries, so that dashboards and
+    // alerts made for any process work unchanged.
+    const ProcessStats& p = *process;
+    w.Family("process_cpu_seconds_total", "counter",
+             "Total user and system CPU time spent in seconds.");
+    w.Sample("process_cpu_seconds_total", "", p.cpu_seconds);
+    w.Gauge("process_resident_memory_bytes", "Resident memory size in bytes.",
+            static_cast<double>(p.resident_bytes));
+    w.Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+            static_cast<double>(p.virtual_bytes));
+    w.Gauge("process_open_fds", "Number of open file descriptors.",
+            static_cast<double>(p.open_fds));
+    w.Gauge("process_max_fds", "Maximum number of open file descriptors.",
+            static_cast<double>(p.max_fds));
+    w.Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+            p.start_time_seconds);
+  }
   w.Gauge("kvtier_ready", "1 while the daemon accepts new work, 0 while draining.", ready ? 1 : 0);
   w.Gauge("kvtier_engines", "Engines registered now.", static_cast<double>(service.engines));
   w.Gauge("kvtier_event_streams", "WatchEvents streams open now.",
@@ -346,7 +384,11 @@ MetricsHttpServer::Response MetricsHttpServer::Answer(const std::string& method,
       gauges.event_streams = events->listener_count();
       gauges.store_events = events->logged_store_events();
     }
-    r.body = RenderMetrics(store_->Stats(), gauges, probes_->NotReady().empty());
+    absl::StatusOr<ProcessStats> process = ReadProcessStats();
+    if (!process.ok())
+      KVTIER_LOG_FIRST(kWarning, "metrics: no process_* metrics: ", process.status().message());
+    r.body = RenderMetrics(store_->Stats(), gauges, probes_->NotReady().empty(),
+                           process.ok() ? std::optional<ProcessStats>(*process) : std::nullopt);
   } else if (path == "/healthz") {
     const absl::Status alive = probes_->CheckAlive();
     r.code = alive.ok() ? 200 : 503;

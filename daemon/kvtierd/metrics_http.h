@@ -8,11 +8,13 @@
 #define KVTIER_DAEMON_KVTIERD_METRICS_HTTP_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/kvtierd/probes.h"
+#include "daemon/kvtierd/process_stats.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/store/block_store.h"
 
@@ -28,7 +30,10 @@ struct ServiceGauges {
   service::KvTierService::Traffic traffic;
   std::vector<service::RpcMetrics::Method> rpcs;
 };
-std::string RenderMetrics(const store::StoreStats& stats, const ServiceGauges& service, bool ready);
+// With kvtier_build_info (build_info::Get()) and, when `process` is set, the standard process_*
+// metrics.
+std::string RenderMetrics(const store::StoreStats& stats, const ServiceGauges& service, bool ready,
+                          const std::optional<ProcessStats>& process = std::nullopt);
 
 class MetricsHttpServer {
  public:

@@ -34,6 +34,7 @@
 #include "common/file_reading.h"
 #include "daemon/kvtierd/tcp_listen.h"
 #include "daemon/service/auth.h"
+#include "daemon/store/disk_tier.h"
 #include "daemon/store/host_arena.h"
 #include "kernels/device.h"
 
@@ -141,6 +142,21 @@ std::string NearestExisting(const std::string& path) {
   return p.string();
 }
 
+// The bytes allocated to the disk tier's files in `dirs` that live on the file system of `where`.
+uint64_t OwnDiskFileBytes(const std::vector<std::string>& dirs, const std::string& where) {
+  struct stat fs {};
+  if (::stat(where.c_str(), &fs) != 0) return 0;
+  uint64_t bytes = 0;
+  for (const std::string& dir : dirs) {
+    struct stat st {};
+    const std::string file = absl::StrCat(dir, "/", store::DiskTierOptions{}.file_name);
+    if (::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == fs.st_dev) {
+      bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return bytes;
+}
+
 // What is at the Unix socket path `path`.
 enum class SocketFile { kAbsent, kStale, kLive, kNotSocket };
 
@@ -231,8 +247,17 @@ absl::StatusOr<uint64_t> DiskTierBytes(const Config& config, std::string* note) 
       return absl::FailedPreconditionError(
           absl::StrFormat("disk.capacity auto: statvfs %s: %s", where, ErrnoText(errno)));
     }
-    disk = std::min<uint64_t>(uint64_t{vfs.f_bavail} * vfs.f_frsize / 4, 256ull << 30);
-    if (note != nullptr) *note = absl::StrCat("disk.capacity auto: ", disk >> 20, " MiB");
+    // The tier's own files count as free: they are what this size allocates, so a restart
+    // must arrive at the same size instead of a quarter of what the last start left over.
+    const uint64_t own = OwnDiskFileBytes(dirs, where);
+    disk = std::min<uint64_t>((uint64_t{vfs.f_bavail} * vfs.f_frsize + own) / 4, 256ull << 30);
+    if (note != nullptr) {
+      *note =
+          absl::StrCat("disk.capacity auto: ", disk >> 20, " MiB (a quarter of the free space",
+                       own > 0 ? absl::StrCat(" and of the tier's own files, ", own >> 20, " MiB,")
+                               : std::string(),
+                       " on ", where, ", at most 256 GiB)");
+    }
   }
   const uint64_t unit = config.disk_chunk * dirs.size();
   if (unit == 0 || disk / unit == 0) {

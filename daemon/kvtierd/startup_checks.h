@@ -52,7 +52,8 @@ absl::StatusOr<uint64_t> HostTierBytes(const Config& config, std::string* note =
 std::vector<std::string> DiskTierDirs(const Config& config);
 
 // The disk tier's size, all directories together: disk.capacity, or (auto) a quarter of the free
-// space of the file system of the first directory (or of its nearest existing ancestor) at most
+// space of the file system of the first directory (or of its nearest existing ancestor), counting
+// the space the tier's own files already take there as free (so that restarts agree), at most
 // 256 GiB, rounded down to whole disk.chunks per directory. 0 when the tier is off. `note` as for
 // HostTierBytes. InvalidArgument when that is less than one chunk per directory;
 // FailedPrecondition when the file system cannot be asked. Blocks on the file system.

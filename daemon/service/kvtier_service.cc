@@ -729,19 +729,7 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
     absl::StatusOr<store::HostReservation> reservation =
         store_->Reserve(key, engine.codec->block_bytes());
     if (absl::IsAlreadyExists(reservation.status())) {
-      std::vector<index::Tier> tiers;
-      store_->LookupChain(engine.ns, {*hash}, &tiers);
-      result->set_code(v1::ITEM_CODE_ALREADY_STORED);
-      if (!tiers.empty()) result->set_tier(TierToProto(tiers[0]));
-      if (put.durable) {
-        // Stored already, perhaps not durably: Put makes the stored block durable.
-        std::vector<uint8_t> block(engine.codec->block_bytes());
-        absl::Status st =
-            engine.codec->Encode(engine.View(item.page_index()), absl::MakeSpan(block));
-        if (st.ok()) st = CheckPoolFaults(engine);
-        if (st.ok()) st = store_->Put(key, block, put);
-        if (!st.ok()) SetItemResult(st, result);
-      }
+      OffloadStoredItem(key, put, result);
       continue;
     }
     if (!reservation.ok()) {
@@ -764,6 +752,24 @@ void KvTierService::DoOffload(const Engine& engine, const v1::OffloadRequest& re
   hot_bytes_offloaded_ += resp->hot_bytes_read() - hot_before;
   cold_bytes_offloaded_ += resp->cold_bytes_written() - cold_before;
   dropped_offloads_ += static_cast<uint64_t>(i - first) - stored;
+}
+
+void KvTierService::OffloadStoredItem(const store::BlockKey& key, const store::PutOptions& put,
+                                      v1::ItemResult* result) {
+  std::vector<index::Tier> tiers;
+  store_->LookupChain(key.ns, {key.hash}, &tiers);
+  result->set_code(v1::ITEM_CODE_ALREADY_STORED);
+  if (!tiers.empty()) result->set_tier(TierToProto(tiers[0]));
+  if (!put.durable) return;
+  // Stored already, perhaps not durably: its bytes are those of this page (hashes name contents).
+  absl::StatusOr<bool> present = store_->MakeDurable(key, put.wait_durable);
+  if (!present.ok()) {
+    SetItemResult(present.status(), result);
+  } else if (!*present) {
+    SetItemResult(absl::UnavailableError("the stored block was removed while it was being made "
+                                         "durable; offload the page again"),
+                  result);
+  }
 }
 
 grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ctx,

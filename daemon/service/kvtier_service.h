@@ -290,6 +290,11 @@ class KvTierService final : public v1::KvTier::CallbackService {
                     bool parked = false, ItemProgress* progress = nullptr, int end = kAllItems);
   void DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
                     ItemProgress* progress = nullptr, int end = kAllItems);
+  // An offload item whose block is stored already (Reserve said AlreadyExists), for both paths:
+  // ALREADY_STORED with the tier it is in; a durable offload makes that block durable (waiting
+  // for it with wait_durable), and an item whose block went away meanwhile reports UNAVAILABLE.
+  void OffloadStoredItem(const store::BlockKey& key, const store::PutOptions& put,
+                         v1::ItemResult* result);
 
   store::BlockStore* store_;
   ServiceOptions options_;

@@ -87,10 +87,7 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
       }
       absl::StatusOr<store::HostReservation> r = store_->Reserve({engine.ns, *hash}, block_bytes);
       if (absl::IsAlreadyExists(r.status())) {
-        std::vector<index::Tier> tiers;
-        store_->LookupChain(engine.ns, {*hash}, &tiers);
-        result->set_code(v1::ITEM_CODE_ALREADY_STORED);
-        if (!tiers.empty()) result->set_tier(TierToProto(tiers[0]));
+        OffloadStoredItem({engine.ns, *hash}, put, result);
         continue;
       }
       if (!r.ok()) {

@@ -564,16 +564,13 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   Entry* e = static_cast<Entry*>(reservation.entry_);
-  absl::StatusOr<uint32_t> checksum;
-  if (options.sealed_by_caller) {
-    // The header (and its own checksum) is checked; the payload checksum was just computed.
-    absl::Status header = codec::ParseColdBlockHeader(reservation.bytes_).status();
-    checksum = header.ok()
-                   ? absl::StatusOr<uint32_t>(codec::StoredHeaderChecksum(reservation.bytes_))
-                   : absl::StatusOr<uint32_t>(header);
-  } else {
-    checksum = codec::VerifyColdBlock(reservation.bytes_);
-  }
+  // The header (and its own checksum) is checked in both cases; a block sealed by the caller had
+  // its payload checksum computed just now, any other has it checked here.
+  absl::StatusOr<codec::ColdBlockHeader> header = codec::ParseColdBlockHeader(reservation.bytes_);
+  absl::StatusOr<uint32_t> checksum = !header.ok() ? absl::StatusOr<uint32_t>(header.status())
+                                      : options.sealed_by_caller
+                                          ? codec::StoredHeaderChecksum(reservation.bytes_)
+                                          : codec::VerifyColdBlock(reservation.bytes_);
   if (!checksum.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a valid cold block: ", checksum.status().message()));
@@ -581,7 +578,7 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
   if (options.wait_durable && !options.durable) {
     return absl::InvalidArgumentError("wait_durable requires durable");
   }
-  const uint8_t codec_id = reservation.bytes_[6];  // ColdBlockHeader::codec (FORMAT.md §2)
+  const uint8_t codec_id = static_cast<uint8_t>(header->codec);
   absl::MutexLock lock(&s.mu);
   reservation.store_ = nullptr;  // ownership of the entry moves to the map
   if (s.stop) {

@@ -238,6 +238,14 @@ class BlockStore {
   absl::StatusOr<HostReservation> Reserve(const BlockKey& key, uint64_t size);
   absl::Status Commit(HostReservation reservation, const PutOptions& options = {});
 
+  // Makes a block that is stored (or being stored: waits for its commit) durable, as a durable
+  // Put of it would: queued for write-through, and with `wait` returned once it is on disk and
+  // indexed. False when the key is not stored. FailedPrecondition without a disk tier;
+  // Unavailable while shutting down; with `wait`, the disk or index error of the write-through
+  // (or the index's refusal while it takes no writes). Blocks on the store's lock, with `wait`
+  // on the disk write and the index sync.
+  absl::StatusOr<bool> MakeDurable(const BlockKey& key, bool wait);
+
   // ---- GPU tier (hot pages) ----
 
   // Sets the layout and codec of the hot pages of namespace `ns`, which PutHot and ReadHot use;
@@ -413,8 +421,6 @@ class BlockStore {
   // ResourceExhausted (counted) when it cannot. REQUIRES: state_->mu held.
   absl::Status MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64_t slot_size);
   void BackgroundLoop();
-  // Makes an already stored block durable (write-through); false when it is not stored.
-  absl::StatusOr<bool> MakeDurable(const BlockKey& key, bool wait);
   // How AcquireImpl reads: `touch` counts a read (LRU, reuse, counters); `verify_host` checks a
   // host copy's checksum; `force_disk` reads the disk copy even when a host copy exists;
   // `keep_corrupt` leaves a block that fails in place; `failure` receives why it failed and

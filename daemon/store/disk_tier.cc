@@ -33,6 +33,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Create(
     file_options.threads = options.threads;
     file_options.direct_io = options.direct_io;
     file_options.registered_buffers = registered_buffers;
+    file_options.progress = options.progress;
     absl::StatusOr<std::unique_ptr<io::BlockFile>> file =
         options.open_file ? options.open_file(file_options) : io::OpenBlockFile(file_options);
     if (!file.ok()) return file.status();

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/progress.h"
 #include "daemon/io/block_file.h"
 #include "daemon/store/slot_allocator.h"
 
@@ -27,6 +28,8 @@ struct DiskTierOptions {
   uint64_t chunk_bytes = 256ull << 20;
   std::string file_name = "kvtier-blocks.dat";
   bool direct_io = true;
+  // Progress lines of each file's preallocation (io::BlockFileOptions::progress).
+  ProgressOptions progress;
   // Opens files through this factory instead of io::OpenBlockFile (tests inject faults here).
   std::function<absl::StatusOr<std::unique_ptr<io::BlockFile>>(const io::BlockFileOptions&)>
       open_file;

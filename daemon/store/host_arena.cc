@@ -2,6 +2,10 @@
 // (magic, version, capacity, incarnation, CRC) followed by the slots. The file is reserved with
 // fallocate so that a full tmpfs is an error at start, not a SIGBUS later. Pinning large arenas is
 // slow (the kernel faults in and locks every page), so CUDA registration runs in parallel chunks.
+// Reserving, mlock and CUDA registration all go in chunks of pin_chunk_bytes (1 GiB) with a
+// ProgressLog advanced after each, so that a setup of minutes prints where it is; a failed chunk
+// releases what the earlier ones took (unlocks, unregisters, or empties a fresh arena's file)
+// before the error is returned.
 #include "daemon/store/host_arena.h"
 
 #include <fcntl.h>
@@ -27,7 +31,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "codec/crc32c.h"
+#include "common/format_bytes.h"
 #include "common/logging.h"
+#include "common/progress.h"
 #include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
 #include "kernels/device.h"
@@ -74,24 +80,35 @@ std::optional<uint64_t> ReadLimitFile(const std::string& path) {
 
 std::string SizeAndHow(uint64_t bytes) { return absl::StrCat(bytes, " bytes (", GiB(bytes), ")"); }
 
+// pin_chunk_bytes rounded down to whole pages, at least one page.
+uint64_t ChunkBytes(const HostArenaOptions& options) {
+  return std::max<uint64_t>(options.pin_chunk_bytes / kPageBytes * kPageBytes, kPageBytes);
+}
+
 absl::Status PinWithCuda(uint8_t* data, uint64_t size, const HostArenaOptions& options,
                          std::vector<uint8_t*>* pinned) {
-  const uint64_t chunk = std::max<uint64_t>(options.pin_chunk_bytes, kPageBytes);
+  const uint64_t chunk = ChunkBytes(options);
+  ProgressLog progress(absl::StrCat("host tier: pinning ", FormatBytes(size), " with CUDA"), size,
+                       options.progress);
   std::vector<uint8_t*> starts;
   for (uint64_t off = 0; off < size; off += chunk) starts.push_back(data + off);
   absl::Mutex mu;
   absl::Status first_error;
   std::vector<uint8_t*> done;
   std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};  // no chunk is started after one failed
   auto worker = [&] {
-    for (size_t i = next++; i < starts.size(); i = next++) {
+    for (size_t i = next++; i < starts.size() && !failed.load(); i = next++) {
       const uint64_t off = static_cast<uint64_t>(starts[i] - data);
-      absl::Status s = kernels::PinHostMemory(starts[i], std::min(chunk, size - off));
+      const uint64_t length = std::min(chunk, size - off);
+      absl::Status s = kernels::PinHostMemory(starts[i], length);
+      if (s.ok()) progress.Advance(length);
       absl::MutexLock lock(&mu);
       if (s.ok()) {
         done.push_back(starts[i]);
       } else if (first_error.ok()) {
         first_error = s;
+        failed.store(true);
       }
     }
   };
@@ -104,6 +121,56 @@ absl::Status PinWithCuda(uint8_t* data, uint64_t size, const HostArenaOptions& o
     return first_error;
   }
   *pinned = std::move(done);
+  progress.Finish();
+  return absl::OkStatus();
+}
+
+// mlock of [data, data + size) chunk by chunk; a failed chunk unlocks the earlier ones.
+absl::Status LockWithMlock(uint8_t* data, uint64_t size, const HostArenaOptions& options) {
+  const uint64_t chunk = ChunkBytes(options);
+  ProgressLog progress(absl::StrCat("host tier: locking ", FormatBytes(size), " with mlock"), size,
+                       options.progress);
+  for (uint64_t off = 0; off < size; off += chunk) {
+    const uint64_t length = std::min(chunk, size - off);
+    if (mlock(data + off, length) != 0) {
+      const int err = errno;
+      if (off > 0) munlock(data, off);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "mlock of the host tier (", SizeAndHow(options.capacity_bytes), "): ", ErrnoText(err)));
+    }
+    progress.Advance(length);
+  }
+  progress.Finish();
+  return absl::OkStatus();
+}
+
+// posix_fallocate of the persistent arena's file [0, total) chunk by chunk. On failure, a fresh
+// arena's file is emptied again so that a failed start holds no tmpfs memory; a reused one keeps
+// its contents.
+absl::Status Reserve(int fd, const std::string& path, uint64_t total, bool reuse,
+                     const HostArenaOptions& options) {
+  const uint64_t chunk = ChunkBytes(options);
+  ProgressLog progress(absl::StrCat("host tier: reserving ", FormatBytes(total), " in ", path),
+                       total, options.progress);
+  for (uint64_t off = 0; off < total; off += chunk) {
+    const uint64_t length = std::min(chunk, total - off);
+    const int err = posix_fallocate(fd, static_cast<off_t>(off), static_cast<off_t>(length));
+    if (err != 0) {
+      if (!reuse && ftruncate(fd, 0) != 0) {
+        KVTIER_LOG(kWarning, "cannot empty ", path, " again: ", ErrnoText(errno));
+      }
+      if (err == ENOSPC) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("no room for the persistent host tier: ", path, " needs ",
+                         SizeAndHow(total), " and its file system (", options.shm_dir,
+                         ", tmpfs) is full; enlarge it or lower the "
+                         "host capacity"));
+      }
+      return absl::InternalError(absl::StrCat("fallocate ", path, ": ", ErrnoText(err)));
+    }
+    progress.Advance(length);
+  }
+  progress.Finish();
   return absl::OkStatus();
 }
 
@@ -221,16 +288,9 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
       }
     }
     // Reserve every page now: a full tmpfs must fail here, not with SIGBUS on first touch.
-    if (int err = posix_fallocate(fd, 0, static_cast<off_t>(total)); err != 0) {
+    if (absl::Status reserved = Reserve(fd, path, total, reuse, options); !reserved.ok()) {
       close(fd);
-      if (err == ENOSPC) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("no room for the persistent host tier: ", path, " needs ",
-                         SizeAndHow(total), " and its file system (", options.shm_dir,
-                         ", tmpfs) is full; enlarge it or lower the "
-                         "host capacity"));
-      }
-      return absl::InternalError(absl::StrCat("fallocate ", path, ": ", ErrnoText(err)));
+      return reserved;
     }
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int map_err = errno;
@@ -311,11 +371,7 @@ absl::StatusOr<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOpti
           " bytes; raise it (LimitMEMLOCK=infinity in the systemd unit, ulimit -l unlimited, or "
           "IPC_LOCK for a container) or use pin mode 'none'"));
     }
-    if (mlock(arena->data_, arena->size_) != 0) {
-      const int err = errno;
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "mlock of the host tier (", SizeAndHow(options.capacity_bytes), "): ", ErrnoText(err)));
-    }
+    KVTIER_RETURN_IF_ERROR(LockWithMlock(arena->data_, arena->size_, options));
     arena->mlocked_ = true;
     arena->pin_mechanism_ = "mlock";
   }

@@ -1,8 +1,9 @@
 // HostArena: the host tier's memory, one mapping sliced into slots by the store. Anonymous memory
 // (optionally 2 MiB huge pages) or, when persistent, a named shared-memory file that outlives the
 // daemon so that a restart keeps the host tier. Pinned with cudaHostRegister in parallel chunks
-// where CUDA is present, else with mlock where RLIMIT_MEMLOCK allows it. Sized against the cgroup
-// memory limit. Immutable after Create(); data() may be used from any thread.
+// where CUDA is present, else with mlock where RLIMIT_MEMLOCK allows it; a long setup logs its
+// progress. Sized against the cgroup memory limit. Immutable after Create(); data() may be used
+// from any thread.
 #ifndef KVTIER_DAEMON_STORE_HOST_ARENA_H_
 #define KVTIER_DAEMON_STORE_HOST_ARENA_H_
 
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/progress.h"
 
 namespace kvtier::store {
 
@@ -34,7 +36,11 @@ struct HostArenaOptions {
   // for 1.3 MB blocks on a virtio disk), but pinning may then wait on memory compaction.
   bool transparent_huge_pages = false;
   uint32_t pin_threads = 8;  // threads registering chunks in parallel
+  // The unit in which the arena is reserved (fallocate of a persistent arena), locked or
+  // registered, and in which progress is counted.
   uint64_t pin_chunk_bytes = 1ull << 30;
+  // Progress lines of reserving and pinning (quiet for setups that end within a second or two).
+  ProgressOptions progress;
   // The arena may use at most this fraction of the smaller of the cgroup memory limit and the
   // machine's memory.
   double max_memory_fraction = 0.9;
@@ -49,7 +55,8 @@ class HostArena {
   //   FailedPrecondition  kMlock above RLIMIT_MEMLOCK (names the limit and how to raise it);
   //   Unavailable         kCuda without a usable device, or cudaHostRegister refused;
   //   Internal            any other system error, with errno's text.
-  // Blocks while pinning (seconds for hundreds of GiB).
+  // Blocks while reserving and pinning (seconds to minutes for hundreds of GiB), logging progress
+  // through options.progress when that takes long.
   static absl::StatusOr<std::unique_ptr<HostArena>> Create(const HostArenaOptions& options);
   // What Create checks before it maps anything (the first three codes above, but not whether
   // mmap, CUDA or mlock succeed), for a start-up check that must not allocate the tier. Reads

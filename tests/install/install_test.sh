@@ -2,10 +2,12 @@
 # The installed package as an outside project uses it: `cmake --install` into a scratch prefix,
 # kvtierd from that prefix on a scratch socket, then every code example of docs/QUICKSTART.md and
 # docs/CLIENT.md (extracted by extract_examples.py) built and run against it: the C++ ones through
-# find_package(kvtier) and again through pkg-config, the C ones through pkg-config, the Python ones
-# with the installed module. Also checks the systemd units (ExecStart= in the prefix; systemd-analyze
-# verify where installed), the sysusers and tmpfiles files, the example configuration and the
-# documentation in the prefix. Fails on any build error, any example's non-zero exit, a missing
+# find_package(kvtier) with the documented CMakeLists.txt (no flags of the test's own; among them
+# the router, which links libkvtier and stubs of its own generated from the installed .proto files)
+# and again through pkg-config, the C ones through pkg-config, the Python ones with the installed
+# module. Also checks the installed .proto files, that libkvtier.so exports no generated code, the
+# systemd units (ExecStart= in the prefix; systemd-analyze verify where installed), the sysusers
+# and tmpfiles files, the example configuration and the documentation in the prefix. Fails on any build error, any example's non-zero exit, a missing
 # or wrong installed file, or a daemon that does not stop cleanly on SIGTERM.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -26,6 +28,17 @@ libdir=$(dirname "$(find "$prefix" -name 'libkvtier.so' | head -1)")
 test -f "$prefix/include/kvtier/client.h"
 test -f "$libdir/cmake/kvtier/kvtierConfig.cmake"
 test -f "$libdir/pkgconfig/kvtier.pc"
+# The contract for programs with stubs of their own; libkvtier's generated classes stay inside it.
+for f in "$src"/proto/kvtier/v1/*.proto; do
+  cmp -s "$f" "$prefix/share/kvtier/proto/kvtier/v1/$(basename "$f")" ||
+    { echo "not installed: share/kvtier/proto/kvtier/v1/$(basename "$f")"; exit 1; }
+done
+[ "$(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --variable=protodir kvtier)" -ef \
+  "$prefix/share/kvtier/proto" ] || { echo "kvtier.pc: protodir is not the installed .proto root"; exit 1; }
+if nm -DC --defined-only "$libdir/libkvtier.so" | grep -E 'kvtier::v1::|google::protobuf'; then
+  echo "libkvtier.so exports generated protobuf code (client/libkvtier.map)"
+  exit 1
+fi
 
 echo "== systemd units, example configuration and documentation in the prefix"
 for f in lib/systemd/system/kvtierd.service lib/systemd/system/kvtierd.socket \
@@ -85,17 +98,26 @@ run() {
   fi
 }
 
-echo "== C++ through find_package(kvtier)"
-cmake -S "$src/tests/install/consumer" -B "$tmp/consumer" -G Ninja \
-  -DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLES_DIR="$tmp/examples" > "$tmp/consumer.log"
-cmake --build "$tmp/consumer" >> "$tmp/consumer.log" || { cat "$tmp/consumer.log"; exit 1; }
-for f in "$tmp"/examples/*.cc; do
-  run "$tmp/consumer/$(basename "${f%.cc}")"
-done
+echo "== C++ through find_package(kvtier): docs/CLIENT.md's CMakeLists.txt and router lines"
+# The documented project as it stands (no standard or flags of its own), the router's lines
+# appended as the document says; other_examples.cmake adds the other C++ examples beside it. The
+# router links libkvtier and stubs of its own generated from the installed .proto files.
+cp -r "$tmp/examples" "$tmp/consumer-src"
+cat "$tmp/examples/CMakeLists.txt" "$tmp/examples/router.cmake" > "$tmp/consumer-src/CMakeLists.txt"
+cmake -S "$tmp/consumer-src" -B "$tmp/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_PROJECT_INCLUDE="$src/tests/install/other_examples.cmake" > "$tmp/consumer.log" 2>&1 ||
+  { cat "$tmp/consumer.log"; exit 1; }
+cmake --build "$tmp/consumer" >> "$tmp/consumer.log" 2>&1 || { cat "$tmp/consumer.log"; exit 1; }
+while read -r exe; do
+  run "$exe"
+done < "$tmp/consumer/examples.txt"
+grep -q '/my_router$' "$tmp/consumer/examples.txt"
 
 echo "== C++ and C through pkg-config"
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 for f in "$tmp"/examples/*.cc; do
+  # The router's own stubs come from its CMake build.
+  grep -q '"kvtier/v1/' "$f" && continue
   exe=$tmp/pc-$(basename "${f%.cc}")
   # shellcheck disable=SC2046
   c++ -std=c++20 -Wall -Wextra -Werror "$f" -o "$exe" $(pkg-config --cflags --libs kvtier)

@@ -228,7 +228,18 @@ int main(int argc, char** argv) {
   snprintf(pool_path, sizeof(pool_path), "%s/c-engine.kv", g_dir);
   memset(&err, 0, sizeof(err));
 
-  CHECK(strcmp(kvtier_version(), "0.1.0") == 0);
+  /* The headers' version macros (kvtier/version.h, through kvtier.h) and the loaded library's
+   * version agree, and the macros agree with each other. */
+  {
+    char parts[32];
+    snprintf(parts, sizeof(parts), "%d.%d.%d", KVTIER_VERSION_MAJOR, KVTIER_VERSION_MINOR,
+             KVTIER_VERSION_PATCH);
+    CHECK(strcmp(parts, KVTIER_VERSION_STRING) == 0);
+    CHECK(strcmp(kvtier_version(), KVTIER_VERSION_STRING) == 0);
+    CHECK(KVTIER_VERSION_AT_LEAST(0, 0, 1));
+    CHECK(KVTIER_VERSION_AT_LEAST(KVTIER_VERSION_MAJOR, KVTIER_VERSION_MINOR, KVTIER_VERSION_PATCH));
+    CHECK(!KVTIER_VERSION_AT_LEAST(KVTIER_VERSION_MAJOR, KVTIER_VERSION_MINOR + 1, 0));
+  }
   CHECK(strcmp(kvtier_status_name(KVTIER_NOT_FOUND), "NOT_FOUND") == 0);
   CHECK(strcmp(kvtier_tier_name(KVTIER_TIER_HOST), "host") == 0);
   CHECK(strcmp(kvtier_item_code_name(KVTIER_ITEM_INVALID_ARGUMENT), "invalid_argument") == 0);

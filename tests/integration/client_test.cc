@@ -149,6 +149,9 @@ TEST_F(ClientTest, ConnectDescribesTheServer) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->incarnation_id, info.incarnation_id);
   EXPECT_EQ(LibraryVersion(), "0.1.0");
+  EXPECT_EQ(LibraryVersion(), KVTIER_VERSION_STRING);
+  // The daemon of the same build reports the same version.
+  EXPECT_EQ(info.server_version, KVTIER_VERSION_STRING);
 
   // Without socket_path the client follows $KVTIER_SOCKET.
   ASSERT_EQ(setenv("KVTIER_SOCKET", Socket().c_str(), 1), 0);

@@ -391,6 +391,19 @@ inline v1::OffloadResponse Offload(v1::KvTier::Stub& stub, const std::string& en
   return resp;
 }
 
+// The daemon's statistics of one tier (an empty TierStats, and a test failure, when it has none).
+inline v1::TierStats TierStatsOf(v1::KvTier::Stub& stub, v1::Tier which) {
+  v1::StatsRequest req;
+  grpc::ClientContext ctx;
+  v1::StatsResponse resp;
+  EXPECT_TRUE(stub.Stats(DaemonFixture::Context(&ctx), req, &resp).ok());
+  for (const v1::TierStats& t : resp.tiers()) {
+    if (t.tier() == which) return t;
+  }
+  ADD_FAILURE() << "no tier " << which;
+  return v1::TierStats();
+}
+
 inline v1::LookupResponse Lookup(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
                                  uint32_t blocks) {
   v1::LookupRequest req;

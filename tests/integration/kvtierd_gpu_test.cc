@@ -145,6 +145,28 @@ TEST_F(KvtierdGpuTest, OffloadAndOnboardThroughCudaIpcAndTheFusedKernels) {
   }
 }
 
+// Both data paths treat a durable offload of stored pages alike: the stored blocks become durable.
+TEST_F(KvtierdGpuTest, DurableOffloadOfStoredPagesMakesThemDurable) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  StartDaemon({"--set=host.pin=cuda"});
+  GpuEngine engine(dir_->File("mirror"), 8);
+  for (uint32_t i = 0; i < 4; ++i) {
+    engine.mirror().Fill(i, 70 + i);
+    engine.Upload(i);
+  }
+  grpc::ClientContext ctx;
+  v1::RegisterEngineResponse reg;
+  ASSERT_TRUE(stub_->RegisterEngine(Context(&ctx), engine.Request("nvfp4"), &reg).ok());
+  ASSERT_EQ(Offload(*stub_, reg.engine_id(), 6, 0, 4).stored_pages(), 4u);
+  ASSERT_EQ(TierStatsOf(*stub_, v1::TIER_DISK).blocks(), 0u) << "stored in the host tier only";
+  const v1::OffloadResponse again = Offload(*stub_, reg.engine_id(), 6, 0, 4, /*durable=*/true);
+  for (const v1::ItemResult& r : again.results()) {
+    EXPECT_EQ(r.code(), v1::ITEM_CODE_ALREADY_STORED) << r.message();
+  }
+  EXPECT_EQ(TierStatsOf(*stub_, v1::TIER_DISK).blocks(), 4u)
+      << "a durable offload acknowledged with WRITE_ACK_DURABLE leaves the stored blocks on disk";
+}
+
 // A batch of at least four 4 MiB slices of blocks takes the staged gather on onboard
 // (GpuNvfp4Codec::DecodeGathered: the copy engine gathers the host tier's blocks into the ring,
 // one decode launch per page); pages land in reverse order of their blocks' slots.

@@ -283,6 +283,21 @@ TEST_F(KvtierdTest, AClientThatDiesLeavesTheDaemonHealthyAndIsReleased) {
   EXPECT_EQ(code, 200);
 }
 
+TEST_F(KvtierdTest, DurableOffloadOfStoredPagesMakesThemDurable) {
+  StartDaemon();
+  TestEngine engine(dir_->File("pool-a"), 8);
+  for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, 60 + i);
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
+  ASSERT_EQ(Offload(*stub_, reg.engine_id(), 5, 0, 4).stored_pages(), 4u);
+  ASSERT_EQ(TierStatsOf(*stub_, v1::TIER_DISK).blocks(), 0u) << "stored in the host tier only";
+  const v1::OffloadResponse again = Offload(*stub_, reg.engine_id(), 5, 0, 4, /*durable=*/true);
+  for (const v1::ItemResult& r : again.results()) {
+    EXPECT_EQ(r.code(), v1::ITEM_CODE_ALREADY_STORED) << r.message();
+  }
+  EXPECT_EQ(TierStatsOf(*stub_, v1::TIER_DISK).blocks(), 4u)
+      << "a durable offload acknowledged with WRITE_ACK_DURABLE leaves the stored blocks on disk";
+}
+
 TEST_F(KvtierdTest, SigtermUnderLoadLosesNoDurableBlock) {
   StartDaemon();
   TestEngine engine(dir_->File("pool-a"), 64);

@@ -4,7 +4,8 @@
 Starts kvtierd on a temporary state directory and Unix socket with small tiers (through
 daemon_fixture.py, shared with test_kvtierd_client.py and test_kvtierctl.py), then, through the
 module only:
-  - connects and reads the server's Hello; connecting to a missing socket raises kvtier.Error
+  - connects and reads the server's Hello; the generated kvtier.v1 stubs work in the same
+    process (Stats, the same daemon); connecting to a missing socket raises kvtier.Error
     UNAVAILABLE naming the socket;
   - builds layouts and block hashes (lists and numpy arrays hash alike; errors are ValueError /
     KeyError subclasses of kvtier.Error with the status code);
@@ -116,12 +117,32 @@ class ClientTest(daemon_fixture.DaemonTestCase):
         self.assertFalse(self.client.hello().draining)
         self.assertEqual(self.client.hello().incarnation_id, server.incarnation_id)
         self.assertEqual(kvtier.__version__, "0.1.0")
+        self.assertEqual(kvtier.library_version(), kvtier.__version__)
+        # The daemon of the same build reports the same version in Hello.
+        self.assertEqual(server.server_version, kvtier.library_version())
         self.assertEqual(len(self.engine.hash_root), kvtier.BLOCK_HASH_BYTES)
         self.assertEqual(self.engine.codec, "raw")
         self.assertEqual(self.engine.hot_page_bytes, self.page_bytes)
         self.assertTrue(self.engine.engine_id)
         # Pool files: owner and group read and write whatever the umask, nothing for others.
         self.assertEqual(os.stat(self.pool.path).st_mode & 0o777, 0o660)
+
+    def test_01b_generated_stubs_beside_the_library(self):
+        # A process that has loaded libkvtier.so (kvtier.Client above) also uses the generated
+        # kvtier.v1 modules: the files import once, and the stub talks to the same daemon.
+        try:
+            import grpc
+            from google.protobuf import descriptor_pool
+            from kvtier.v1 import service_pb2, service_pb2_grpc, stats_pb2
+        except ImportError as e:
+            self.skipTest(f"kvtier.v1 needs grpcio and protobuf: {e}")
+        self.assertEqual(descriptor_pool.Default().FindFileByName(
+            "kvtier/v1/service.proto").services_by_name["KvTier"].full_name, "kvtier.v1.KvTier")
+        with grpc.insecure_channel(f"unix:{self.socket}") as channel:
+            stats = service_pb2_grpc.KvTierStub(channel).Stats(stats_pb2.StatsRequest(),
+                                                                 timeout=RPC_TIMEOUT)
+        self.assertEqual(stats.incarnation_id, self.client.server.incarnation_id)
+        self.assertTrue(service_pb2.DESCRIPTOR.services_by_name["KvTierAdmin"])
 
     def test_02_connect_to_a_missing_socket_raises(self):
         missing = os.path.join(self.dir, "no-daemon.sock")

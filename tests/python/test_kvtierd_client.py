@@ -9,7 +9,8 @@ Lookup / Onboard with a layout written out by hand (no kvtier code is shared wit
   - CODEC_RAW: the onboarded pages must equal the offloaded pages byte for byte;
   - CODEC_NVFP4: the onboard succeeds and fills the page (lossy: values are only roughly equal);
   - an out-of-range page index is ITEM_CODE_INVALID_ARGUMENT;
-  - GET /metrics passes `promtool check metrics`;
+  - GET /metrics passes `promtool check metrics` (kvtier_build_info and the process_* metrics
+    included);
   - SIGTERM stops the daemon with exit status 0.
 
 Usage: test_kvtierd_client.py --kvtierd PATH --proto-root DIR [unittest options]
@@ -371,6 +372,14 @@ class KvtierdClientTest(daemon_fixture.DaemonTestCase):
         text = body.decode("utf-8")
         self.assertIn("kvtier_engines ", text)
         self.assertIn("kvtier_puts_total ", text)
+        # The build and process families promtool checks with the rest (docs/METRICS.md).
+        self.assertRegex(text, r'\nkvtier_build_info\{version="[^"]+",revision="[^"]+",'
+                               r'cuda_archs="[^"]+",io_uring="[^"]+"\} 1\n')
+        for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                     "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                     "process_start_time_seconds"):
+            self.assertIn(f"\n# TYPE {name} ", text)
+            self.assertRegex(text, f"\\n{name} [0-9.e+]+\\n")
         with open(path, "rb") as f:
             check = subprocess.run([promtool, "check", "metrics"], stdin=f, capture_output=True,
                                    text=True, timeout=30)

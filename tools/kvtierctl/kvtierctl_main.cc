@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/build_info/build_info.h"
 #include "common/cli/command_line.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
@@ -166,7 +167,7 @@ const std::vector<Command>& Commands() {
   return commands;
 }
 
-void PrintVersion() { std::cout << "kvtierctl 0.1.0\n"; }
+void PrintVersion() { std::cout << kvtier::build_info::VersionText("kvtierctl"); }
 
 void DeclareCommandLine(cli::CommandLine& command_line) {
   command_line.SetVersion(PrintVersion);

@@ -21,10 +21,12 @@
 #include "kvtier/layout.h"
 #include "kvtier/pools.h"
 #include "kvtier/types.h"
+#include "kvtier/version.h"
 
 namespace kvtier {
 
-// The library's version, "0.1.0".
+// The version of the library loaded at run time, "0.1.0" (its build's KVTIER_VERSION_STRING;
+// compare with the KVTIER_VERSION_STRING of the headers compiled against, kvtier/version.h).
 std::string_view LibraryVersion();
 
 struct ClientOptions {

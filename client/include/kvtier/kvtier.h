@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvtier/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -110,7 +112,9 @@ typedef struct kvtier_layout kvtier_layout;     /* an immutable page layout */
 typedef struct kvtier_hasher kvtier_hasher;     /* a block hasher (root + tokens per page) */
 typedef struct kvtier_shm_pool kvtier_shm_pool; /* a host pool in a shared-memory file */
 
-/* "0.1.0"; static storage. */
+/* The version of the library loaded at run time, "0.1.0": the KVTIER_VERSION_STRING it was built
+ * with, which may differ from the KVTIER_VERSION_STRING of the headers a program was compiled
+ * against (kvtier/version.h). Static storage. */
 const char* kvtier_version(void);
 /* "OK", "INVALID_ARGUMENT", ...; "gpu", "host", "disk", "unspecified"; "ok", "not_found", ...
  * Static storage; unknown numbers give "UNKNOWN" / "unspecified" / "unknown". */

@@ -33,6 +33,13 @@ from kvtier._types import (Engine, Event, EventKind, ItemCode, ItemResult, Looku
 __version__: str = _lib.kvtier_version().decode()
 """The version of the loaded libkvtier (the package's own is importlib.metadata's)."""
 
+
+def library_version() -> str:
+    """The version of the libkvtier this package loaded ("0.1.0": kvtier_version() of the C ABI,
+    the KVTIER_VERSION_STRING it was built with); the same as ``__version__``."""
+    return _lib.kvtier_version().decode()
+
+
 library_path: str = _lib._name
 """Where libkvtier was loaded from."""
 
@@ -45,6 +52,6 @@ __all__ = [
     "PageLayout", "ParkResult", "PinResult", "PoolInfo", "PoolRegistration", "Priority",
     "ReleaseResult", "ResumeResult", "ServerInfo", "SharedMemoryPool", "Stats", "StepOutcome",
     "StepRequest", "Tier", "TierStats", "WriteAck", "compression_method_names",
-    "create_shared_memory_pools", "cuda_available", "hex_hash", "library_path",
+    "create_shared_memory_pools", "cuda_available", "hex_hash", "library_path", "library_version",
     "load_compression_config", "parse_compression_config",
 ]

@@ -1,5 +1,6 @@
-// OpenBlockFile (option validation, creation, preallocation, engine choice), the errno-to-status
-// mapping, request validation, and the blocking helpers.
+// OpenBlockFile (option validation, creation, preallocation and its progress lines, a drive too
+// small for the file, engine choice), the errno-to-status mapping, request validation, and the
+// blocking helpers.
 #include "daemon/io/block_file.h"
 
 #include <fcntl.h>
@@ -17,6 +18,8 @@
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "tests/testing/aligned_buffer.h"
+#include "tests/testing/log_capture.h"
+#include "tests/testing/small_file_system.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::io {
@@ -25,6 +28,9 @@ namespace {
 using ::kvtier::testing::AlignedBuffer;
 using ::kvtier::testing::FillPattern;
 using ::kvtier::testing::FirstPatternMismatch;
+using ::kvtier::testing::LogCapture;
+using ::kvtier::testing::ProgressFromTheStart;
+using ::kvtier::testing::SmallFileSystem;
 using ::kvtier::testing::TempDir;
 
 class OpenBlockFileTest : public ::testing::Test {
@@ -88,6 +94,74 @@ TEST_F(OpenBlockFileTest, CreatesAndPreallocates) {
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), kSize);
   EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kSize) << "blocks are allocated";
   EXPECT_EQ((*file)->size_bytes(), kSize);
+}
+
+TEST_F(OpenBlockFileTest, PreallocationLogsProgressNamingTheFileAndSizes) {
+  BlockFileOptions options = Options(4ull << 20);
+  options.preallocate_chunk_bytes = 1 << 20;
+  options.progress = ProgressFromTheStart();
+  LogCapture log;
+  absl::StatusOr<std::unique_ptr<BlockFile>> file = OpenBlockFile(options);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::string what = "disk tier: preallocating 4.0 MiB for '" + options.path + "'";
+  const std::vector<std::string> lines = log.With(what);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(lines[0].find(what + ": 1.0 MiB of 4.0 MiB (25%) after "), std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[3].find(what + ": 4.0 MiB of 4.0 MiB (100%) after "), std::string::npos)
+      << lines[3];
+  EXPECT_NE(lines[4].find(what + ": done, 4.0 MiB in "), std::string::npos) << lines[4];
+  struct stat st;
+  ASSERT_EQ(stat(options.path.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4u << 20);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4u << 20);
+}
+
+TEST_F(OpenBlockFileTest, ADriveTooSmallIsResourceExhaustedAndGivesItsSpaceBack) {
+  absl::StatusOr<std::unique_ptr<SmallFileSystem>> fs = SmallFileSystem::Mount(4ull << 20);
+  if (!fs.ok()) GTEST_SKIP() << fs.status();
+  const uint64_t free_before = (*fs)->FreeBytes();
+  BlockFileOptions options = Options(16ull << 20);
+  options.path = (*fs)->File("blocks");
+  options.preallocate_chunk_bytes = 1 << 20;
+  options.progress = ProgressFromTheStart();
+  {
+    LogCapture log;
+    const absl::Status status = OpenBlockFile(options).status();
+    EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+    EXPECT_NE(status.message().find("cannot preallocate 16777216 bytes for '" + options.path + "'"),
+              absl::string_view::npos)
+        << status;
+    struct stat st;
+    EXPECT_NE(stat(options.path.c_str(), &st), 0) << "the file this call created is removed";
+    const std::vector<std::string> stopped = log.With(": stopped at ");
+    ASSERT_EQ(stopped.size(), 1u);
+    EXPECT_NE(stopped[0].find("disk tier: preallocating 16.0 MiB for '" + options.path +
+                              "': stopped at "),
+              std::string::npos)
+        << stopped[0];
+  }
+  EXPECT_EQ((*fs)->FreeBytes(), free_before);
+
+  // An older, smaller file keeps its size and contents.
+  std::vector<uint8_t> content(1 << 20);
+  FillPattern(absl::MakeSpan(content), 5);
+  const int fd = open(options.path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+  close(fd);
+  const uint64_t free_with_file = (*fs)->FreeBytes();
+  EXPECT_TRUE(absl::IsResourceExhausted(OpenBlockFile(options).status()));
+  struct stat st;
+  ASSERT_EQ(stat(options.path.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), content.size());
+  EXPECT_EQ((*fs)->FreeBytes(), free_with_file);
+  options.size_bytes = content.size();
+  absl::StatusOr<std::unique_ptr<BlockFile>> file = OpenBlockFile(options);
+  ASSERT_TRUE(file.ok()) << file.status();
+  AlignedBuffer block(content.size());
+  ASSERT_TRUE((*file)->Read(0, block.span()).ok());
+  EXPECT_EQ(FirstPatternMismatch(block.span(), 5), -1);
 }
 
 TEST_F(OpenBlockFileTest, FillsHolesOfASparseFile) {

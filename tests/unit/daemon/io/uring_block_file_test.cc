@@ -1,14 +1,16 @@
-// What only the io_uring engine does: registered (fixed) buffers and file, the queue-depth bound
-// on requests in the kernel, short transfers at the end of a short file, and wake-ups of an idle
-// ring. Skips where the kernel refuses a ring.
+// What only the io_uring engine does: registered (fixed) buffers and file, progress lines of the
+// buffers' registration, the queue-depth bound on requests in the kernel, short transfers at the
+// end of a short file, and wake-ups of an idle ring. Skips where the kernel refuses a ring.
 #include "daemon/io/uring_block_file.h"
 
 #include <fcntl.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "gtest/gtest.h"
 #include "tests/testing/aligned_buffer.h"
+#include "tests/testing/log_capture.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::io {
@@ -25,6 +28,8 @@ namespace {
 using ::kvtier::testing::AlignedBuffer;
 using ::kvtier::testing::FillPattern;
 using ::kvtier::testing::FirstPatternMismatch;
+using ::kvtier::testing::LogCapture;
+using ::kvtier::testing::ProgressFromTheStart;
 using ::kvtier::testing::TempDir;
 
 constexpr uint32_t kBlock = 4096;
@@ -108,6 +113,41 @@ TEST_F(UringBlockFileTest, UsesRegisteredBuffersInsideTheRegionsOnly) {
   EXPECT_EQ(stats.fixed_buffer_ops, 2u);
   EXPECT_EQ(stats.reads, 4u);
   EXPECT_EQ(stats.writes, 4u);
+}
+
+TEST_F(UringBlockFileTest, RegistersEachRegionWithProgressLines) {
+  utsname uts{};
+  int major = 0, minor = 0;
+  ASSERT_EQ(uname(&uts), 0);
+  ASSERT_EQ(std::sscanf(uts.release, "%d.%d", &major, &minor), 2) << uts.release;
+  if (major < 5 || (major == 5 && minor < 19)) {
+    GTEST_SKIP() << "Linux " << uts.release << " has no sparse buffer tables (5.19)";
+  }
+  AlignedBuffer first(8 * kBlock);
+  AlignedBuffer second(8 * kBlock);
+  BlockFileOptions options;
+  options.size_bytes = 16 * kBlock;
+  options.registered_buffers = {first.span(), second.span()};
+  options.progress = ProgressFromTheStart();
+  LogCapture log;
+  std::unique_ptr<UringBlockFile> file = Open(options);
+  if (file == nullptr) GTEST_SKIP() << "the kernel refuses io_uring";
+  if (!file->buffers_registered()) GTEST_SKIP() << "buffer registration refused (RLIMIT_MEMLOCK?)";
+  const std::string what = "disk tier: registering 64.0 KiB of I/O buffers with io_uring for '" +
+                           dir_->File("blocks") + "'";
+  const std::vector<std::string> lines = log.With(what);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[0].find(what + ": 32.0 KiB of 64.0 KiB (50%) after "), std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find(what + ": 64.0 KiB of 64.0 KiB (100%) after "), std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find(what + ": done, 64.0 KiB in "), std::string::npos) << lines[2];
+  // Both regions serve fixed-buffer transfers.
+  FillPattern(first.span(), 3);
+  ASSERT_TRUE(file->Write(0, first.span()).ok());
+  ASSERT_TRUE(file->Read(0, second.span()).ok());
+  EXPECT_EQ(FirstPatternMismatch(second.span(), 3), -1);
+  EXPECT_EQ(file->stats().fixed_buffer_ops, 2u);
 }
 
 // A request of more pages than the device takes segments goes through plain read/write (see

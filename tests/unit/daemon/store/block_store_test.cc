@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "codec/cold_block.h"
+#include "daemon/index/block_index.h"
 #include "gtest/gtest.h"
 #include "tests/unit/daemon/store/store_fixture.h"
 
@@ -270,6 +271,35 @@ TEST_F(BlockStoreTest, DurablePutOfAStoredBlockMakesItDurable) {
   store.reset();
   store = Open().value();
   EXPECT_EQ(ExpectBlock(*store, 1), Tier::kDisk);
+}
+
+// The index records the codec the block's header names (FORMAT.md §2, byte 8), read through the
+// codec module's parser, not a neighbouring header field.
+TEST_F(BlockStoreTest, IndexRecordsTheCodecOfTheBlocksHeader) {
+  const std::vector<uint8_t> block = Block(1);
+  const codec::ColdBlockHeader header = codec::ParseColdBlockHeader(block).value();
+  ASSERT_NE(header.header_bytes & 0xFF, static_cast<int>(header.codec)) << "test needs them apart";
+  {
+    auto store = Open().value();
+    PutOptions durable;
+    durable.durable = true;
+    durable.wait_durable = true;
+    ASSERT_TRUE(store->Put(Key(1), block, durable).ok());
+  }
+  index::RocksDbIndexOptions index_options;
+  index_options.path = options_.index_path;
+  index_options.min_free_bytes = 0;
+  index_options.reserve_bytes = 0;
+  auto index = index::OpenRocksDbBlockIndex(index_options).value();
+  int records = 0;
+  ASSERT_TRUE(index
+                  ->ForEachBlock([&](const index::BlockKey&, const index::BlockRecord& record) {
+                    ++records;
+                    EXPECT_EQ(record.codec, static_cast<uint8_t>(header.codec));
+                    return true;
+                  })
+                  .ok());
+  EXPECT_EQ(records, 1);
 }
 
 TEST_F(BlockStoreTest, RestartKeepsDiskDropsVolatileHost) {
