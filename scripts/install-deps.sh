@@ -17,7 +17,7 @@ packages=(
   python3-grpcio python3-grpc-tools prometheus
   systemd yamllint python3-yaml
   buildah runc mmdebstrap
-  python3-numpy python3-protobuf python3-venv python3-setuptools python3-wheel
+  python3-numpy python3-protobuf python3-venv python3-setuptools python3-wheel help2man
   python3-setuptools-whl python3-wheel-whl
 )
 

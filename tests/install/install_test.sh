@@ -47,6 +47,13 @@ for f in lib/systemd/system/kvtierd.service lib/systemd/system/kvtierd.socket \
     share/doc/kvtier/kubernetes/README.md; do
   [ -f "$prefix/$f" ] || { echo "not installed: $prefix/$f"; exit 1; }
 done
+for f in kvtierd kvtierctl kvtier-codec; do
+  page=$prefix/share/man/man1/$f.1
+  [ -f "$page" ] || { echo "not installed: $page (deploy/CMakeLists.txt, help2man)"; exit 1; }
+  grep -q "^\.TH $(echo "$f" | tr a-z A-Z) \"1\"" "$page" ||
+    { head -3 "$page"; echo "$page is not a manual page of $f"; exit 1; }
+  grep -qF -- '\-\-help' "$page" || { echo "$page does not list the flags"; exit 1; }
+done
 for f in "$src"/docs/*.md; do
   [ -f "$prefix/share/doc/kvtier/$(basename "$f")" ] ||
     { echo "not installed: share/doc/kvtier/$(basename "$f") (deploy/CMakeLists.txt)"; exit 1; }
