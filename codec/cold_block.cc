@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/crc32c.h"
+#include "common/coding.h"
 #include "common/status_macros.h"
 
 namespace kvtier::codec {
@@ -34,15 +35,6 @@ constexpr size_t kOffPayloadCrc = 48;
 constexpr size_t kOffReserved1 = 52;
 constexpr size_t kOffHeaderCrc = 60;
 
-uint64_t Get(const uint8_t* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-void Put(uint8_t* p, size_t n, uint64_t v) {
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
 absl::Status HeaderLoss(size_t offset, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("cold block header at offset ", offset, ": ", what));
 }
@@ -59,38 +51,38 @@ void WriteColdBlockHeader(const ColdBlockHeader& h, absl::Span<uint8_t> out) {
   const size_t n = ColdBlockHeaderBytes(h.buffers.size());
   uint8_t* p = out.data();
   std::memset(p, 0, n);
-  Put(p + kOffMagic, 4, kColdBlockMagic);
-  Put(p + kOffVersion, 2, h.version);
-  Put(p + kOffHeaderBytes, 2, n);
+  EncodeFixed32(p + kOffMagic, kColdBlockMagic);
+  EncodeFixed16(p + kOffVersion, h.version);
+  EncodeFixed16(p + kOffHeaderBytes, static_cast<uint16_t>(n));
   p[kOffCodec] = static_cast<uint8_t>(h.codec);
   p[kOffCodecFlags] = h.codec_flags;
-  Put(p + kOffBufferCount, 4, h.buffers.size());
-  Put(p + kOffFingerprint, 8, h.layout_fingerprint);
-  Put(p + kOffTokensPerPage, 4, h.tokens_per_page);
-  Put(p + kOffAlignment, 4, h.alignment_bytes);
-  Put(p + kOffPayloadBytes, 8, h.payload_bytes);
-  Put(p + kOffBlockBytes, 8, h.block_bytes);
-  Put(p + kOffPayloadCrc, 4, h.payload_crc32c);
+  EncodeFixed32(p + kOffBufferCount, static_cast<uint32_t>(h.buffers.size()));
+  EncodeFixed64(p + kOffFingerprint, h.layout_fingerprint);
+  EncodeFixed32(p + kOffTokensPerPage, h.tokens_per_page);
+  EncodeFixed32(p + kOffAlignment, h.alignment_bytes);
+  EncodeFixed64(p + kOffPayloadBytes, h.payload_bytes);
+  EncodeFixed64(p + kOffBlockBytes, h.block_bytes);
+  EncodeFixed32(p + kOffPayloadCrc, h.payload_crc32c);
   for (size_t i = 0; i < h.buffers.size(); ++i) {
     const ColdBufferEntry& e = h.buffers[i];
     uint8_t* q = p + kColdBlockFixedHeaderBytes + i * kColdBlockBufferEntryBytes;
     q[0] = static_cast<uint8_t>(e.role);
     q[1] = static_cast<uint8_t>(e.dtype);
     q[2] = static_cast<uint8_t>(e.encoding);
-    Put(q + 4, 4, e.layer);
-    Put(q + 8, 4, e.heads);
-    Put(q + 12, 4, e.tokens);
-    Put(q + 16, 4, e.head_dim);
-    Put(q + 20, 4, e.quant_start);
-    Put(q + 24, 4, e.quant_len);
+    EncodeFixed32(q + 4, e.layer);
+    EncodeFixed32(q + 8, e.heads);
+    EncodeFixed32(q + 12, e.tokens);
+    EncodeFixed32(q + 16, e.head_dim);
+    EncodeFixed32(q + 20, e.quant_start);
+    EncodeFixed32(q + 24, e.quant_len);
     q[kColdBlockEntryScaleExpOffset] = static_cast<uint8_t>(e.scale_exp);
     q[29] = static_cast<uint8_t>(e.residual_scale_exp);
   }
-  Put(p + kOffHeaderCrc, 4, Crc32c(p, n));  // computed with the CRC field still zero
+  EncodeFixed32(p + kOffHeaderCrc, Crc32c(p, n));  // computed with the CRC field still zero
 }
 
 uint32_t StoredHeaderChecksum(absl::Span<const uint8_t> block) {
-  return static_cast<uint32_t>(Get(block.data() + kOffHeaderCrc, 4));
+  return DecodeFixed32(block.data() + kOffHeaderCrc);
 }
 
 absl::StatusOr<uint32_t> VerifyColdBlock(absl::Span<const uint8_t> block) {
@@ -121,20 +113,20 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeaderPrefix(absl::Span<const uint
                                             "-byte header"));
   }
   const uint8_t* p = block.data();
-  const uint32_t magic = static_cast<uint32_t>(Get(p + kOffMagic, 4));
+  const uint32_t magic = DecodeFixed32(p + kOffMagic);
   if (magic != kColdBlockMagic) {
     return HeaderLoss(kOffMagic, absl::StrFormat("bad magic 0x%08x (expected 0x%08x, \"KVTB\")",
                                                  magic, kColdBlockMagic));
   }
   ColdBlockHeader h;
-  h.version = static_cast<uint16_t>(Get(p + kOffVersion, 2));
+  h.version = DecodeFixed16(p + kOffVersion);
   if (h.version != kColdBlockVersion) {
     return HeaderLoss(kOffVersion, absl::StrCat("format version ", h.version,
                                                 " is not supported (this build reads version ",
                                                 kColdBlockVersion, ")"));
   }
-  h.header_bytes = static_cast<uint16_t>(Get(p + kOffHeaderBytes, 2));
-  const uint32_t buffer_count = static_cast<uint32_t>(Get(p + kOffBufferCount, 4));
+  h.header_bytes = DecodeFixed16(p + kOffHeaderBytes);
+  const uint32_t buffer_count = DecodeFixed32(p + kOffBufferCount);
   if (buffer_count == 0 || buffer_count > kMaxBuffers) {
     return HeaderLoss(kOffBufferCount, absl::StrCat("buffer count ", buffer_count,
                                                     " out of range [1, ", kMaxBuffers, "]"));
@@ -150,7 +142,7 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeaderPrefix(absl::Span<const uint
                                             " bytes, shorter than its ", expected_header,
                                             "-byte header"));
   }
-  const uint32_t stored_crc = static_cast<uint32_t>(Get(p + kOffHeaderCrc, 4));
+  const uint32_t stored_crc = DecodeFixed32(p + kOffHeaderCrc);
   static constexpr uint8_t kZero[4] = {0, 0, 0, 0};
   uint32_t crc = Crc32cExtend(0, p, kOffHeaderCrc);
   crc = Crc32cExtend(crc, kZero, 4);
@@ -170,19 +162,19 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeaderPrefix(absl::Span<const uint
     return HeaderLoss(kOffCodecFlags,
                       absl::StrCat("unknown codec flags 0x", absl::Hex(h.codec_flags)));
   }
-  if (Get(p + kOffReserved0, 2) != 0 || Get(p + kOffReserved1, 8) != 0) {
+  if (DecodeFixed16(p + kOffReserved0) != 0 || DecodeFixed64(p + kOffReserved1) != 0) {
     return HeaderLoss(kOffReserved0, "reserved fields are not zero");
   }
-  h.layout_fingerprint = Get(p + kOffFingerprint, 8);
-  h.tokens_per_page = static_cast<uint32_t>(Get(p + kOffTokensPerPage, 4));
-  h.alignment_bytes = static_cast<uint32_t>(Get(p + kOffAlignment, 4));
+  h.layout_fingerprint = DecodeFixed64(p + kOffFingerprint);
+  h.tokens_per_page = DecodeFixed32(p + kOffTokensPerPage);
+  h.alignment_bytes = DecodeFixed32(p + kOffAlignment);
   if (h.alignment_bytes < 16 || h.alignment_bytes > 65536 ||
       (h.alignment_bytes & (h.alignment_bytes - 1)) != 0) {
     return HeaderLoss(kOffAlignment, absl::StrCat("alignment ", h.alignment_bytes,
                                                   " is not a power of two in [16, 65536]"));
   }
-  h.payload_bytes = Get(p + kOffPayloadBytes, 8);
-  h.block_bytes = Get(p + kOffBlockBytes, 8);
+  h.payload_bytes = DecodeFixed64(p + kOffPayloadBytes);
+  h.block_bytes = DecodeFixed64(p + kOffBlockBytes);
   if (h.payload_bytes > h.block_bytes - std::min<uint64_t>(h.block_bytes, expected_header) ||
       h.block_bytes != RoundUp(expected_header + h.payload_bytes, h.alignment_bytes)) {
     return HeaderLoss(kOffPayloadBytes,
@@ -190,26 +182,26 @@ absl::StatusOr<ColdBlockHeader> ParseColdBlockHeaderPrefix(absl::Span<const uint
                                    h.block_bytes, " are inconsistent with a ", expected_header,
                                    "-byte header and ", h.alignment_bytes, "-byte alignment"));
   }
-  h.payload_crc32c = static_cast<uint32_t>(Get(p + kOffPayloadCrc, 4));
+  h.payload_crc32c = DecodeFixed32(p + kOffPayloadCrc);
   h.buffers.resize(buffer_count);
   for (uint32_t i = 0; i < buffer_count; ++i) {
     const size_t off = kColdBlockFixedHeaderBytes + size_t{i} * kColdBlockBufferEntryBytes;
     const uint8_t* q = p + off;
     ColdBufferEntry& e = h.buffers[i];
     if (q[0] < 1 || q[0] > 4 || q[1] < 1 || q[1] > 5 || q[2] > 2 || q[3] != 0 ||
-        Get(q + 30, 2) != 0) {
+        DecodeFixed16(q + 30) != 0) {
       return HeaderLoss(off, absl::StrCat("buffer ", i, ": invalid role ", q[0], ", dtype ", q[1],
                                           " or encoding ", q[2]));
     }
     e.role = static_cast<BufferRole>(q[0]);
     e.dtype = static_cast<DType>(q[1]);
     e.encoding = static_cast<BufferEncoding>(q[2]);
-    e.layer = static_cast<uint32_t>(Get(q + 4, 4));
-    e.heads = static_cast<uint32_t>(Get(q + 8, 4));
-    e.tokens = static_cast<uint32_t>(Get(q + 12, 4));
-    e.head_dim = static_cast<uint32_t>(Get(q + 16, 4));
-    e.quant_start = static_cast<uint32_t>(Get(q + 20, 4));
-    e.quant_len = static_cast<uint32_t>(Get(q + 24, 4));
+    e.layer = DecodeFixed32(q + 4);
+    e.heads = DecodeFixed32(q + 8);
+    e.tokens = DecodeFixed32(q + 12);
+    e.head_dim = DecodeFixed32(q + 16);
+    e.quant_start = DecodeFixed32(q + 20);
+    e.quant_len = DecodeFixed32(q + 24);
     e.scale_exp = static_cast<int8_t>(q[kColdBlockEntryScaleExpOffset]);
     e.residual_scale_exp = static_cast<int8_t>(q[29]);
     if (uint64_t{e.quant_start} + e.quant_len > e.head_dim || e.quant_len % kNvfp4GroupSize != 0) {

@@ -15,6 +15,8 @@
 #include <nmmintrin.h>
 #endif
 
+#include "common/coding.h"
+
 namespace kvtier::codec {
 namespace {
 
@@ -38,9 +40,7 @@ constexpr Tables kTables;
 uint32_t ExtendPortable(uint32_t crc, const uint8_t* p, size_t n) {
   uint32_t c = ~crc;
   while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    v ^= c;
+    const uint64_t v = DecodeFixed64(p) ^ c;
     c = kTables.t[7][v & 0xff] ^ kTables.t[6][(v >> 8) & 0xff] ^ kTables.t[5][(v >> 16) & 0xff] ^
         kTables.t[4][(v >> 24) & 0xff] ^ kTables.t[3][(v >> 32) & 0xff] ^
         kTables.t[2][(v >> 40) & 0xff] ^ kTables.t[1][(v >> 48) & 0xff] ^

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/coding.h"
 
 namespace kvtier::codec {
 
@@ -77,14 +78,10 @@ uint8_t FloatToFp8E4M3(float f);
 // Loads element `i` of a buffer of `dtype` (BF16, FP16 or FP8 E4M3) as an exact binary32 value.
 inline float LoadAsFloat(DType dtype, const uint8_t* base, size_t i) {
   switch (dtype) {
-    case DType::kBf16: {
-      uint16_t v = static_cast<uint16_t>(base[2 * i] | (base[2 * i + 1] << 8));
-      return Bf16ToFloat(v);
-    }
-    case DType::kFp16: {
-      uint16_t v = static_cast<uint16_t>(base[2 * i] | (base[2 * i + 1] << 8));
-      return Fp16ToFloat(v);
-    }
+    case DType::kBf16:
+      return Bf16ToFloat(DecodeFixed16(base + 2 * i));
+    case DType::kFp16:
+      return Fp16ToFloat(DecodeFixed16(base + 2 * i));
     default:
       return Fp8E4M3ToFloat(base[i]);
   }
@@ -93,18 +90,12 @@ inline float LoadAsFloat(DType dtype, const uint8_t* base, size_t i) {
 // Rounds `f` to `dtype` (BF16, FP16 or FP8 E4M3) and stores it as element `i` (little-endian).
 inline void StoreFromFloat(DType dtype, float f, uint8_t* base, size_t i) {
   switch (dtype) {
-    case DType::kBf16: {
-      uint16_t v = FloatToBf16(f);
-      base[2 * i] = static_cast<uint8_t>(v);
-      base[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+    case DType::kBf16:
+      EncodeFixed16(base + 2 * i, FloatToBf16(f));
       return;
-    }
-    case DType::kFp16: {
-      uint16_t v = FloatToFp16(f);
-      base[2 * i] = static_cast<uint8_t>(v);
-      base[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+    case DType::kFp16:
+      EncodeFixed16(base + 2 * i, FloatToFp16(f));
       return;
-    }
     default:
       base[i] = FloatToFp8E4M3(f);
   }

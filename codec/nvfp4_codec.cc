@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec_internal.h"
 #include "codec/nvfp4_math.h"
+#include "common/coding.h"
 #include "common/status_macros.h"
 
 namespace kvtier::codec::internal {
@@ -36,11 +37,9 @@ static_assert(kNvfp4GroupSize == 16);
 template <DType D>
 inline float Load(const uint8_t* row, size_t i) {
   if constexpr (D == DType::kBf16) {
-    uint16_t v;
-    std::memcpy(&v, row + 2 * i, 2);  // little-endian host (checked in codec.cc)
-    return Bf16ToFloat(v);
+    return Bf16ToFloat(DecodeFixed16(row + 2 * i));
   } else if constexpr (D == DType::kFp16) {
-    return Fp16ToFloat(static_cast<uint16_t>(row[2 * i] | (row[2 * i + 1] << 8)));
+    return Fp16ToFloat(DecodeFixed16(row + 2 * i));
   } else {
     return Fp8E4M3ToFloat(row[i]);
   }
@@ -485,13 +484,13 @@ class Nvfp4Codec final : public Codec {
           if (b.dtype == DType::kBf16 && nvfp4::GridIsExact(out_domain, s1, p1)) {
             for (int c = 0; c < 8; ++c) {  // exact: the BF16 bits are the float's top half
               const uint32_t f = std::bit_cast<uint32_t>((nvfp4::kE2M1[c] * s1) * p1);
-              lut[c][0] = static_cast<uint8_t>(f >> 16), lut[c][1] = static_cast<uint8_t>(f >> 24);
+              EncodeFixed16(lut[c], static_cast<uint16_t>(f >> 16));
               lut[c + 8][0] = lut[c][0], lut[c + 8][1] = lut[c][1] | 0x80;
             }
           } else if (b.dtype == DType::kFp16 && nvfp4::GridIsExact(out_domain, s1, p1)) {
             for (int c = 0; c < 8; ++c) {  // exact: converting cannot round
               const uint16_t h = FloatToFp16((nvfp4::kE2M1[c] * s1) * p1);
-              lut[c][0] = static_cast<uint8_t>(h), lut[c][1] = static_cast<uint8_t>(h >> 8);
+              EncodeFixed16(lut[c], h);
               lut[c + 8][0] = lut[c][0], lut[c + 8][1] = lut[c][1] | 0x80;
             }
           } else {

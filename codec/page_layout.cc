@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/coding.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
 
@@ -149,10 +150,6 @@ absl::Status CheckNoOverlap(const PageLayout& layout) {
     }
   }
   return absl::OkStatus();
-}
-
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
 }
 
 }  // namespace
@@ -302,17 +299,17 @@ absl::Status ValidateLayout(const PageLayout& layout) {
 
 uint64_t LayoutFingerprint(const PageLayout& layout) {
   std::string canonical = "KVTL";
-  PutU32(canonical, 1);  // canonical-encoding version
-  PutU32(canonical, layout.tokens_per_page);
-  PutU32(canonical, static_cast<uint32_t>(layout.buffers.size()));
+  PutFixed32(&canonical, 1);  // canonical-encoding version
+  PutFixed32(&canonical, layout.tokens_per_page);
+  PutFixed32(&canonical, static_cast<uint32_t>(layout.buffers.size()));
   for (const BufferSpec& b : layout.buffers) {
-    PutU32(canonical, b.layer);
-    PutU32(canonical, static_cast<uint32_t>(b.role) | (static_cast<uint32_t>(b.dtype) << 8));
-    PutU32(canonical, b.heads);
-    PutU32(canonical, b.Tokens(layout.tokens_per_page));
-    PutU32(canonical, b.head_dim);
-    PutU32(canonical, b.rope_start);
-    PutU32(canonical, b.rope_len);
+    PutFixed32(&canonical, b.layer);
+    PutFixed32(&canonical, static_cast<uint32_t>(b.role) | (static_cast<uint32_t>(b.dtype) << 8));
+    PutFixed32(&canonical, b.heads);
+    PutFixed32(&canonical, b.Tokens(layout.tokens_per_page));
+    PutFixed32(&canonical, b.head_dim);
+    PutFixed32(&canonical, b.rope_start);
+    PutFixed32(&canonical, b.rope_len);
   }
   return XXH3_64bits(canonical.data(), canonical.size());
 }

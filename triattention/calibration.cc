@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/coding.h"
 #include "common/file_reading.h"
 #include "common/status_macros.h"
 #include "triattention/torch_pickle.h"
@@ -442,8 +443,7 @@ absl::Status ParseSafetensorsHeader(absl::Span<const uint8_t> file,
     return Invalid(absl::StrCat("safetensors file of ", file.size(),
                                 " bytes is too short for its 8-byte header length"));
   }
-  uint64_t header_bytes = 0;
-  for (int i = 0; i < 8; ++i) header_bytes |= uint64_t{file[i]} << (8 * i);
+  const uint64_t header_bytes = DecodeFixed64(file.data());
   if (header_bytes > kMaxSafetensorsHeaderBytes || header_bytes > file.size() - 8) {
     return Invalid(
         absl::StrCat("safetensors header length ", header_bytes, " exceeds ",

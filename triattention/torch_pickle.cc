@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/coding.h"
 #include "common/status_macros.h"
 #include "triattention/zip_archive.h"
 
@@ -204,9 +205,7 @@ class Interpreter {
 
   absl::StatusOr<uint64_t> TakeLe(size_t n, absl::string_view what) {
     KVTIER_ASSIGN_OR_RETURN(absl::Span<const uint8_t> bytes, Take(n, what));
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i) v |= uint64_t{bytes[i]} << (8 * i);
-    return v;
+    return DecodeLittleEndian(bytes.data(), n);
   }
 
   absl::StatusOr<std::string> TakeLine(absl::string_view what) {
@@ -665,10 +664,8 @@ class Interpreter {
       }
       case kBinFloat: {
         KVTIER_ASSIGN_OR_RETURN(absl::Span<const uint8_t> bytes, Take(8, "BINFLOAT"));
-        uint64_t bits = 0;
-        for (uint8_t b : bytes) bits = (bits << 8) | b;  // big-endian
         KVTIER_ASSIGN_OR_RETURN(PickleValue * v, New(PickleValue::Kind::kFloat));
-        v->float_value = std::bit_cast<double>(bits);
+        v->float_value = std::bit_cast<double>(DecodeBigEndian64(bytes.data()));
         return Push(v);
       }
       case kNone:

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/coding.h"
 
 namespace kvtier::triattention {
 namespace {
@@ -29,12 +30,6 @@ constexpr size_t kMaxCommentBytes = 0xFFFF;
 constexpr uint16_t kFlagEncrypted = 0x0001;
 constexpr uint16_t kFlagStrongEncryption = 0x0040;
 constexpr uint16_t kMethodStored = 0;
-
-uint32_t Le(const uint8_t* p, size_t n) {
-  uint32_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= uint32_t{p[i]} << (8 * i);
-  return v;
-}
 
 constexpr std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> table{};
@@ -81,8 +76,8 @@ absl::StatusOr<ZipArchive> ZipArchive::Parse(absl::Span<const uint8_t> file) {
                             ? size - kEndOfCentralDirBytes - kMaxCommentBytes
                             : 0;
   for (size_t pos = size - kEndOfCentralDirBytes + 1; pos-- > lowest;) {
-    if (Le(base + pos, 4) == kEndOfCentralDirSignature &&
-        pos + kEndOfCentralDirBytes + Le(base + pos + 20, 2) == size) {
+    if (DecodeFixed32(base + pos) == kEndOfCentralDirSignature &&
+        pos + kEndOfCentralDirBytes + DecodeFixed16(base + pos + 20) == size) {
       eocd = pos;
       break;
     }
@@ -92,12 +87,12 @@ absl::StatusOr<ZipArchive> ZipArchive::Parse(absl::Span<const uint8_t> file) {
                                   " bytes (not a ZIP archive, or a truncated one)"));
   }
   const uint8_t* e = base + eocd;
-  const uint32_t disk = Le(e + 4, 2);
-  const uint32_t cd_disk = Le(e + 6, 2);
-  const uint32_t entries_on_disk = Le(e + 8, 2);
-  const uint32_t total_entries = Le(e + 10, 2);
-  const uint32_t cd_size = Le(e + 12, 4);
-  const uint32_t cd_offset = Le(e + 16, 4);
+  const uint32_t disk = DecodeFixed16(e + 4);
+  const uint32_t cd_disk = DecodeFixed16(e + 6);
+  const uint32_t entries_on_disk = DecodeFixed16(e + 8);
+  const uint32_t total_entries = DecodeFixed16(e + 10);
+  const uint32_t cd_size = DecodeFixed32(e + 12);
+  const uint32_t cd_offset = DecodeFixed32(e + 16);
   if (total_entries == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_offset == 0xFFFFFFFFu) {
     return Zip64Refused("the end-of-central-directory record");
   }
@@ -127,22 +122,22 @@ absl::StatusOr<ZipArchive> ZipArchive::Parse(absl::Span<const uint8_t> file) {
                                     " reaches past the directory's end at ", cd_end));
     }
     const uint8_t* c = base + pos;
-    if (Le(c, 4) != kCentralDirSignature) {
+    if (DecodeFixed32(c) != kCentralDirSignature) {
       return Malformed(
           absl::StrFormat("central directory entry %u at offset %u has signature "
                           "0x%08x, expected 0x%08x",
-                          i, pos, Le(c, 4), kCentralDirSignature));
+                          i, pos, DecodeFixed32(c), kCentralDirSignature));
     }
-    const uint32_t flags = Le(c + 8, 2);
-    const uint32_t method = Le(c + 10, 2);
-    const uint32_t crc = Le(c + 16, 4);
-    const uint32_t compressed = Le(c + 20, 4);
-    const uint32_t uncompressed = Le(c + 24, 4);
-    const uint32_t name_len = Le(c + 28, 2);
-    const uint32_t extra_len = Le(c + 30, 2);
-    const uint32_t comment_len = Le(c + 32, 2);
-    const uint32_t start_disk = Le(c + 34, 2);
-    const uint32_t local_offset = Le(c + 42, 4);
+    const uint32_t flags = DecodeFixed16(c + 8);
+    const uint32_t method = DecodeFixed16(c + 10);
+    const uint32_t crc = DecodeFixed32(c + 16);
+    const uint32_t compressed = DecodeFixed32(c + 20);
+    const uint32_t uncompressed = DecodeFixed32(c + 24);
+    const uint32_t name_len = DecodeFixed16(c + 28);
+    const uint32_t extra_len = DecodeFixed16(c + 30);
+    const uint32_t comment_len = DecodeFixed16(c + 32);
+    const uint32_t start_disk = DecodeFixed16(c + 34);
+    const uint32_t local_offset = DecodeFixed32(c + 42);
     const uint64_t next = pos + kCentralDirEntryBytes + name_len + extra_len + comment_len;
     if (next > cd_end) {
       return Malformed(absl::StrCat("central directory entry ", i, " at offset ", pos,
@@ -175,15 +170,15 @@ absl::StatusOr<ZipArchive> ZipArchive::Parse(absl::Span<const uint8_t> file) {
                                     " reaches past the central directory at ", cd_offset));
     }
     const uint8_t* l = base + local_offset;
-    if (Le(l, 4) != kLocalHeaderSignature) {
+    if (DecodeFixed32(l) != kLocalHeaderSignature) {
       return Malformed(
           absl::StrFormat("local header of entry '%s' at offset %u has signature "
                           "0x%08x, expected 0x%08x",
-                          name, local_offset, Le(l, 4), kLocalHeaderSignature));
+                          name, local_offset, DecodeFixed32(l), kLocalHeaderSignature));
     }
-    const uint32_t local_method = Le(l + 8, 2);
-    const uint32_t local_name_len = Le(l + 26, 2);
-    const uint32_t local_extra_len = Le(l + 28, 2);
+    const uint32_t local_method = DecodeFixed16(l + 8);
+    const uint32_t local_name_len = DecodeFixed16(l + 26);
+    const uint32_t local_extra_len = DecodeFixed16(l + 28);
     const uint64_t data_offset =
         uint64_t{local_offset} + kLocalHeaderBytes + local_name_len + local_extra_len;
     if (data_offset + compressed > cd_offset) {

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/coding.h"
 
 namespace kvtier {
 
@@ -26,11 +27,7 @@ std::string BlockHasher::Next(std::string_view parent, std::span<const uint32_t>
   std::string input;
   input.reserve(parent.size() + 4 * tokens.size() + extra_key.size());
   input.append(parent);
-  for (const uint32_t t : tokens) {
-    const char le[4] = {static_cast<char>(t & 0xFF), static_cast<char>((t >> 8) & 0xFF),
-                        static_cast<char>((t >> 16) & 0xFF), static_cast<char>(t >> 24)};
-    input.append(le, sizeof(le));
-  }
+  for (const uint32_t t : tokens) PutFixed32(&input, t);
   input.append(extra_key);
   std::string digest(SHA256_DIGEST_LENGTH, '\0');
   SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(),

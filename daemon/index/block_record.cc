@@ -1,6 +1,7 @@
-// Encodings of the index's keys and values (see block_record.h), by hand, byte by byte: no memcpy
-// of structs, so the format does not depend on the host's endianness or padding. Decoders check
-// every length and enum before reading and return DataLoss; pure functions, thread-safe.
+// Encodings of the index's keys and values (see block_record.h), field by field through
+// common/coding.h: no memcpy of structs, so the format does not depend on the host's endianness
+// or padding. Decoders check every length and enum before reading and return DataLoss; pure
+// functions, thread-safe.
 //
 // Block record, version 1 (kBlockRecordBytes = 62), integers little-endian:
 //   offset  0  u8   version (1)        offset 14  u32  size
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/coding.h"
 
 namespace kvtier::index {
 namespace {
@@ -29,30 +31,6 @@ static_assert(1 + 1 + 1 + 1 + 2 + 8 + 4 + 4 + 32 + 8 == kBlockRecordBytes,
               "the table above and kBlockRecordBytes disagree");
 static_assert(kNamespaceIdBytes + sizeof(BlockHash) == kBlockKeyBytes);
 static_assert(kLegacyNamespaceIdBytes + sizeof(BlockHash) == kLegacyBlockKeyBytes);
-
-void AppendLittleEndian(uint64_t value, size_t bytes, std::string* out) {
-  for (size_t i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-// REQUIRES: `at + bytes <= data.size()`.
-uint64_t ReadLittleEndian(absl::string_view data, size_t at, size_t bytes) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < bytes; ++i) {
-    value |= static_cast<uint64_t>(static_cast<uint8_t>(data[at + i])) << (8 * i);
-  }
-  return value;
-}
-
-void AppendBigEndian(uint64_t value, size_t bytes, std::string* out) {
-  for (size_t i = bytes; i-- > 0;) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-// REQUIRES: `at + bytes <= data.size()`.
-uint64_t ReadBigEndian(absl::string_view data, size_t at, size_t bytes) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < bytes; ++i) value = (value << 8) | static_cast<uint8_t>(data[at + i]);
-  return value;
-}
 
 void AppendHash(const BlockHash& hash, std::string* out) {
   out->append(reinterpret_cast<const char*>(hash.data()), hash.size());
@@ -65,13 +43,20 @@ BlockHash ReadHash(absl::string_view data, size_t at) {
   return hash;
 }
 
+// A namespace id of `id_bytes` (kNamespaceIdBytes or kLegacyNamespaceIdBytes), big-endian.
+// REQUIRES: `data.size() >= id_bytes`.
+NamespaceId ReadId(absl::string_view data, size_t id_bytes) {
+  return id_bytes == kNamespaceIdBytes ? DecodeBigEndian64(data.data())
+                                       : DecodeBigEndian32(data.data());
+}
+
 absl::StatusOr<BlockKey> DecodeKeyWithIdOf(absl::string_view bytes, size_t id_bytes) {
   if (bytes.size() != id_bytes + sizeof(BlockHash)) {
     return absl::DataLossError(absl::StrFormat("block key is %d bytes, expected %d", bytes.size(),
                                                id_bytes + sizeof(BlockHash)));
   }
   BlockKey key;
-  key.ns = ReadBigEndian(bytes, 0, id_bytes);
+  key.ns = ReadId(bytes, id_bytes);
   key.hash = ReadHash(bytes, id_bytes);
   return key;
 }
@@ -81,7 +66,7 @@ absl::StatusOr<NamespaceId> DecodeIdOf(absl::string_view bytes, size_t id_bytes)
     return absl::DataLossError(
         absl::StrFormat("namespace id is %d bytes, expected %d", bytes.size(), id_bytes));
   }
-  return ReadBigEndian(bytes, 0, id_bytes);
+  return ReadId(bytes, id_bytes);
 }
 
 }  // namespace
@@ -101,7 +86,7 @@ absl::string_view TierName(Tier tier) {
 std::string EncodeBlockKey(const BlockKey& key) {
   std::string out;
   out.reserve(kBlockKeyBytes);
-  AppendBigEndian(key.ns, kNamespaceIdBytes, &out);
+  PutBigEndian64(&out, key.ns);
   AppendHash(key.hash, &out);
   return out;
 }
@@ -121,12 +106,12 @@ std::string EncodeBlockRecord(const BlockRecord& record) {
   out.push_back(static_cast<char>(record.tier));
   out.push_back(static_cast<char>(record.flags));
   out.push_back(static_cast<char>(record.codec));
-  AppendLittleEndian(record.device, 2, &out);
-  AppendLittleEndian(record.offset, 8, &out);
-  AppendLittleEndian(record.size, 4, &out);
-  AppendLittleEndian(record.checksum, 4, &out);
+  PutFixed16(&out, record.device);
+  PutFixed64(&out, record.offset);
+  PutFixed32(&out, record.size);
+  PutFixed32(&out, record.checksum);
   AppendHash(record.parent, &out);
-  AppendLittleEndian(record.last_access_ms, 8, &out);
+  PutFixed64(&out, record.last_access_ms);
   return out;
 }
 
@@ -159,19 +144,19 @@ absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes) {
   record.tier = static_cast<Tier>(tier);
   record.flags = static_cast<uint8_t>(bytes[2]);
   record.codec = static_cast<uint8_t>(bytes[3]);
-  record.device = static_cast<uint16_t>(ReadLittleEndian(bytes, 4, 2));
-  record.offset = ReadLittleEndian(bytes, 6, 8);
-  record.size = static_cast<uint32_t>(ReadLittleEndian(bytes, 14, 4));
-  record.checksum = static_cast<uint32_t>(ReadLittleEndian(bytes, 18, 4));
+  record.device = DecodeFixed16(bytes.data() + 4);
+  record.offset = DecodeFixed64(bytes.data() + 6);
+  record.size = DecodeFixed32(bytes.data() + 14);
+  record.checksum = DecodeFixed32(bytes.data() + 18);
   record.parent = ReadHash(bytes, 22);
-  record.last_access_ms = ReadLittleEndian(bytes, 54, 8);
+  record.last_access_ms = DecodeFixed64(bytes.data() + 54);
   return record;
 }
 
 std::string EncodeNamespaceId(NamespaceId id) {
   std::string out;
   out.reserve(kNamespaceIdBytes);
-  AppendBigEndian(id, kNamespaceIdBytes, &out);
+  PutBigEndian64(&out, id);
   return out;
 }
 

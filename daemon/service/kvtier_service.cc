@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/coding.h"
 #include "common/logging.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
@@ -37,13 +38,12 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
                                  const std::string& root_secret) {
   std::string text = "kvtier-namespace-v1";
   for (const std::string* part : {&tenant, &model, &partition}) {
-    const uint32_t n = static_cast<uint32_t>(part->size());
-    text.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    PutFixed32(&text, static_cast<uint32_t>(part->size()));
     text.append(*part);
   }
-  text.append(reinterpret_cast<const char*>(&layout_fingerprint), sizeof(layout_fingerprint));
+  PutFixed64(&text, layout_fingerprint);
   text.append(codec.ToString());
-  text.append(reinterpret_cast<const char*>(&codec.alignment_bytes), sizeof(codec.alignment_bytes));
+  PutFixed32(&text, codec.alignment_bytes);
   DerivedNamespace out;
   unsigned char digest[SHA256_DIGEST_LENGTH];
   // The id: keyed, so that nobody without the daemon's key can compute another tenant's id (and
@@ -51,12 +51,12 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
   unsigned int digest_bytes = 0;
   HMAC(EVP_sha256(), id_key.data(), static_cast<int>(id_key.size()),
        reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest, &digest_bytes);
-  for (int i = 0; i < 8; ++i) out.id |= uint64_t{digest[i]} << (8 * i);
+  out.id = DecodeFixed64(digest);
   if (out.id < (uint64_t{1} << 32)) out.id |= uint64_t{1} << 32;
   // The hash root keeps the derivation of the first version (the 32-bit id of a plain SHA-256),
   // so that the chains engines computed before keep naming the same blocks.
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
-  for (int i = 0; i < 4; ++i) out.legacy_id |= uint64_t{digest[i]} << (8 * i);
+  out.legacy_id = DecodeFixed32(digest);
   if (out.legacy_id == 0) out.legacy_id = 1;
   out.hash_root = NamespaceHashRoot(out.legacy_id, root_secret);
   return out;
@@ -64,7 +64,7 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
 
 std::string NamespaceHashRoot(uint64_t legacy_id, const std::string& secret) {
   std::string root = "kvtier-hash-root-v1";
-  root.append(reinterpret_cast<const char*>(&legacy_id), sizeof(legacy_id));
+  PutFixed64(&root, legacy_id);
   root.append(secret);  // authentication on: roots cannot be computed without the tenant's tokens
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(root.data()), root.size(), digest);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/coding.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
 #include "daemon/service/kvtier_service.h"
@@ -23,11 +24,10 @@ index::BlockHash KvTierService::ParkHash(const std::string& engine_id,
                                          const std::string& request_id, uint64_t position) {
   std::string text = "kvtier-park-v1";
   for (const std::string* part : {&engine_id, &request_id}) {
-    const uint32_t n = static_cast<uint32_t>(part->size());
-    text.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    PutFixed32(&text, static_cast<uint32_t>(part->size()));
     text.append(*part);
   }
-  text.append(reinterpret_cast<const char*>(&position), sizeof(position));
+  PutFixed64(&text, position);
   index::BlockHash hash;
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), hash.data());
   return hash;

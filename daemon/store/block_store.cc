@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "codec/cold_block.h"
+#include "common/coding.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/store/block_store_internal.h"
@@ -267,17 +268,16 @@ using internal::Entry;
 using internal::State;
 
 std::string EncodeNamespaceRecord(absl::string_view record, uint64_t quota) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((quota >> (8 * i)) & 0xFF);
+  std::string out;
+  out.reserve(8 + record.size());
+  PutFixed64(&out, quota);
   out.append(record.data(), record.size());
   return out;
 }
 
 bool DecodeNamespaceRecord(absl::string_view bytes, std::string* record, uint64_t* quota) {
   if (bytes.size() < 8) return false;
-  uint64_t q = 0;
-  for (int i = 0; i < 8; ++i) q |= uint64_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
-  *quota = q;
+  *quota = DecodeFixed64(bytes.data());
   record->assign(bytes.data() + 8, bytes.size() - 8);
   return true;
 }

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/coding.h"
 #include "triattention/calibration.h"
 #include "triattention/zip_archive.h"
 
@@ -66,10 +67,6 @@ void Check(const char* name, const absl::StatusOr<Calibration>& result) {
   }
 }
 
-void PutLe(std::vector<uint8_t>& out, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
 // A stored ZIP archive of `entries` with correct sizes and CRCs.
 std::vector<uint8_t> StoredZip(
     const std::vector<std::pair<std::string, absl::Span<const uint8_t>>>& entries) {
@@ -78,45 +75,45 @@ std::vector<uint8_t> StoredZip(
   for (const auto& [name, data] : entries) {
     const uint32_t crc = ZipCrc32(data);
     const size_t offset = out.size();
-    PutLe(out, 0x04034b50, 4);
-    PutLe(out, 20, 2);  // version needed
-    PutLe(out, 0, 2);   // flags
-    PutLe(out, 0, 2);   // method: stored
-    PutLe(out, 0, 4);   // time, date
-    PutLe(out, crc, 4);
-    PutLe(out, data.size(), 4);
-    PutLe(out, data.size(), 4);
-    PutLe(out, name.size(), 2);
-    PutLe(out, 0, 2);  // extra length
+    PutFixed32(&out, 0x04034b50);
+    PutFixed16(&out, 20);  // version needed
+    PutFixed16(&out, 0);   // flags
+    PutFixed16(&out, 0);   // method: stored
+    PutFixed32(&out, 0);   // time, date
+    PutFixed32(&out, crc);
+    PutFixed32(&out, static_cast<uint32_t>(data.size()));
+    PutFixed32(&out, static_cast<uint32_t>(data.size()));
+    PutFixed16(&out, static_cast<uint16_t>(name.size()));
+    PutFixed16(&out, 0);  // extra length
     out.insert(out.end(), name.begin(), name.end());
     out.insert(out.end(), data.begin(), data.end());
-    PutLe(central, 0x02014b50, 4);
-    PutLe(central, 20, 2);  // version made by
-    PutLe(central, 20, 2);  // version needed
-    PutLe(central, 0, 2);   // flags
-    PutLe(central, 0, 2);   // method
-    PutLe(central, 0, 4);   // time, date
-    PutLe(central, crc, 4);
-    PutLe(central, data.size(), 4);
-    PutLe(central, data.size(), 4);
-    PutLe(central, name.size(), 2);
-    PutLe(central, 0, 2);  // extra length
-    PutLe(central, 0, 2);  // comment length
-    PutLe(central, 0, 2);  // disk
-    PutLe(central, 0, 2);  // internal attributes
-    PutLe(central, 0, 4);  // external attributes
-    PutLe(central, offset, 4);
+    PutFixed32(&central, 0x02014b50);
+    PutFixed16(&central, 20);  // version made by
+    PutFixed16(&central, 20);  // version needed
+    PutFixed16(&central, 0);   // flags
+    PutFixed16(&central, 0);   // method
+    PutFixed32(&central, 0);   // time, date
+    PutFixed32(&central, crc);
+    PutFixed32(&central, static_cast<uint32_t>(data.size()));
+    PutFixed32(&central, static_cast<uint32_t>(data.size()));
+    PutFixed16(&central, static_cast<uint16_t>(name.size()));
+    PutFixed16(&central, 0);  // extra length
+    PutFixed16(&central, 0);  // comment length
+    PutFixed16(&central, 0);  // disk
+    PutFixed16(&central, 0);  // internal attributes
+    PutFixed32(&central, 0);  // external attributes
+    PutFixed32(&central, static_cast<uint32_t>(offset));
     central.insert(central.end(), name.begin(), name.end());
   }
   const size_t cd_offset = out.size();
   out.insert(out.end(), central.begin(), central.end());
-  PutLe(out, 0x06054b50, 4);
-  PutLe(out, 0, 4);  // disk numbers
-  PutLe(out, entries.size(), 2);
-  PutLe(out, entries.size(), 2);
-  PutLe(out, central.size(), 4);
-  PutLe(out, cd_offset, 4);
-  PutLe(out, 0, 2);  // comment length
+  PutFixed32(&out, 0x06054b50);
+  PutFixed32(&out, 0);  // disk numbers
+  PutFixed16(&out, static_cast<uint16_t>(entries.size()));
+  PutFixed16(&out, static_cast<uint16_t>(entries.size()));
+  PutFixed32(&out, static_cast<uint32_t>(central.size()));
+  PutFixed32(&out, static_cast<uint32_t>(cd_offset));
+  PutFixed16(&out, 0);  // comment length
   return out;
 }
 
@@ -127,7 +124,7 @@ std::vector<uint8_t> FloatBytes(size_t count) {
     uint32_t bits;
     static_assert(sizeof(bits) == sizeof(v));
     __builtin_memcpy(&bits, &v, sizeof(bits));
-    PutLe(out, bits, 4);
+    PutFixed32(&out, bits);
   }
   return out;
 }

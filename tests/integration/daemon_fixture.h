@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "codec/dtype.h"
+#include "common/coding.h"
 #include "daemon/service/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -308,10 +309,8 @@ class TestEngine {
 // The 32-byte hash of test block `i` of chain `chain`.
 inline std::string Hash(uint64_t chain, uint64_t i) {
   std::string h(32, '\0');
-  for (int b = 0; b < 8; ++b) {
-    h[b] = static_cast<char>((chain >> (8 * b)) & 0xFF);
-    h[8 + b] = static_cast<char>((i >> (8 * b)) & 0xFF);
-  }
+  EncodeFixed64(h.data(), chain);
+  EncodeFixed64(h.data() + 8, i);
   h[31] = 0x5A;
   return h;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/coding.h"
 #include "triattention/calibration.h"
 
 namespace kvtier::testing {
@@ -71,8 +72,9 @@ inline void WriteSafetensorsCalibration(const triattention::Calibration& c,
   }
   header += "}";
   std::ofstream out(path, std::ios::binary);
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header.size() >> (8 * i)) & 0xff));
-  out << header;
+  std::string length;
+  PutFixed64(&length, header.size());
+  out << length << header;
   for (const auto& [name, values] : tensors) {
     out.write(reinterpret_cast<const char*>(values->data()),
               static_cast<std::streamsize>(values->size() * sizeof(float)));

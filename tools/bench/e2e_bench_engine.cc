@@ -29,6 +29,7 @@
 #include "codec/codec_spec.h"
 #include "codec/dtype.h"
 #include "codec/page_layout.h"
+#include "common/coding.h"
 #include "daemon/service/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/device.h"
@@ -177,8 +178,7 @@ namespace {
 // kMarkerBytes of source page `page`, so that pages differ and stay finite.
 void WriteMarker(uint32_t page, uint8_t* out) {
   for (uint32_t j = 0; j < kMarkerBytes / 2; ++j) {
-    const uint16_t bits = ((page >> j) & 1) != 0 ? 0x3F80 : 0xBF80;  // 1.0, -1.0
-    std::memcpy(out + 2 * j, &bits, 2);
+    EncodeFixed16(out + 2 * j, ((page >> j) & 1) != 0 ? 0x3F80 : 0xBF80);  // 1.0, -1.0
   }
 }
 

@@ -11,6 +11,7 @@
 #include "codec/cold_block.h"
 #include "codec/dtype.h"
 #include "codec/nvfp4_math.h"
+#include "common/coding.h"
 #include "gtest/gtest.h"
 
 namespace kvtier::codec {
@@ -129,8 +130,7 @@ float Ulp(DType dtype, float v) {
   if (DTypeBytes(dtype) == 1) {
     ++buf[0];
   } else {
-    uint16_t bits = static_cast<uint16_t>(buf[0] | (buf[1] << 8)) + 1;
-    buf[0] = static_cast<uint8_t>(bits), buf[1] = static_cast<uint8_t>(bits >> 8);
+    EncodeFixed16(buf, static_cast<uint16_t>(DecodeFixed16(buf) + 1));
   }
   const float next = LoadAsFloat(dtype, buf, 0);
   if (std::isfinite(next)) return next - std::fabs(v);

@@ -11,6 +11,7 @@
 
 #include "codec/codec.h"
 #include "codec/dtype.h"
+#include "common/coding.h"
 #include "gtest/gtest.h"
 
 namespace kvtier::codec {
@@ -47,7 +48,8 @@ std::vector<std::vector<uint32_t>> PatternsByExponent(DType dtype) {
 }
 
 float Value(DType dtype, uint32_t bits) {
-  uint8_t buf[2] = {static_cast<uint8_t>(bits), static_cast<uint8_t>(bits >> 8)};
+  uint8_t buf[2];
+  EncodeFixed16(buf, static_cast<uint16_t>(bits));
   return LoadAsFloat(dtype, buf, 0);
 }
 
@@ -55,8 +57,7 @@ void Put(DType dtype, uint8_t* page, size_t i, uint32_t bits) {
   if (DTypeBytes(dtype) == 1) {
     page[i] = static_cast<uint8_t>(bits);
   } else {
-    page[2 * i] = static_cast<uint8_t>(bits);
-    page[2 * i + 1] = static_cast<uint8_t>(bits >> 8);
+    EncodeFixed16(page + 2 * i, static_cast<uint16_t>(bits));
   }
 }
 

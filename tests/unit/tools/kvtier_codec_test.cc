@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/coding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -113,8 +114,8 @@ class KvtierCodecToolTest : public ::testing::Test {
       const float value = 3.0f * std::sin(0.37f * static_cast<float>(i)) + 0.01f;
       uint32_t bits;
       std::memcpy(&bits, &value, sizeof(bits));
-      pages[2 * i] = static_cast<char>(bits >> 16);  // BF16 by truncation: exact, finite
-      pages[2 * i + 1] = static_cast<char>(bits >> 24);
+      EncodeFixed16(pages.data() + 2 * i,
+                    static_cast<uint16_t>(bits >> 16));  // BF16 by truncation: exact, finite
     }
     WriteFile(dir_ / "pages.bin", pages);
   }

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/coding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "triattention/zip_archive.h"
@@ -31,8 +32,8 @@ class PickleWriter {
     bytes_.push_back(b);
     return *this;
   }
-  PickleWriter& Le(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) Byte(static_cast<uint8_t>(v >> (8 * i)));
+  PickleWriter& Le(uint64_t v, size_t n) {
+    PutLittleEndian(&bytes_, v, n);
     return *this;
   }
   PickleWriter& Str(const std::string& s) {
@@ -321,52 +322,49 @@ std::vector<uint8_t> MakeZip(const std::vector<std::pair<std::string, std::strin
                              uint16_t method = 0) {
   std::vector<uint8_t> out;
   std::vector<uint8_t> central;
-  auto le = [](std::vector<uint8_t>& v, uint64_t x, int n) {
-    for (int i = 0; i < n; ++i) v.push_back(static_cast<uint8_t>(x >> (8 * i)));
-  };
   for (const auto& [name, data] : entries) {
     const uint32_t crc = ZipCrc32(
         absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
     const size_t offset = out.size();
-    le(out, 0x04034b50, 4);
-    le(out, 20, 2);
-    le(out, 0, 2);
-    le(out, method, 2);
-    le(out, 0, 4);
-    le(out, crc, 4);
-    le(out, data.size(), 4);
-    le(out, data.size(), 4);
-    le(out, name.size(), 2);
-    le(out, 0, 2);
+    PutFixed32(&out, 0x04034b50);
+    PutFixed16(&out, 20);
+    PutFixed16(&out, 0);
+    PutFixed16(&out, method);
+    PutFixed32(&out, 0);
+    PutFixed32(&out, crc);
+    PutFixed32(&out, static_cast<uint32_t>(data.size()));
+    PutFixed32(&out, static_cast<uint32_t>(data.size()));
+    PutFixed16(&out, static_cast<uint16_t>(name.size()));
+    PutFixed16(&out, 0);
     out.insert(out.end(), name.begin(), name.end());
     out.insert(out.end(), data.begin(), data.end());
-    le(central, 0x02014b50, 4);
-    le(central, 20, 2);
-    le(central, 20, 2);
-    le(central, 0, 2);
-    le(central, method, 2);
-    le(central, 0, 4);
-    le(central, crc, 4);
-    le(central, data.size(), 4);
-    le(central, data.size(), 4);
-    le(central, name.size(), 2);
-    le(central, 0, 2);
-    le(central, 0, 2);
-    le(central, 0, 2);
-    le(central, 0, 2);
-    le(central, 0, 4);
-    le(central, offset, 4);
+    PutFixed32(&central, 0x02014b50);
+    PutFixed16(&central, 20);
+    PutFixed16(&central, 20);
+    PutFixed16(&central, 0);
+    PutFixed16(&central, method);
+    PutFixed32(&central, 0);
+    PutFixed32(&central, crc);
+    PutFixed32(&central, static_cast<uint32_t>(data.size()));
+    PutFixed32(&central, static_cast<uint32_t>(data.size()));
+    PutFixed16(&central, static_cast<uint16_t>(name.size()));
+    PutFixed16(&central, 0);
+    PutFixed16(&central, 0);
+    PutFixed16(&central, 0);
+    PutFixed16(&central, 0);
+    PutFixed32(&central, 0);
+    PutFixed32(&central, static_cast<uint32_t>(offset));
     central.insert(central.end(), name.begin(), name.end());
   }
   const size_t cd_offset = out.size();
   out.insert(out.end(), central.begin(), central.end());
-  le(out, 0x06054b50, 4);
-  le(out, 0, 4);
-  le(out, entries.size(), 2);
-  le(out, entries.size(), 2);
-  le(out, central.size(), 4);
-  le(out, cd_offset, 4);
-  le(out, 0, 2);
+  PutFixed32(&out, 0x06054b50);
+  PutFixed32(&out, 0);
+  PutFixed16(&out, static_cast<uint16_t>(entries.size()));
+  PutFixed16(&out, static_cast<uint16_t>(entries.size()));
+  PutFixed32(&out, static_cast<uint32_t>(central.size()));
+  PutFixed32(&out, static_cast<uint32_t>(cd_offset));
+  PutFixed16(&out, 0);
   return out;
 }
 

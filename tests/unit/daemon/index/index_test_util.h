@@ -15,6 +15,7 @@
 #include <string>
 #include <system_error>
 
+#include "common/coding.h"
 #include "daemon/index/block_record.h"
 
 namespace kvtier::index::testing {
@@ -60,8 +61,7 @@ inline uint64_t Mix(uint64_t x) {
 inline BlockHash HashFor(uint64_t id) {
   BlockHash hash;
   for (size_t word = 0; word < 4; ++word) {
-    const uint64_t bits = Mix(id * 4 + word);
-    for (size_t i = 0; i < 8; ++i) hash[word * 8 + i] = static_cast<uint8_t>(bits >> (8 * i));
+    EncodeFixed64(hash.data() + word * 8, Mix(id * 4 + word));
   }
   return hash;
 }

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/coding.h"
 #include "daemon/index/block_index.h"
 #include "daemon/index/block_record.h"
 #include "gtest/gtest.h"
@@ -344,7 +345,7 @@ void CreateEmptyFamilies(const std::string& path) {
 
 std::string LegacyNamespaceKey(uint32_t id) {
   std::string out;
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(id >> shift));
+  PutBigEndian32(&out, id);
   return out;
 }
 std::string LegacyBlockKey(uint32_t ns, uint64_t id) {
