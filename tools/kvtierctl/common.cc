@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/file_reading.h"
+#include "common/format_bytes.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/reflection.h"
@@ -147,16 +148,7 @@ int Connection::Fail(const std::string& what, const grpc::Status& status) const 
 
 // ---- Output ----
 
-std::string Bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrFormat("%d B", bytes) : absl::StrFormat("%.1f %s", v, units[u]);
-}
+std::string Bytes(uint64_t bytes) { return FormatBytes(bytes); }
 
 std::string Percent(uint64_t part, uint64_t whole) {
   if (whole == 0) return "-";
