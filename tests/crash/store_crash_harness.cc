@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -182,6 +183,11 @@ int RunParent(Flags f, const char* self) {
       std::_Exit(127);
     }
     close(fds[1]);
+    if (pid < 0) {  // kill(-1, ...) below would signal every process this user may signal
+      std::fprintf(stderr, "fork: %s\n", std::strerror(errno));
+      close(fds[0]);
+      return 2;
+    }
     const int delay_ms = 50 + static_cast<int>(rng() % static_cast<uint64_t>(f.max_delay_ms));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
     char buf[4096];

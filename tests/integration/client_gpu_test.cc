@@ -28,7 +28,8 @@ std::vector<uint8_t> Download(const void* device, uint64_t bytes) {
 }
 
 TEST_F(ClientGpuTest, APoolInsideAnAllocationIsAddressedAtItsPointer) {
-  StartDaemon({"--set=host.pin=cuda"});  // GPU pools need the host tier pinned with CUDA
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=host.pin=cuda"}));  // GPU pools need the host tier pinned with CUDA
   const PageLayout layout = PageLayout::Gqa({2, 2, 64, 16, DType::kBf16, 0, 0}).value();
   const uint64_t page = layout.pools()[0].slot_bytes;
   constexpr uint32_t kSlots = 8;
@@ -91,7 +92,8 @@ TEST_F(ClientGpuTest, APoolInsideAnAllocationIsAddressedAtItsPointer) {
 }
 
 TEST_F(ClientGpuTest, DevicePoolsRoundTripThroughNvfp4) {
-  StartDaemon({"--set=host.pin=cuda"});  // GPU pools need the host tier pinned with CUDA
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=host.pin=cuda"}));  // GPU pools need the host tier pinned with CUDA
   const PageLayout layout = PageLayout::Gqa({2, 2, 64, 16, DType::kBf16, 0, 0}).value();
   absl::StatusOr<std::unique_ptr<DevicePool>> pool =
       DevicePool::Create(0, "kv", 8, layout.pools()[0].slot_bytes);

@@ -130,7 +130,7 @@ class ClientTest : public DaemonFixture {
 };
 
 TEST_F(ClientTest, ConnectDescribesTheServer) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   const ServerInfo& info = client->server();
@@ -209,7 +209,7 @@ TEST_F(ClientTest, ConnectFailsAtOnceWithTheReasonWhenNothingListens) {
 }
 
 TEST_F(ClientTest, RegisterEngineChecksItsOptionsAndPassesTheDaemonsErrorsOn) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -272,7 +272,7 @@ TEST_F(ClientTest, RegisterEngineChecksItsOptionsAndPassesTheDaemonsErrorsOn) {
 }
 
 TEST_F(ClientTest, RawOffloadLookupOnboardGivesIdenticalPages) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -315,7 +315,7 @@ TEST_F(ClientTest, RawOffloadLookupOnboardGivesIdenticalPages) {
 }
 
 TEST_F(ClientTest, BlockHasherChainsAreKeys) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -363,7 +363,7 @@ TEST_F(ClientTest, BlockHasherChainsAreKeys) {
 }
 
 TEST_F(ClientTest, Nvfp4OnboardEqualsTheCpuCodecRoundTrip) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -387,7 +387,7 @@ TEST_F(ClientTest, Nvfp4OnboardEqualsTheCpuCodecRoundTrip) {
 }
 
 TEST_F(ClientTest, RequestsAboveTheItemLimitAreSplitAndJoined) {
-  StartDaemon({"--set=server.max_items_per_request=3"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=server.max_items_per_request=3"}));
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   ASSERT_EQ(client->server().max_items_per_request, 3u);
@@ -474,7 +474,7 @@ TEST_F(ClientTest, RequestsAboveTheItemLimitAreSplitAndJoined) {
 }
 
 TEST_F(ClientTest, CallbacksAndFuturesDoNotBlockAndRunConcurrently) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -567,7 +567,7 @@ TEST_F(ClientTest, CallbacksAndFuturesDoNotBlockAndRunConcurrently) {
 }
 
 TEST_F(ClientTest, ParkResumeReleaseKeepUserData) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -628,7 +628,7 @@ TEST_F(ClientTest, ParkResumeReleaseKeepUserData) {
 }
 
 TEST_F(ClientTest, PinsHoldBlocksUntilUnpinned) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -676,7 +676,7 @@ TEST_F(ClientTest, PinsHoldBlocksUntilUnpinned) {
 }
 
 TEST_F(ClientTest, StatsCountersMove) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -712,7 +712,7 @@ TEST_F(ClientTest, StatsCountersMove) {
 }
 
 TEST_F(ClientTest, WatchEventsSeesOffloadsUntilCancelled) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -789,7 +789,7 @@ TEST_F(ClientTest, WatchEventsSeesOffloadsUntilCancelled) {
 }
 
 TEST_F(ClientTest, KeepAliveRenewsShortLeases) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<SharedMemoryPool> pool = Pool("pool-a.kv");
   std::unique_ptr<SharedMemoryPool> other = Pool("pool-b.kv");
   EngineOptions options = EngineFor(*pool);
@@ -839,7 +839,7 @@ TEST_F(ClientTest, KeepAliveRenewsShortLeases) {
 }
 
 TEST_F(ClientTest, AClientMayBeDestroyedInsideItsOwnCallback) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -865,7 +865,7 @@ TEST_F(ClientTest, AClientMayBeDestroyedInsideItsOwnCallback) {
 }
 
 TEST_F(ClientTest, OutOfRangePageIsAnItemErrorWithTheDaemonsMessage) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::unique_ptr<Client> client = Connect();
   ASSERT_NE(client, nullptr);
   std::unique_ptr<SharedMemoryPool> pool = Pool();
@@ -893,7 +893,7 @@ TEST_F(ClientTest, OutOfRangePageIsAnItemErrorWithTheDaemonsMessage) {
 TEST_F(ClientTest, TokensAuthenticateEveryCall) {
   const std::string tokens = dir_->File("tokens");
   std::ofstream(tokens) << "alice " << service::TokenAuth::HashToken("token-a") << "\n";
-  StartDaemon({"--set=auth.tokens_file=" + tokens});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=auth.tokens_file=" + tokens}));
   ASSERT_EQ(mkdir(dir_->File("alice").c_str(), 0700), 0);
   std::unique_ptr<SharedMemoryPool> pool = Pool("alice/pool.kv");
 

@@ -42,6 +42,7 @@ class ColdPageMethodTest : public DaemonFixture {
   // daemon's socket).
   std::unique_ptr<CompressionManager> Build(const std::string& yaml) {
     StartDaemon();
+    if (HasFatalFailure()) return nullptr;
     absl::StatusOr<std::vector<std::unique_ptr<SharedMemoryPool>>> pools =
         CreateSharedMemoryPools(layout_, dir_->path(), "engine", kSlots);
     EXPECT_TRUE(pools.ok()) << pools.status();

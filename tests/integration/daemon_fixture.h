@@ -182,7 +182,8 @@ class DaemonFixture : public ::testing::Test {
             "--set=server.workers=4"};
   }
 
-  // Starts kvtierd with Args() plus `extra`, and waits until it accepts RPCs (SpawnKvtierd).
+  // Starts kvtierd with Args() plus `extra`, and waits until it accepts RPCs (SpawnKvtierd). A
+  // start that fails is a fatal failure: call it as ASSERT_NO_FATAL_FAILURE(StartDaemon(...)).
   void StartDaemon(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = Args();
     args.insert(args.end(), extra.begin(), extra.end());
@@ -198,8 +199,23 @@ class DaemonFixture : public ::testing::Test {
   // which is timeout's default). Defined below RunCommand.
   int RunKvtierd(const std::vector<std::string>& extra, std::string* out, int timeout_s = 60) const;
 
-  // Sends `sig` and waits for the exit; returns the exit status (-1 when killed by a signal).
+  // Sends `sig` to the daemon this fixture started. Without one it fails the test and sends
+  // nothing: kill(0, sig) would signal the whole process group, ctest and CI included.
+  void SignalDaemon(int sig) {
+    if (pid_ <= 0) {
+      ADD_FAILURE() << "no kvtierd to send signal " << sig << " to (it did not start)";
+      return;
+    }
+    kill(pid_, sig);
+  }
+
+  // Sends `sig` and waits for the exit; returns the exit status (-1 when killed by a signal, or
+  // when there is no daemon, which fails the test).
   int StopDaemon(int sig = SIGTERM) {
+    if (pid_ <= 0) {
+      ADD_FAILURE() << "no kvtierd to stop (it did not start)";
+      return -1;
+    }
     kill(pid_, sig);
     int status = 0;
     waitpid(pid_, &status, 0);

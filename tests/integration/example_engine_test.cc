@@ -51,7 +51,7 @@ class ExampleEngineTest : public DaemonFixture {
 };
 
 TEST_F(ExampleEngineTest, SyntheticAgenticSessionsRawAndNvfp4) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   for (const std::string codec : {"raw", "nvfp4"}) {
     absl::StatusOr<EngineRunResult> r = engine::RunEngine(Options(codec, Synthetic(12)));
     ASSERT_TRUE(r.ok()) << r.status() << "\n" << Log();
@@ -75,7 +75,7 @@ TEST_F(ExampleEngineTest, SyntheticAgenticSessionsRawAndNvfp4) {
 }
 
 TEST_F(ExampleEngineTest, MooncakeTraceFile) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   // Three requests: the second extends the first's two blocks, the third shares only block 0.
   const std::string trace = dir_->File("trace.jsonl");
   std::ofstream(trace)
@@ -131,7 +131,7 @@ class HookCounter : public CompressionManager {
 };
 
 TEST_F(ExampleEngineTest, AThirdMethodPlugsInThroughTheRegistry) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   ASSERT_TRUE(
       RegisterCompressionMethod("count_hooks", [](const CompressionConfig&, const EngineContext&) {
         return absl::StatusOr<std::unique_ptr<CompressionManager>>(std::make_unique<HookCounter>());
@@ -163,7 +163,7 @@ TEST_F(ExampleEngineTest, AThirdMethodPlugsInThroughTheRegistry) {
 // config.json of the engine's model, the CPU reference (host pool), a small budget so that rounds
 // run; resumed pages still match their snapshots, and only exact pages reach the cache.
 TEST_F(ExampleEngineTest, TriAttentionAndColdPagesThroughTheHooks) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const testing::TriAttentionModel model{2, 2, 1, 64, 10000.0};
   std::mt19937_64 rng(11);
   testing::WriteSafetensorsCalibration(testing::MakeCalibration(model, rng),
@@ -195,7 +195,7 @@ TEST_F(ExampleEngineTest, TriAttentionAndColdPagesThroughTheHooks) {
 }
 
 TEST_F(ExampleEngineTest, UnknownMethodIsRejectedBeforeTheReplay) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   EngineRunOptions o = Options("raw", Synthetic(1));
   o.configs[0].algorithm = "zip";
   absl::StatusOr<EngineRunResult> r = engine::RunEngine(o);

@@ -35,7 +35,7 @@ void ExpectShortInvalid(const grpc::Status& st, const std::string& words, const 
 }
 
 TEST_F(KvtierdContractTest, OverLongIdsAndNamesAreInvalidArgumentAndNeverEchoedInFull) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
   ASSERT_FALSE(reg.engine_id().empty());
@@ -238,7 +238,7 @@ TEST_F(KvtierdContractTest, OverLongIdsAndNamesAreInvalidArgumentAndNeverEchoedI
 }
 
 TEST_F(KvtierdContractTest, AHashRepeatedInOneOffloadFailsThatItem) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, 10 + i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -302,7 +302,7 @@ codec::PageLayout InterleavedLayout(uint64_t v_offset_bytes) {
 }
 
 TEST_F(KvtierdContractTest, BuffersThatOverlapInAPoolAreRefused) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   auto expect_overlap = [&](const v1::RegisterEngineRequest& req, const std::string& what) {
     v1::RegisterEngineResponse resp;
@@ -352,7 +352,7 @@ TEST_F(KvtierdContractTest, BuffersThatOverlapInAPoolAreRefused) {
 }
 
 TEST_F(KvtierdContractTest, ASelectorWithAllFalseIsInvalidArgumentWhereverOneIsTaken) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   engine.Fill(0, 1);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -440,7 +440,7 @@ TEST_F(KvtierdContractTest, ASelectorWithAllFalseIsInvalidArgumentWhereverOneIsT
 }
 
 TEST_F(KvtierdContractTest, OnboardOfACorruptDiskBlockIsDataLossAndCounted) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   for (uint32_t i = 0; i < 2; ++i) engine.Fill(i, 20 + i);
   v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -449,7 +449,7 @@ TEST_F(KvtierdContractTest, OnboardOfACorruptDiskBlockIsDataLossAndCounted) {
   // meanwhile one byte of every disk copy changes.
   ASSERT_EQ(StopDaemon(), 0) << Log();
   ASSERT_GT(CorruptDiskFiles(dir_->File("state") + "/disk"), 0);
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   reg = Register(*stub_, engine.Request());
   ASSERT_EQ(Lookup(*stub_, reg.engine_id(), 5, 2).hit_pages(), 2u) << "indexed: a hit so far";
 

@@ -105,7 +105,7 @@ std::set<std::string> ChainHashes(uint64_t chain, uint32_t n) {
 }
 
 TEST_F(KvtierdEventsTest, AStreamReportsOffloadsMovesAndClears) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const uint64_t incarnation = Incarnation(*stub_);
   Watcher watcher(*stub_, After(0, incarnation));  // everything of this incarnation
   TestEngine engine(dir_->File("pool-a"), 32);
@@ -193,7 +193,7 @@ TEST_F(KvtierdEventsTest, AStreamReportsOffloadsMovesAndClears) {
 }
 
 TEST_F(KvtierdEventsTest, SelectorsChooseNamespaces) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine a(dir_->File("pool-a"), 8), b(dir_->File("pool-b"), 8);
   const v1::RegisterEngineResponse ra = Register(*stub_, a.Request("team-a"));
   const v1::RegisterEngineResponse rb = Register(*stub_, b.Request("team-b"));
@@ -226,7 +226,7 @@ TEST_F(KvtierdEventsTest, SelectorsChooseNamespaces) {
 }
 
 TEST_F(KvtierdEventsTest, ResumeReplayWindowIncarnationAndSnapshot) {
-  StartDaemon({"--set=events.retain=8"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=events.retain=8"}));
   const uint64_t incarnation = Incarnation(*stub_);
   TestEngine a(dir_->File("pool-a"), 8), b(dir_->File("pool-b"), 8);
   const v1::RegisterEngineResponse ra = Register(*stub_, a.Request());
@@ -295,7 +295,7 @@ TEST_F(KvtierdEventsTest, ResumeReplayWindowIncarnationAndSnapshot) {
 }
 
 TEST_F(KvtierdEventsTest, AdminEvictMovesOrDropsAndSaysSo) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 16);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
   ASSERT_EQ(Offload(*stub_, reg.engine_id(), 1, 0, 10).stored_pages(), 10u);
@@ -346,7 +346,7 @@ TEST_F(KvtierdEventsTest, AdminEvictMovesOrDropsAndSaysSo) {
 }
 
 TEST_F(KvtierdEventsTest, ANowStreamSeesTheNextOffloadOfTheSameEngine) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
   // No stream is open: the log's last event stays open for merging.
@@ -359,7 +359,7 @@ TEST_F(KvtierdEventsTest, ANowStreamSeesTheNextOffloadOfTheSameEngine) {
 }
 
 TEST_F(KvtierdEventsTest, SigtermEndsStreamsWithUnavailable) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   Watcher w(*stub_, v1::WatchEventsRequest());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the stream is established
   EXPECT_EQ(StopDaemon(SIGTERM), 0) << Log();

@@ -94,7 +94,7 @@ bool WaitUntilStarted(v1::KvTier::Stub& stub, const std::string& engine_id, uint
 TEST_F(FairnessTest, AnotherEnginesOnePageOnboardFinishesWhileALargeBatchRuns) {
   // One worker and the default chunk: before the scheduler, the worker took requests in order of
   // arrival, and the one-page Onboard waited for the whole batch.
-  StartDaemon({kRoomyHost, "--set=server.workers=1"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({kRoomyHost, "--set=server.workers=1"}));
   TestEngine bulk(dir_->File("pool-bulk"), kBatch);
   FillPages(bulk, kBatch, 1);
   TestEngine small(dir_->File("pool-small"), 4);
@@ -126,7 +126,7 @@ TEST_F(FairnessTest, AnotherEnginesOnePageOnboardFinishesWhileALargeBatchRuns) {
 TEST_F(FairnessTest, TheBatchesOfTwoEnginesAdvanceTogether) {
   // One worker: the second engine's batch starts while the first one's is still running (the
   // chunks of the two take turns), not after it.
-  StartDaemon({kRoomyHost, "--set=server.workers=1"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({kRoomyHost, "--set=server.workers=1"}));
   TestEngine a(dir_->File("pool-a"), kBatch);
   TestEngine b(dir_->File("pool-b"), kBatch);
   FillPages(a, kBatch, 11);
@@ -154,7 +154,7 @@ TEST_F(FairnessTest, TheBatchesOfTwoEnginesAdvanceTogether) {
 
 TEST_F(FairnessTest, OnboardInChunksKeepsOrderStopsAtTheFirstMissAndRefusesARepeatedPage) {
   // One item per chunk and two workers: every item of a request is a turn of its own.
-  StartDaemon({"--set=server.workers=2", "--set=server.chunk_pages=1"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=server.workers=2", "--set=server.chunk_pages=1"}));
   TestEngine engine(dir_->File("pool-a"), 128);
   for (uint32_t i = 0; i < 64; ++i) engine.Fill(i, 500 + i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -217,7 +217,7 @@ TEST_F(FairnessTest, OnboardInChunksKeepsOrderStopsAtTheFirstMissAndRefusesARepe
 }
 
 TEST_F(FairnessTest, OffloadInChunksAnswersEveryItemInOrderAndRefusesARepeatedHash) {
-  StartDaemon({"--set=server.chunk_pages=1"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=server.chunk_pages=1"}));
   TestEngine engine(dir_->File("pool-a"), 32);
   for (uint32_t i = 0; i < 32; ++i) engine.Fill(i, 900 + i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -270,7 +270,8 @@ TEST_F(FairnessTest, OffloadInChunksAnswersEveryItemInOrderAndRefusesARepeatedHa
 
 TEST_F(FairnessTest, DrainWaitsForEveryChunkOfARunningBatch) {
   // One worker and one item per chunk: the batch needs 4096 turns.
-  StartDaemon({kRoomyHost, "--set=server.workers=1", "--set=server.chunk_pages=1"});
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({kRoomyHost, "--set=server.workers=1", "--set=server.chunk_pages=1"}));
   TestEngine engine(dir_->File("pool-a"), kBatch);
   FillPages(engine, kBatch, 3);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());

@@ -64,7 +64,7 @@ using KvtierdGpuTest = DaemonFixture;
 
 TEST_F(KvtierdGpuTest, OffloadAndOnboardThroughCudaIpcAndTheFusedKernels) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  StartDaemon({"--set=host.pin=cuda"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=host.pin=cuda"}));
   for (const char* codec : {"nvfp4", "nvfp4x2", "raw"}) {
     SCOPED_TRACE(codec);
     GpuEngine engine(dir_->File(std::string("mirror-") + codec), 32);
@@ -148,7 +148,7 @@ TEST_F(KvtierdGpuTest, OffloadAndOnboardThroughCudaIpcAndTheFusedKernels) {
 // Both data paths treat a durable offload of stored pages alike: the stored blocks become durable.
 TEST_F(KvtierdGpuTest, DurableOffloadOfStoredPagesMakesThemDurable) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  StartDaemon({"--set=host.pin=cuda"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=host.pin=cuda"}));
   GpuEngine engine(dir_->File("mirror"), 8);
   for (uint32_t i = 0; i < 4; ++i) {
     engine.mirror().Fill(i, 70 + i);
@@ -172,7 +172,7 @@ TEST_F(KvtierdGpuTest, DurableOffloadOfStoredPagesMakesThemDurable) {
 // one decode launch per page); pages land in reverse order of their blocks' slots.
 TEST_F(KvtierdGpuTest, OnboardsLargeBatchesThroughTheStagedGather) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  StartDaemon({"--set=host.pin=cuda", "--set=host.capacity=128MiB"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=host.pin=cuda", "--set=host.capacity=128MiB"}));
   constexpr uint32_t kPages = 64;  // 1 MiB pages: 64 blocks of about 0.3 MiB, five slices
   const codec::PageLayout layout =
       codec::BuildGqaLayout({8, 8, 128, 32, codec::DType::kBf16, 0, 0}).value();
@@ -221,7 +221,7 @@ TEST_F(KvtierdGpuTest, OnboardsLargeBatchesThroughTheStagedGather) {
 // Offload fails that item, and a block whose disk copy fails its checksum is DATA_LOSS (counted).
 TEST_F(KvtierdGpuTest, RepeatedHashesAndCorruptBlocksGetTheirItemCodes) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  StartDaemon({"--set=host.pin=cuda"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=host.pin=cuda"}));
   GpuEngine engine(dir_->File("mirror"), 8);
   for (uint32_t i = 0; i < 3; ++i) {
     engine.mirror().Fill(i, 70 + i);
@@ -254,7 +254,7 @@ TEST_F(KvtierdGpuTest, RepeatedHashesAndCorruptBlocksGetTheirItemCodes) {
   }
   ASSERT_EQ(StopDaemon(), 0) << Log();
   ASSERT_GT(CorruptDiskFiles(dir_->File("state") + "/disk"), 0);
-  StartDaemon({"--set=host.pin=cuda"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=host.pin=cuda"}));
   {
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub_->RegisterEngine(Context(&ctx), engine.Request("nvfp4"), &reg).ok());
@@ -281,7 +281,7 @@ TEST_F(KvtierdGpuTest, RepeatedHashesAndCorruptBlocksGetTheirItemCodes) {
 
 TEST_F(KvtierdGpuTest, RejectsWhatTheGpuPathCannotTake) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  StartDaemon({"--set=host.pin=cuda"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=host.pin=cuda"}));
   GpuEngine engine(dir_->File("mirror"), 8);
   auto expect = [&](const v1::RegisterEngineRequest& req, grpc::StatusCode code,
                     const std::string& words) {

@@ -59,7 +59,8 @@ bool AwaitHttp(int port, const std::string& path, int code, std::string* body = 
 }
 
 TEST_F(HardeningTest, APoolPathThatLeavesTheTenantsDirectoryIsRefused) {
-  StartDaemon({"--set=auth.tokens_file=" + WriteTokens(dir_->File("tokens"))});
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=auth.tokens_file=" + WriteTokens(dir_->File("tokens"))}));
   ASSERT_EQ(mkdir(dir_->File("alice").c_str(), 0700), 0);
   ASSERT_EQ(mkdir(dir_->File("bob").c_str(), 0700), 0);
   TestEngine alice(dir_->File("alice/alice.kv"), 8);
@@ -81,7 +82,7 @@ TEST_F(HardeningTest, APoolPathThatLeavesTheTenantsDirectoryIsRefused) {
 }
 
 TEST_F(HardeningTest, APoolPathThatIsADirectoryIsInvalidArgument) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool"), 4);
   ASSERT_EQ(mkdir(dir_->File("a-directory").c_str(), 0700), 0);
   v1::RegisterEngineRequest req = engine.Request();
@@ -95,7 +96,7 @@ TEST_F(HardeningTest, APoolPathThatIsADirectoryIsInvalidArgument) {
 TEST_F(HardeningTest, PoolMemoryThatCannotBeBackedNeverRaisesSigbusInTheDaemon) {
   absl::StatusOr<std::unique_ptr<SmallFileSystem>> fs = SmallFileSystem::Mount(2 * kMiB);
   if (!fs.ok()) GTEST_SKIP() << fs.status();
-  StartDaemon({"--set=pools.allowed_dirs=[" + (*fs)->path() + "]"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=pools.allowed_dirs=[" + (*fs)->path() + "]"}));
   // A sparse pool larger than what the file system has left: refused at registration.
   {
     TestEngine sparse((*fs)->File("sparse.kv"), 16);  // 16 pages of 16 KiB, no page allocated
@@ -149,15 +150,15 @@ TEST_F(HardeningTest, PoolMemoryThatCannotBeBackedNeverRaisesSigbusInTheDaemon) 
 
 TEST_F(HardeningTest, NamespaceIdsAreKeyedWideAndStableAcrossRestarts) {
   TestEngine engine(dir_->File("pool"), 4);
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const uint64_t first = Register(*stub_, engine.Request()).namespace_id();
   ASSERT_EQ(StopDaemon(), 0);
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   EXPECT_EQ(Register(*stub_, engine.Request()).namespace_id(), first) << "same key, same id";
   ASSERT_EQ(StopDaemon(), 0);
   // Another daemon (another state directory, so another key) derives another id for the same
   // tenant, model, partition, layout and codec: ids cannot be computed from public inputs.
-  StartDaemon({"--state-dir=" + dir_->File("other-state")});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--state-dir=" + dir_->File("other-state")}));
   const uint64_t other = Register(*stub_, engine.Request()).namespace_id();
   EXPECT_NE(other, first);
   EXPECT_GE(first, uint64_t{1} << 32) << "64-bit ids";
@@ -165,9 +166,9 @@ TEST_F(HardeningTest, NamespaceIdsAreKeyedWideAndStableAcrossRestarts) {
 }
 
 TEST_F(HardeningTest, OneTenantCannotTakeEveryEngineOrParkingSlot) {
-  StartDaemon({"--set=server.max_engines=8", "--set=server.max_engines_per_tenant=2",
-               "--set=engines.max_parked_requests=8",
-               "--set=engines.max_parked_requests_per_tenant=1"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      {"--set=server.max_engines=8", "--set=server.max_engines_per_tenant=2",
+       "--set=engines.max_parked_requests=8", "--set=engines.max_parked_requests_per_tenant=1"}));
   TestEngine engine(dir_->File("pool"), 4), engine_b(dir_->File("pool-b"), 4);
   engine.Fill(0, 1);
   v1::RegisterEngineResponse a1, a2, a3, b1;
@@ -196,7 +197,8 @@ TEST_F(HardeningTest, OneTenantCannotTakeEveryEngineOrParkingSlot) {
 }
 
 TEST_F(HardeningTest, WithAuthenticationStatsShowATenantOnlyItsOwnBlocks) {
-  StartDaemon({"--set=auth.tokens_file=" + WriteTokens(dir_->File("tokens"))});
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=auth.tokens_file=" + WriteTokens(dir_->File("tokens"))}));
   ASSERT_EQ(mkdir(dir_->File("alice").c_str(), 0700), 0);
   TestEngine alice(dir_->File("alice/pool"), 8);
   for (uint32_t i = 0; i < 4; ++i) alice.Fill(i, i);
@@ -239,7 +241,7 @@ TEST_F(HardeningTest, WithAuthenticationStatsShowATenantOnlyItsOwnBlocks) {
 
 TEST_F(HardeningTest, FilesTheDaemonCreatesDoNotDependOnTheUmask) {
   const mode_t old = umask(0);
-  StartDaemon({"--set=disk.capacity=32MiB"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=disk.capacity=32MiB"}));
   umask(old);
   TestEngine engine(dir_->File("pool"), 4);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -269,7 +271,7 @@ TEST_F(HardeningTest, AFullStateDriveKeepsTheDaemonServingAndAKilledOneRestartsO
                                           "--set=disk.dirs=[" + dir_->File("disk") + "]",
                                           "--set=index.min_free=8MiB", "--set=index.reserve=1MiB"};
   ASSERT_EQ(mkdir(dir_->File("disk").c_str(), 0700), 0);
-  StartDaemon(flags);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(flags));
   TestEngine engine(dir_->File("pool"), 16);
   for (uint32_t i = 0; i < 16; ++i) engine.Fill(i, 100 + i);
   v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -291,7 +293,7 @@ TEST_F(HardeningTest, AFullStateDriveKeepsTheDaemonServingAndAKilledOneRestartsO
   EXPECT_EQ(Onboard(*stub_, reg.engine_id(), 1, 4, 12).onboarded_pages(), 4u);
   // Killed while the drive is full: the restart opens the index read-only and serves from disk.
   StopDaemon(SIGKILL);
-  StartDaemon(flags);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(flags));
   reg = Register(*stub_, engine.Request());
   EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 1, 4).hit_pages(), 4u);
   EXPECT_EQ(Onboard(*stub_, reg.engine_id(), 1, 4, 12).onboarded_pages(), 4u);
@@ -301,14 +303,14 @@ TEST_F(HardeningTest, AFullStateDriveKeepsTheDaemonServingAndAKilledOneRestartsO
   ASSERT_TRUE(AwaitHttp(metrics_port_, "/readyz", 200)) << Log();
   EXPECT_EQ(Offload(*stub_, reg.engine_id(), 2, 4, 4, /*durable=*/true).stored_pages(), 4u);
   ASSERT_EQ(StopDaemon(), 0);
-  StartDaemon(flags);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(flags));
   reg = Register(*stub_, engine.Request());
   EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 1, 4).hit_pages(), 4u);
   EXPECT_EQ(Lookup(*stub_, reg.engine_id(), 2, 4).hit_pages(), 4u);
 }
 
 TEST_F(HardeningTest, AnIndexThatDoesNotOpenExitsWithItsCauseAndCanBeRepaired) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool"), 4);
   engine.Fill(0, 9);
   v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -335,7 +337,7 @@ TEST_F(HardeningTest, AnIndexThatDoesNotOpenExitsWithItsCauseAndCanBeRepaired) {
   status = RunKvtierd({"--repair-index"}, &err);
   EXPECT_EQ(status, 0) << err;
   EXPECT_NE(err.find(index), std::string::npos) << err;
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   reg = Register(*stub_, engine.Request());
   EXPECT_LE(Lookup(*stub_, reg.engine_id(), 1, 1).hit_pages(), 1u);  // serves, repaired or empty
   ASSERT_EQ(StopDaemon(), 0);

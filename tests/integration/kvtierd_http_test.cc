@@ -64,7 +64,7 @@ HttpResponse Get(int port, const std::string& path,
 using KvtierdHttpTest = DaemonFixture;
 
 TEST_F(KvtierdHttpTest, ProbesAnswerWithinTheirTimeoutWhileOtherConnectionsWait) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   // Ten clients that connect and send nothing (a TCP check, a scanner, a stuck scraper) and ten
   // that send half a request and stop: more than a server with a pool of threads, each keeping one
   // connection, would have (five were enough to hold the first server's only thread for 10 s).
@@ -100,7 +100,7 @@ TEST_F(KvtierdHttpTest, ProbesAnswerWithinTheirTimeoutWhileOtherConnectionsWait)
 }
 
 TEST_F(KvtierdHttpTest, ReadyzIsDrainingDuringAnAdminDrainAndHealthzStaysOk) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   auto admin = v1::KvTierAdmin::NewStub(channel_);
   {
     grpc::ClientContext ctx;
@@ -136,7 +136,7 @@ TEST_F(KvtierdHttpTest, ReadyzIsDrainingDuringAnAdminDrainAndHealthzStaysOk) {
 // Probes keep coming while kvtierd stops: none may find the gRPC server half gone (a Hello on the
 // in-process channel of a server that has shut down crashes gRPC).
 TEST_F(KvtierdHttpTest, ProbesWhileTheDaemonStopsLeaveItACleanExit) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   std::atomic<bool> stop{false};
   std::atomic<int> answered{0};
   std::thread prober([&] {
@@ -152,7 +152,7 @@ TEST_F(KvtierdHttpTest, ProbesWhileTheDaemonStopsLeaveItACleanExit) {
 }
 
 TEST_F(KvtierdHttpTest, OtherPathsAndMethodsAreRefused) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const HttpResponse missing = Get(metrics_port_, "/nope");
   EXPECT_EQ(missing.code, 404);
   EXPECT_EQ(missing.body, "not found: /metrics, /healthz, /readyz\n");

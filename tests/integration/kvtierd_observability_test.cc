@@ -98,7 +98,7 @@ TEST_F(ObservabilityTest, LogFormatIsValidatedByKvtierdAndKvtierctl) {
 }
 
 TEST_F(ObservabilityTest, JsonLogsHaveOneObjectPerLineAndAStartUpLine) {
-  StartDaemon({"--set=log.format=json"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=log.format=json"}));
   ASSERT_TRUE(WaitForLog("kvtierd ready")) << Log();
   const absl::Time started = absl::Now();
   EXPECT_EQ(StopDaemon(), 0) << Log();
@@ -139,7 +139,7 @@ TEST_F(ObservabilityTest, JsonLogsHaveOneObjectPerLineAndAStartUpLine) {
 
 TEST_F(ObservabilityTest, TextStartUpLineNamesTheConfigFileAndSighupSwitchesToJson) {
   WriteConfig("text");
-  StartDaemon({"--config=" + dir_->File("kvtierd.yaml")});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config=" + dir_->File("kvtierd.yaml")}));
   ASSERT_TRUE(WaitForLog("kvtierd ready")) << Log();
   std::string ready;
   for (const std::string& line : LogLines()) {
@@ -157,7 +157,7 @@ TEST_F(ObservabilityTest, TextStartUpLineNamesTheConfigFileAndSighupSwitchesToJs
   // SIGHUP with the file now saying json: the reload line and every later one are JSON.
   const size_t before = LogLines().size();
   WriteConfig("json");
-  kill(pid_, SIGHUP);
+  SignalDaemon(SIGHUP);
   ASSERT_TRUE(WaitForLog("SIGHUP: reloaded")) << Log();
   EXPECT_EQ(StopDaemon(), 0) << Log();
   const std::vector<std::string> lines = LogLines();
@@ -173,7 +173,7 @@ TEST_F(ObservabilityTest, TextStartUpLineNamesTheConfigFileAndSighupSwitchesToJs
 }
 
 TEST_F(ObservabilityTest, MetricsExportBuildInfoAndProcessMetrics) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   int code = 0;
   const std::string text = HttpGet(metrics_port_, "/metrics", &code);
   ASSERT_EQ(code, 200) << text;

@@ -179,7 +179,7 @@ TEST_F(KvtierdStartupTest, CheckConfigFindsWhatAStartWouldFailOnAndCreatesNothin
   EXPECT_TRUE(Exists(dir_->File("taken.sock")));
 
   // A daemon serving on the socket: a second one is told so before it opens the store.
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   out.clear();
   EXPECT_EQ(RunKvtierd({"--check-config"}, &out), 1) << out;
   EXPECT_TRUE(Contains(out, "another process is serving on " + Socket())) << out;
@@ -218,7 +218,7 @@ TEST_F(KvtierdStartupTest, TheSocketPathAppearsOnlyOnceItAcceptsConnections) {
         }
       });
     }
-    StartDaemon();
+    ASSERT_NO_FATAL_FAILURE(StartDaemon());
     stop = true;
     watcher.join();
     for (std::thread& t : busy) t.join();

@@ -19,7 +19,7 @@ namespace {
 using KvtierdTest = DaemonFixture;
 
 TEST_F(KvtierdTest, OffloadLookupOnboardRoundTrip) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 32);
   for (uint32_t i = 0; i < 8; ++i) engine.Fill(i, 100 + i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -87,7 +87,7 @@ TEST_F(KvtierdTest, OffloadLookupOnboardRoundTrip) {
 }
 
 TEST_F(KvtierdTest, EnginesOfATenantSharePrefixesAndOtherTenantsSeeNone) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   // Engine A is another process (this binary, --offload-client): it registers pool-a, offloads
   // chain 5 and stays registered until told to go. A here only computes the expected pages.
   TestEngine a(dir_->File("pool-expected"), 16), b(dir_->File("pool-b"), 16),
@@ -120,7 +120,7 @@ TEST_F(KvtierdTest, EnginesOfATenantSharePrefixesAndOtherTenantsSeeNone) {
 }
 
 TEST_F(KvtierdTest, BadRequestsGetPreciseStatusesAndChangeNothing) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   engine.Fill(0, 1);
   const std::vector<uint8_t> before = engine.Bytes(0);
@@ -235,7 +235,7 @@ TEST_F(KvtierdTest, BadRequestsGetPreciseStatusesAndChangeNothing) {
 }
 
 TEST_F(KvtierdTest, AClientThatDiesLeavesTheDaemonHealthyAndIsReleased) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   // A child process (this binary, --dying-client) registers with a short lease, starts an
   // offload of many pages and kills itself while the daemon works on it.
   const std::string engine_file = dir_->File("engine-id");
@@ -284,7 +284,7 @@ TEST_F(KvtierdTest, AClientThatDiesLeavesTheDaemonHealthyAndIsReleased) {
 }
 
 TEST_F(KvtierdTest, DurableOffloadOfStoredPagesMakesThemDurable) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, 60 + i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -299,7 +299,7 @@ TEST_F(KvtierdTest, DurableOffloadOfStoredPagesMakesThemDurable) {
 }
 
 TEST_F(KvtierdTest, SigtermUnderLoadLosesNoDurableBlock) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 64);
   for (uint32_t i = 0; i < 64; ++i) engine.Fill(i, 1000 + i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -329,7 +329,7 @@ TEST_F(KvtierdTest, SigtermUnderLoadLosesNoDurableBlock) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_EQ(StopDaemon(SIGTERM), 0) << Log();
   for (std::thread& t : threads) t.join();
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine reader(dir_->File("pool-b"), 64);
   const v1::RegisterEngineResponse reg2 = Register(*stub_, reader.Request());
   uint32_t acknowledged = 0;
@@ -387,7 +387,7 @@ TEST_F(KvtierdTest, ConfigurationErrorsNameTheField) {
 }
 
 TEST_F(KvtierdTest, KvtierctlReportsStatusAndStats) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -417,7 +417,7 @@ TEST_F(KvtierdTest, KvtierctlReportsStatusAndStats) {
 }
 
 TEST_F(KvtierdTest, KvtierctlDrainsVerifiesAndClears) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -479,7 +479,7 @@ TEST_F(KvtierdTest, KvtierctlDrainsVerifiesAndClears) {
 // persistent) they are read from disk, intact. The flush used to demote the blocks instead, and
 // counted each as an eviction.
 TEST_F(KvtierdTest, DrainFlushToDiskCopiesTheHostTierAndARestartReadsItFromDisk) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 16);
   for (uint32_t i = 0; i < 6; ++i) engine.Fill(i, 40 + i);
   v1::RegisterEngineResponse reg = Register(*stub_, engine.Request("team-a"));
@@ -530,7 +530,7 @@ TEST_F(KvtierdTest, DrainFlushToDiskCopiesTheHostTierAndARestartReadsItFromDisk)
 
   // The upgrade after all: a restart loses the host tier, and the disk serves every block.
   ASSERT_EQ(StopDaemon(SIGTERM), 0) << Log();
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   reg = Register(*stub_, engine.Request("team-a"));
   EXPECT_EQ(tier(v1::TIER_HOST).blocks(), 0u);
   EXPECT_EQ(tier(v1::TIER_DISK).blocks(), 6u);
@@ -553,7 +553,7 @@ TEST_F(KvtierdTest, TenantTokensDecideTheNamespaceAndGuardEngines) {
                         << "alice " << service::TokenAuth::HashToken("token-a") << "\n"
                         << "bob   " << service::TokenAuth::HashToken("token-b") << "  # bob\n"
                         << "admin " << service::TokenAuth::HashToken("token-admin") << "\n";
-  StartDaemon({"--set=auth.tokens_file=" + tokens});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=auth.tokens_file=" + tokens}));
   auto call = [](grpc::ClientContext* ctx, const std::string& token) {
     Context(ctx);
     if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
@@ -632,7 +632,7 @@ TEST_F(KvtierdTest, TenantTokensDecideTheNamespaceAndGuardEngines) {
 }
 
 TEST_F(KvtierdTest, ParkResumeAndReleaseAPausedRequest) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 16);
   for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, 40 + i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -712,7 +712,7 @@ TEST_F(KvtierdTest, ParkResumeAndReleaseAPausedRequest) {
 }
 
 TEST_F(KvtierdTest, PinsHoldBlocksForALease) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   TestEngine engine(dir_->File("pool-a"), 8);
   for (uint32_t i = 0; i < 4; ++i) engine.Fill(i, i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());
@@ -791,7 +791,8 @@ TEST_F(KvtierdTest, PinsHoldBlocksForALease) {
 TEST_F(KvtierdTest, WorkPastTheDefaultDeadlineFailsAndReleasesItsEngine) {
   // One worker, a 1 ms default deadline: a call without a deadline that waits behind long ones
   // fails DEADLINE_EXCEEDED without running, and its engine can still be unregistered.
-  StartDaemon({"--set=server.workers=1", "--set=server.default_deadline_seconds=0.001"});
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=server.workers=1", "--set=server.default_deadline_seconds=0.001"}));
   TestEngine engine(dir_->File("pool-a"), 64);
   for (uint32_t i = 0; i < 64; ++i) engine.Fill(i, i);
   const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request());

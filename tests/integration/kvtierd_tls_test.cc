@@ -122,7 +122,7 @@ class KvtierdTlsTest : public DaemonFixture {
 };
 
 TEST_F(KvtierdTlsTest, TlsListenerServesClientsThatTrustItsCa) {
-  StartDaemon(TlsFlags());
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(TlsFlags()));
   const int port = TcpPort();
   EXPECT_TRUE(Contains(Log(), "listening on tcp 127.0.0.1:" + std::to_string(port) + " (tls)"))
       << Log();
@@ -163,7 +163,7 @@ TEST_F(KvtierdTlsTest, TlsListenerServesClientsThatTrustItsCa) {
 TEST_F(KvtierdTlsTest, ClientCaRequiresAClientCertificateSignedByIt) {
   std::vector<std::string> flags = TlsFlags();
   flags.push_back("--set=tcp.tls.client_ca_file=" + Pki("ca.pem"));
-  StartDaemon(flags);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(flags));
   const int port = TcpPort();
   EXPECT_TRUE(Contains(Log(), "(tls, client certificates required)")) << Log();
 
@@ -186,7 +186,7 @@ TEST_F(KvtierdTlsTest, ClientCaRequiresAClientCertificateSignedByIt) {
 }
 
 TEST_F(KvtierdTlsTest, InsecureListenerIsPlainTextOnLoopback) {
-  StartDaemon({"--set=tcp.listen=127.0.0.1:0", "--set=tcp.insecure=true"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--set=tcp.listen=127.0.0.1:0", "--set=tcp.insecure=true"}));
   const int port = TcpPort();
   EXPECT_TRUE(Contains(Log(), "(plain text)")) << Log();
   grpc::Status st = Hello(port, grpc::InsecureChannelCredentials());
