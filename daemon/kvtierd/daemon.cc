@@ -30,6 +30,7 @@
 #include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/io/uring_block_file.h"
+#include "daemon/kvtierd/config_modes.h"
 #include "daemon/kvtierd/metrics_http.h"
 #include "daemon/kvtierd/probes.h"
 #include "daemon/kvtierd/startup_checks.h"
@@ -188,11 +189,11 @@ absl::Status WritePortFile(const std::string& path, int port) {
 absl::StatusOr<store::BlockStoreOptions> StoreOptions(const Config& c) {
   store::BlockStoreOptions o;
   o.index_path = c.state_dir + "/index";
-  o.sync = c.sync;
+  o.sync = ToSyncPolicy(c.sync);
   o.index_min_free_bytes = c.index_min_free;
   o.index_reserve_bytes = c.index_reserve;
   o.host_chunk_bytes = c.host_chunk;
-  o.host.pin = c.host_pin;
+  o.host.pin = ToHostPinMode(c.host_pin);
   std::string note;
   absl::StatusOr<uint64_t> host = HostTierBytes(c, &note);
   if (!host.ok()) return host.status();
@@ -237,7 +238,7 @@ absl::StatusOr<std::string> RepairIndex(const Config& config) {
   absl::Cleanup unlock = [lock] { close(lock); };
   index::RocksDbIndexOptions options;
   options.path = config.state_dir + "/index";
-  options.sync_policy = config.sync;
+  options.sync_policy = ToSyncPolicy(config.sync);
   options.min_free_bytes = config.index_min_free;
   options.reserve_bytes = config.index_reserve;
   KVTIER_ASSIGN_OR_RETURN(index::IndexRepair repair, index::RepairRocksDbBlockIndex(options));

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "daemon/kvtierd/config.h"
+#include "daemon/config/config.h"
 
 namespace kvtier::kvtierd {
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli/command_line.h"
 #include "common/logging.h"
-#include "daemon/kvtierd/config.h"
+#include "daemon/config/config.h"
 #include "daemon/kvtierd/daemon.h"
 #include "daemon/kvtierd/startup_checks.h"
 

@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "common/errno_text.h"
 #include "common/file_reading.h"
+#include "daemon/kvtierd/config_modes.h"
 #include "daemon/kvtierd/tcp_listen.h"
 #include "daemon/service/auth.h"
 #include "daemon/store/disk_tier.h"
@@ -357,7 +358,7 @@ absl::Status CheckStartable(const Config& config, const StartupCheckOptions& opt
   if (host.ok()) {
     store::HostArenaOptions arena;
     arena.capacity_bytes = *host;
-    arena.pin = config.host_pin;
+    arena.pin = ToHostPinMode(config.host_pin);
     if (config.host_persistent) arena.shm_name = config.host_shm_name;
     add(store::HostArena::CheckOptions(arena));
   }
@@ -367,8 +368,7 @@ absl::Status CheckStartable(const Config& config, const StartupCheckOptions& opt
       errors.push_back(
           "gpu.capacity: a GPU tier was asked for, but kvtier was built without CUDA "
           "(KVTIER_CUDA=OFF or no nvcc)");
-    } else if (config.host_pin == store::HostPinMode::kMlock ||
-               config.host_pin == store::HostPinMode::kNone) {
+    } else if (config.host_pin == HostPin::kMlock || config.host_pin == HostPin::kNone) {
       errors.push_back(
           "gpu.capacity: the GPU tier encodes pages straight into the host tier, which must then "
           "be pinned with CUDA: host.pin must be auto or cuda");

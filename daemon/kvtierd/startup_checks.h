@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/kvtierd/config.h"
+#include "daemon/config/config.h"
 
 namespace kvtier::kvtierd {
 

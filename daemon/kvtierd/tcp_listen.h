@@ -1,21 +1,15 @@
-// TCP listen addresses of kvtierd's configuration (metrics.listen, tcp.listen): parsing
-// "host:port" and binding a listening socket, shared by the configuration's validation, the
-// start-up checks and the metrics endpoint. Stateless; thread-safe.
+// TCP listen addresses of kvtierd's configuration (metrics.listen, tcp.listen): binding a
+// listening socket, shared by the start-up checks and the metrics endpoint (parsing "host:port" is
+// the configuration's, daemon/config/host_port.h). Stateless; thread-safe.
 #ifndef KVTIER_DAEMON_KVTIERD_TCP_LISTEN_H_
 #define KVTIER_DAEMON_KVTIERD_TCP_LISTEN_H_
 
-#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace kvtier::kvtierd {
-
-// Splits "host:port" or "[v6 address]:port" (the host keeps its brackets), and ":port" (an empty
-// host) when `allow_empty_host`. False when `text` is none of these, or the port is not 0 to 65535.
-bool SplitHostPort(const std::string& text, std::string* host, uint32_t* port,
-                   bool allow_empty_host = false);
 
 // A TCP socket bound to `address` ("host:port"; port 0: any free port; ":port": every address)
 // and listening, with SO_REUSEADDR; the first of the host's addresses that binds. The

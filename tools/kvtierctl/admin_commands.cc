@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "daemon/kvtierd/config.h"
+#include "daemon/config/config.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
 namespace kvtier::ctl {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "daemon/kvtierd/config.h"
+#include "daemon/config/config.h"
 #include "tools/kvtierctl/kvtierctl.h"
 #include "yaml-cpp/yaml.h"
 

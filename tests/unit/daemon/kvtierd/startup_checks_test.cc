@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/kvtierd/config.h"
+#include "daemon/config/config.h"
 #include "daemon/store/disk_tier.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"

@@ -1,8 +1,13 @@
 // kvtierd's configuration: an embedded default (kvtierd --print-default-config prints it, with a
 // comment on every field), overlaid by an optional YAML file and by --set flags. Every field is
 // validated with a message naming it; unknown fields are rejected. Plain data once loaded.
-#ifndef KVTIER_DAEMON_KVTIERD_CONFIG_H_
-#define KVTIER_DAEMON_KVTIERD_CONFIG_H_
+//
+// Its own library (kvtier_config) so that kvtierctl can load and check a configuration without
+// linking the daemon: it knows no store, index or gRPC type. Where a field chooses one of the
+// store's modes it has its own enum, which the daemon converts (daemon/kvtierd/daemon.cc). The
+// namespace stays kvtierd's: this is kvtierd's configuration, whoever reads it.
+#ifndef KVTIER_DAEMON_CONFIG_CONFIG_H_
+#define KVTIER_DAEMON_CONFIG_CONFIG_H_
 
 #include <cstdint>
 #include <string>
@@ -12,10 +17,19 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "codec/codec_spec.h"
-#include "daemon/index/block_index.h"
-#include "daemon/store/host_arena.h"
 
 namespace kvtier::kvtierd {
+
+// host.pin: how the host tier's memory is pinned (store::HostPinMode's values, in its order).
+enum class HostPin : uint8_t { kAuto, kCuda, kMlock, kNone };
+
+// index.sync: when the index's writes reach the drive (index::SyncPolicy's values).
+enum class IndexSync : uint8_t { kNone, kBatch, kAlways };
+
+// Fewest chunks a tier should have before ConfigWarnings says so; store::kMinTierChunks, which
+// the daemon checks it equals at compile time (the store warns again at start with the sizes it
+// settled on).
+inline constexpr uint64_t kMinTierChunks = 8;
 
 struct Config {
   // server
@@ -42,7 +56,7 @@ struct Config {
   // host tier
   uint64_t host_capacity = 0;  // 0: auto
   uint64_t host_chunk = 0;
-  store::HostPinMode host_pin = store::HostPinMode::kAuto;
+  HostPin host_pin = HostPin::kAuto;
   bool host_persistent = false;
   std::string host_shm_name;
   // gpu tier
@@ -55,7 +69,7 @@ struct Config {
   uint32_t disk_queue_depth = 0;
   std::string disk_admission;  // "all" | "reused-or-durable"
   // index
-  index::SyncPolicy sync = index::SyncPolicy::kBatch;
+  IndexSync sync = IndexSync::kBatch;
   uint64_t index_min_free = 0;  // index.min_free: below it the index takes no writes
   uint64_t index_reserve = 0;   // index.reserve: preallocated, given up when the drive fills
   // metrics
@@ -90,7 +104,7 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
                                   const std::vector<std::string>& overrides);
 
 // What a valid configuration may still get wrong, one sentence each: today, explicit tier sizes
-// of fewer than store::kMinTierChunks chunks (each chunk holds blocks of one size).
+// of fewer than kMinTierChunks chunks (each chunk holds blocks of one size).
 std::vector<std::string> ConfigWarnings(const Config& config);
 
 // "64GiB", "512MiB", "4096" -> bytes. InvalidArgument naming `field` otherwise.
@@ -98,4 +112,4 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view field, absl::string_view t
 
 }  // namespace kvtier::kvtierd
 
-#endif  // KVTIER_DAEMON_KVTIERD_CONFIG_H_
+#endif  // KVTIER_DAEMON_CONFIG_CONFIG_H_

@@ -1,5 +1,5 @@
 // kvtierd's configuration: the embedded default, YAML overlays and validation.
-#include "daemon/kvtierd/config.h"
+#include "daemon/config/config.h"
 
 #include <cctype>
 #include <utility>
@@ -12,8 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_reading.h"
-#include "daemon/kvtierd/tcp_listen.h"
-#include "daemon/store/block_store.h"
+#include "daemon/config/host_port.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kvtier::kvtierd {
@@ -313,12 +312,12 @@ absl::string_view DefaultConfigYaml() { return kDefaultConfig; }
 std::vector<std::string> ConfigWarnings(const Config& config) {
   std::vector<std::string> out;
   auto check = [&](const char* tier, const char* chunk_field, uint64_t capacity, uint64_t chunk) {
-    if (capacity == 0 || chunk == 0 || capacity / chunk >= store::kMinTierChunks) return;
+    if (capacity == 0 || chunk == 0 || capacity / chunk >= kMinTierChunks) return;
     out.push_back(absl::StrFormat(
         "the %s tier holds %d chunk(s) of %d bytes and each chunk serves blocks of one size, so "
         "engines whose blocks differ in size (layouts, codecs) evict each other's; give it at "
         "least %d chunks (a smaller %s or a larger tier)",
-        tier, capacity / chunk, chunk, store::kMinTierChunks, chunk_field));
+        tier, capacity / chunk, chunk, kMinTierChunks, chunk_field));
   };
   check("host", "host.chunk", config.host_capacity, config.host_chunk);
   check("disk", "disk.chunk", config.disk_capacity, config.disk_chunk);
@@ -461,13 +460,13 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   }
   const std::string pin = r.String("host.pin");
   if (pin == "auto") {
-    c.host_pin = store::HostPinMode::kAuto;
+    c.host_pin = HostPin::kAuto;
   } else if (pin == "cuda") {
-    c.host_pin = store::HostPinMode::kCuda;
+    c.host_pin = HostPin::kCuda;
   } else if (pin == "mlock") {
-    c.host_pin = store::HostPinMode::kMlock;
+    c.host_pin = HostPin::kMlock;
   } else if (pin == "none") {
-    c.host_pin = store::HostPinMode::kNone;
+    c.host_pin = HostPin::kNone;
   } else {
     r.Fail("host.pin", absl::StrFormat("'%s' is not auto, cuda, mlock or none", pin));
   }
@@ -492,11 +491,11 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
   }
   const std::string sync = r.String("index.sync");
   if (sync == "none") {
-    c.sync = index::SyncPolicy::kNone;
+    c.sync = IndexSync::kNone;
   } else if (sync == "batch") {
-    c.sync = index::SyncPolicy::kBatch;
+    c.sync = IndexSync::kBatch;
   } else if (sync == "always") {
-    c.sync = index::SyncPolicy::kAlways;
+    c.sync = IndexSync::kAlways;
   } else {
     r.Fail("index.sync", absl::StrFormat("'%s' is not none, batch or always", sync));
   }
