@@ -30,10 +30,10 @@
 #include "codec/dtype.h"
 #include "codec/page_layout.h"
 #include "common/coding.h"
-#include "daemon/service/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/device.h"
 #include "kvtier/v1/service.grpc.pb.h"
+#include "proto/codec_convert.h"
 #include "tools/bench/daemon_process.h"
 #include "tools/codec/model_presets.h"
 #include "tools/codec/page_metrics.h"
@@ -310,8 +310,8 @@ absl::StatusOr<Engine> RegisterEngine(DaemonProcess& daemon, const Setup& setup,
   v1::RegisterEngineRequest req;
   req.set_engine_name(absl::StrCat("kvtier-bench-e2e ", spec.ToString()));
   req.set_model(absl::StrCat("kvtier-bench-e2e/", setup.flags.preset));
-  service::LayoutToProto(setup.layout, req.mutable_layout());
-  service::CodecToProto(spec, req.mutable_codec());
+  proto::LayoutToProto(setup.layout, req.mutable_layout());
+  proto::CodecToProto(spec, req.mutable_codec());
   v1::PoolRegistration* reg = req.add_pools();
   reg->set_name(setup.layout.pools[0].name);
   reg->set_slots(slots);

@@ -57,9 +57,9 @@
 #include "codec/dtype.h"
 #include "codec/page_layout.h"
 #include "common/status_macros.h"
-#include "daemon/service/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/service.grpc.pb.h"
+#include "proto/codec_convert.h"
 #include "tools/bench/bench_common.h"
 #include "tools/bench/daemon_process.h"
 
@@ -246,8 +246,8 @@ absl::StatusOr<EngineHandle> RegisterEngine(const std::string& socket, const std
   v1::RegisterEngineRequest req;
   req.set_engine_name(name);
   req.set_model("kvtier-bench-fairness");
-  service::LayoutToProto(layout, req.mutable_layout());
-  service::CodecToProto(codec::CodecSpec::Parse(codec_name).value(), req.mutable_codec());
+  proto::LayoutToProto(layout, req.mutable_layout());
+  proto::CodecToProto(codec::CodecSpec::Parse(codec_name).value(), req.mutable_codec());
   v1::PoolRegistration* reg = req.add_pools();
   reg->set_name(layout.pools[0].name);
   reg->set_slots(slots);

@@ -49,9 +49,9 @@
 #include "codec/codec_spec.h"
 #include "codec/dtype.h"
 #include "codec/page_layout.h"
-#include "daemon/service/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/service.grpc.pb.h"
+#include "proto/codec_convert.h"
 #include "tools/bench/bench_common.h"
 #include "tools/bench/daemon_process.h"
 
@@ -155,8 +155,8 @@ absl::StatusOr<Engine> RegisterAndOffload(DaemonProcess& daemon, const std::stri
   v1::RegisterEngineRequest reg;
   reg.set_engine_name("kvtier-bench-lookup");
   reg.set_model("kvtier-bench");
-  service::LayoutToProto(*layout, reg.mutable_layout());
-  service::CodecToProto(*codec, reg.mutable_codec());
+  proto::LayoutToProto(*layout, reg.mutable_layout());
+  proto::CodecToProto(*codec, reg.mutable_codec());
   v1::PoolRegistration* pool = reg.add_pools();
   pool->set_name(layout->pools[0].name);
   pool->set_slots(kPages);
