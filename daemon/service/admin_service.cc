@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/service/grpc_status.h"
 #include "daemon/service/proto_convert.h"
 #include "daemon/service/request_limits.h"
 #include "kvtier/v1/namespace.pb.h"

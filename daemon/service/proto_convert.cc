@@ -29,17 +29,6 @@ absl::StatusOr<index::BlockHash> HashFromProto(absl::string_view bytes) {
   return hash;
 }
 
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
-grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpc(status));
-  return reactor;
-}
-
 void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
   const int64_t ns = absl::ToInt64Nanoseconds(d);
   out->set_seconds(ns / 1000000000);

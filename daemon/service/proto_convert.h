@@ -1,5 +1,6 @@
 // Conversions between the public contract (kvtier/v1 messages) and the daemon's own types:
-// layouts, codec specs, tiers, block hashes, statuses. Pure functions; thread-safe.
+// layouts, codec specs, tiers, block hashes, item statuses (gRPC's own status: grpc_status.h).
+// Pure functions; thread-safe.
 #ifndef KVTIER_DAEMON_SERVICE_PROTO_CONVERT_H_
 #define KVTIER_DAEMON_SERVICE_PROTO_CONVERT_H_
 
@@ -14,13 +15,14 @@
 #include "daemon/index/block_record.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/timestamp.pb.h"
-#include "grpcpp/server_context.h"
-#include "grpcpp/support/server_callback.h"
-#include "grpcpp/support/status.h"
 #include "kvtier/v1/cache.pb.h"
 #include "kvtier/v1/common.pb.h"
 #include "kvtier/v1/layout.pb.h"
 #include "proto/codec_convert.h"
+
+// To be removed: kvtier_service*.cc still take ToGrpc and FinishWith from here. Once they include
+// grpc_status.h themselves (after their restructuring), this header needs no grpc++ at all.
+#include "daemon/service/grpc_status.h"  // IWYU pragma: export
 
 namespace kvtier::service {
 
@@ -35,11 +37,6 @@ v1::Tier TierToProto(index::Tier tier);
 // A block hash of 1 to 32 bytes; shorter hashes are zero-padded to 32 (engines that bring their
 // own keys must keep them unambiguous under that padding). InvalidArgument otherwise.
 absl::StatusOr<index::BlockHash> HashFromProto(absl::string_view bytes);
-
-// The status as a gRPC status (same code and message).
-grpc::Status ToGrpc(const absl::Status& status);
-// Finishes a unary callback RPC at once with `status`; returns its reactor.
-grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* ctx, const absl::Status& status);
 
 void SetDuration(absl::Duration d, google::protobuf::Duration* out);
 void SetTime(absl::Time t, google::protobuf::Timestamp* out);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "daemon/service/event_log.h"
+#include "daemon/service/grpc_status.h"
 #include "daemon/service/kvtier_service.h"
 #include "daemon/service/proto_convert.h"
 #include "daemon/service/request_limits.h"
