@@ -1,13 +1,12 @@
 // BlockHasher (kvtier/block_hasher.h): SHA-256 over parent || tokens as little-endian u32 ||
-// extra key, one page at a time. The input of one link is assembled in one buffer and hashed with
-// OpenSSL's one-shot SHA256.
+// extra key, one page at a time. The input of one link is assembled in one buffer and hashed in
+// one call (common/digest.h).
 #include "kvtier/block_hasher.h"
-
-#include <openssl/sha.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/coding.h"
+#include "common/digest.h"
 
 namespace kvtier {
 
@@ -29,10 +28,8 @@ std::string BlockHasher::Next(std::string_view parent, std::span<const uint32_t>
   input.append(parent);
   for (const uint32_t t : tokens) PutFixed32(&input, t);
   input.append(extra_key);
-  std::string digest(SHA256_DIGEST_LENGTH, '\0');
-  SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(),
-         reinterpret_cast<unsigned char*>(digest.data()));
-  return digest;
+  const Sha256Digest digest = Sha256(input);
+  return std::string(digest.begin(), digest.end());
 }
 
 absl::StatusOr<std::vector<std::string>> BlockHasher::HashAfter(
@@ -65,15 +62,7 @@ absl::StatusOr<std::vector<std::string>> BlockHasher::Hash(
 }
 
 std::string HexHash(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * bytes.size());
-  for (const char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    hex.push_back(kDigits[b >> 4]);
-    hex.push_back(kDigits[b & 0xF]);
-  }
-  return hex;
+  return LowerHex(absl::string_view(bytes.data(), bytes.size()));
 }
 
 }  // namespace kvtier

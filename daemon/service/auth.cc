@@ -1,8 +1,6 @@
 // TokenAuth: the tokens file and bearer-token authentication.
 #include "daemon/service/auth.h"
 
-#include <openssl/sha.h>
-
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
@@ -11,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/digest.h"
 #include "common/file_reading.h"
 
 namespace kvtier::service {
@@ -18,22 +17,10 @@ namespace {
 
 constexpr uint64_t kMaxTokensFileBytes = uint64_t{16} << 20;
 
-std::string Hex(const unsigned char* p, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(kDigits[p[i] >> 4]);
-    out.push_back(kDigits[p[i] & 15]);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string TokenAuth::HashToken(absl::string_view token) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
-  return "sha256:" + Hex(digest, sizeof(digest));
+  return "sha256:" + LowerHex(Sha256(token));
 }
 
 absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Load(const std::string& path,

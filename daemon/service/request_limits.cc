@@ -1,8 +1,8 @@
 // The contract's request limits as checks (request_limits.h).
 #include "daemon/service/request_limits.h"
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/digest.h"
 #include "common/quote.h"
 
 namespace kvtier::service {
@@ -67,11 +67,9 @@ absl::Status CheckSelector(const v1::NamespaceSelector& selector) {
 absl::Status DistinctHashes::Add(const index::BlockHash& hash, int item) {
   const auto [it, inserted] = first_.try_emplace(hash, item);
   if (inserted) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("block hash ",
-                   absl::BytesToHexString(
-                       absl::string_view(reinterpret_cast<const char*>(hash.data()), hash.size())),
-                   " repeats items[", it->second, "]; the hashes of one request must be distinct"));
+  return absl::InvalidArgumentError(absl::StrCat("block hash ", LowerHex(hash), " repeats items[",
+                                                 it->second,
+                                                 "]; the hashes of one request must be distinct"));
 }
 
 }  // namespace kvtier::service

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/digest.h"
 #include "daemon/config/config.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
@@ -74,7 +75,7 @@ int RunEvict(const Invocation& inv) {
   for (int i = 0; i < resp.results_size(); ++i) {
     const kvtier::v1::ItemResult& r = resp.results(i);
     if (r.code() == kvtier::v1::ITEM_CODE_OK) continue;
-    std::printf("  %s: %s %s\n", Hex(req.hashes().hashes(i)).c_str(),
+    std::printf("  %s: %s %s\n", LowerHex(req.hashes().hashes(i)).c_str(),
                 kvtier::v1::ItemCode_Name(r.code()).c_str(), r.message().c_str());
   }
   return kExitOk;
@@ -234,7 +235,7 @@ int RunVerify(const Invocation& inv) {
                 static_cast<unsigned long long>(sum.removed_blocks()));
     for (const kvtier::v1::CorruptBlock& c : sum.corrupt()) {
       std::printf("  namespace %s block %s (%s): %s\n", NamespaceHex(c.namespace_id()).c_str(),
-                  Hex(c.block_hash()).c_str(), TierName(c.tier()), c.message().c_str());
+                  LowerHex(c.block_hash()).c_str(), TierName(c.tier()), c.message().c_str());
     }
   }
   if (bad) return kExitCorrupt;

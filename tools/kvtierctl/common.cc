@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/digest.h"
 #include "common/file_reading.h"
 #include "common/format_bytes.h"
 #include "google/protobuf/descriptor.h"
@@ -161,13 +162,6 @@ std::string Ratio(uint64_t numerator, uint64_t denominator) {
                          static_cast<double>(numerator) / static_cast<double>(denominator));
 }
 
-std::string Hex(const std::string& bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char b : bytes) out += absl::StrFormat("%02x", b);
-  return out;
-}
-
 std::string NamespaceHex(uint64_t id) { return absl::StrFormat("%016x", id); }
 
 const char* TierName(kvtier::v1::Tier tier) {
@@ -228,7 +222,7 @@ Json ScalarToJson(const google::protobuf::Message& m, const FieldDescriptor* f, 
       return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
     case FieldDescriptor::CPPTYPE_STRING: {
       std::string v = rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
-      return f->type() == FieldDescriptor::TYPE_BYTES ? Hex(v) : v;
+      return f->type() == FieldDescriptor::TYPE_BYTES ? LowerHex(v) : v;
     }
     case FieldDescriptor::CPPTYPE_MESSAGE:
       return ToJson(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f));

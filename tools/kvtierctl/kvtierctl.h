@@ -86,7 +86,6 @@ std::string Bytes(uint64_t bytes);
 std::string Percent(uint64_t part, uint64_t whole);
 // "3.57x", or "-" when the denominator is 0.
 std::string Ratio(uint64_t numerator, uint64_t denominator);
-std::string Hex(const std::string& bytes);
 std::string NamespaceHex(uint64_t id);  // 16 hex digits
 const char* TierName(kvtier::v1::Tier tier);
 std::string CodecName(const kvtier::v1::CodecSpec& codec);

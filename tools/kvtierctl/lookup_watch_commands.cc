@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/digest.h"
 #include "kvtier/block_hasher.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
@@ -131,7 +132,7 @@ int RunLookup(const Invocation& inv) {
     }
     Json list = Json::array();
     for (size_t i = 0; i < hashes.size(); ++i) {
-      list.push_back({{"hash", Hex(hashes[i])},
+      list.push_back({{"hash", LowerHex(hashes[i])},
                       {"tier", i < tiers.size() ? kvtier::v1::Tier_Name(tiers[i]) : "MISS"}});
     }
     json["blocks"] = std::move(list);
@@ -150,7 +151,8 @@ int RunLookup(const Invocation& inv) {
               static_cast<unsigned long long>(per_tier[3]));
   Table table({"page", "block hash", "tier"});
   for (size_t i = 0; i < hashes.size() && i <= tiers.size(); ++i) {
-    table.Add({absl::StrCat(i), Hex(hashes[i]), i < tiers.size() ? TierName(tiers[i]) : "miss"});
+    table.Add(
+        {absl::StrCat(i), LowerHex(hashes[i]), i < tiers.size() ? TierName(tiers[i]) : "miss"});
   }
   table.Print("  ");
   return kExitOk;
