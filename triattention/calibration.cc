@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/annotate.h"
 #include "common/coding.h"
 #include "common/file_reading.h"
 #include "common/status_macros.h"
@@ -693,8 +694,7 @@ absl::StatusOr<Calibration> LoadCalibration(const std::string& path) {
     result = ParseSafetensorsCalibration(bytes);
   }
   if (!result.ok()) {
-    return absl::Status(result.status().code(),
-                        absl::StrCat("calibration file '", path, "': ", result.status().message()));
+    return Annotate(result.status(), absl::StrCat("calibration file '", path, "'"));
   }
   return result;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 #include "triattention/rope.h"
 
@@ -18,11 +19,6 @@ namespace kvtier::triattention {
 namespace {
 
 constexpr int kMaxNumOffsets = 62;  // BuildRoundWeights' bound
-
-absl::Status Annotate(const absl::Status& status, absl::string_view prefix) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
 
 int64_t PagesFor(int64_t tokens, int page_tokens) {
   return (tokens + page_tokens - 1) / page_tokens;
@@ -152,7 +148,7 @@ absl::StatusOr<std::unique_ptr<Evictor>> Evictor::CreateFromFiles(
   KVTIER_RETURN_IF_ERROR(
       Annotate(CheckCalibrationAgainstRope(calibration, rope),
                absl::StrCat("calibration '", calibration_path, "' against model config '",
-                            model_config_path, "': ")));
+                            model_config_path, "'")));
   if (rope.num_kv_heads != view.num_kv_heads) {
     return absl::InvalidArgumentError(absl::StrCat("model config '", model_config_path, "' has ",
                                                    rope.num_kv_heads, " kv heads, the kv view ",
@@ -206,7 +202,8 @@ absl::StatusOr<std::vector<StepOutcome>> Evictor::OnGenerationStepEnd(
     if (r.new_tokens < 1) {
       return absl::InvalidArgumentError(absl::StrCat(who(), "new_tokens ", r.new_tokens, " < 1"));
     }
-    if (absl::Status s = ValidateKvRequest(view_, r.kv); !s.ok()) return Annotate(s, who());
+    if (absl::Status s = ValidateKvRequest(view_, r.kv); !s.ok())
+      return Annotate(s, absl::StrCat("evictor: request ", r.id));
     if (r.kv.prompt_len != next[i].prompt_len) {
       return absl::InvalidArgumentError(absl::StrCat(who(), "kv prompt_len ", r.kv.prompt_len,
                                                      ", AddRequest gave ", next[i].prompt_len));

@@ -33,6 +33,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/annotate.h"
 #include "common/file_reading.h"
 #include "common/status_macros.h"
 
@@ -511,8 +512,7 @@ absl::StatusOr<RopeTables> LoadRopeTables(const std::string& config_json_path) {
                           ReadRegularFile(path, kMaxConfigJsonBytes, "model config"));
   absl::StatusOr<RopeTables> tables = RopeTablesFromConfigJson(text);
   if (!tables.ok()) {
-    return absl::Status(tables.status().code(),
-                        absl::StrCat("model config '", path, "': ", tables.status().message()));
+    return Annotate(tables.status(), absl::StrCat("model config '", path, "'"));
   }
   return tables;
 }

@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/src/compression_methods.h"
+#include "common/annotate.h"
 #include "kvtier/block_hasher.h"
 #include "kvtier/client.h"
 #include "kvtier/compression.h"
@@ -47,10 +48,9 @@ absl::Status Invalid(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("quantization_for_cold_page: ", what));
 }
 
-// Prefixes the method's name to a status from the daemon or the Client.
-absl::Status Annotate(const absl::Status& status, const std::string& what) {
-  return absl::Status(status.code(),
-                      absl::StrCat("quantization_for_cold_page: ", what, ": ", status.message()));
+// Prefixes the method's name and what it was doing to a status from the daemon or the Client.
+absl::Status Failed(const absl::Status& status, absl::string_view what) {
+  return Annotate(status, absl::StrCat("quantization_for_cold_page: ", what));
 }
 
 // The codec RegisterEngine asks for: "raw", "nvfp4", "nvfp4+rope", "nvfp4x2", "nvfp4x2+rope".
@@ -110,9 +110,9 @@ class ColdPageMethod : public CompressionManager {
     if (pages == 0) return absl::OkStatus();
     absl::StatusOr<std::vector<std::string>> hashes =
         hasher_.Hash(std::span<const uint32_t>(request.tokens.data(), pages * tokens_per_page));
-    if (!hashes.ok()) return Annotate(hashes.status(), "hashing the prompt");
+    if (!hashes.ok()) return Failed(hashes.status(), "hashing the prompt");
     absl::StatusOr<LookupResult> lookup = client_->Lookup(engine_.engine_id, *hashes);
-    if (!lookup.ok()) return Annotate(lookup.status(), "Lookup");
+    if (!lookup.ok()) return Failed(lookup.status(), "Lookup");
     lookups_.fetch_add(1, std::memory_order_relaxed);
     lookup_hit_pages_.fetch_add(lookup->hit_pages, std::memory_order_relaxed);
     const size_t hits = std::min<size_t>(lookup->hit_pages, pages);
@@ -123,7 +123,7 @@ class ColdPageMethod : public CompressionManager {
     refs.reserve(hits);
     for (size_t i = 0; i < hits; ++i) refs.push_back({(*hashes)[i], (*indices)[i]});
     absl::StatusOr<OnboardResult> onboard = client_->Onboard(engine_.engine_id, refs);
-    if (!onboard.ok()) return Annotate(onboard.status(), "Onboard");
+    if (!onboard.ok()) return Failed(onboard.status(), "Onboard");
     onboarded_pages_.fetch_add(onboard->onboarded_pages, std::memory_order_relaxed);
     onboarded_bytes_.fetch_add(onboard->hot_bytes_written, std::memory_order_relaxed);
     request.cached_tokens = int64_t{onboard->onboarded_pages} * tokens_per_page;
@@ -147,7 +147,7 @@ class ColdPageMethod : public CompressionManager {
     ParkOptions options;
     options.num_tokens = static_cast<uint64_t>(request.num_tokens);
     absl::StatusOr<ParkResult> park = client_->Park(engine_.engine_id, key, *indices, options);
-    if (!park.ok()) return Annotate(park.status(), absl::StrCat("Park '", key, "'"));
+    if (!park.ok()) return Failed(park.status(), absl::StrCat("Park '", key, "'"));
     const uint64_t parked_pages = park->parked_pages;
     parked_cold_bytes_.fetch_add(park->cold_bytes, std::memory_order_relaxed);
     parked_pages_.fetch_add(parked_pages, std::memory_order_relaxed);
@@ -169,7 +169,7 @@ class ColdPageMethod : public CompressionManager {
         (void)client_->Release(engine_.engine_id, {parked.name});
       }
       parked_.erase(it);
-      return Annotate(resume.status(), absl::StrCat("Resume '", parked.name, "'"));
+      return Failed(resume.status(), absl::StrCat("Resume '", parked.name, "'"));
     }
     resumed_pages_.fetch_add(resume->resumed_pages, std::memory_order_relaxed);
     const uint64_t num_tokens = resume->num_tokens;
@@ -192,7 +192,7 @@ class ColdPageMethod : public CompressionManager {
     const std::string key = it->second.name;
     parked_.erase(it);
     absl::StatusOr<ReleaseResult> release = client_->Release(engine_.engine_id, {key});
-    if (!release.ok()) return Annotate(release.status(), absl::StrCat("Release '", key, "'"));
+    if (!release.ok()) return Failed(release.status(), absl::StrCat("Release '", key, "'"));
     released_requests_.fetch_add(1, std::memory_order_relaxed);
     return absl::OkStatus();
   }
@@ -242,7 +242,7 @@ class ColdPageMethod : public CompressionManager {
     if (pages <= cached) return absl::OkStatus();
     absl::StatusOr<std::vector<std::string>> hashes =
         hasher_.Hash(std::span<const uint32_t>(request.tokens.data(), pages * tokens_per_page));
-    if (!hashes.ok()) return Annotate(hashes.status(), "hashing the request");
+    if (!hashes.ok()) return Failed(hashes.status(), "hashing the request");
     absl::StatusOr<std::vector<uint32_t>> indices = PageIndices(request, 0, pages);
     if (!indices.ok()) return indices.status();
     std::vector<PageRef> refs;
@@ -251,7 +251,7 @@ class ColdPageMethod : public CompressionManager {
     OffloadOptions options;
     options.durable = durable_;
     absl::StatusOr<OffloadResult> offload = client_->Offload(engine_.engine_id, refs, options);
-    if (!offload.ok()) return Annotate(offload.status(), "Offload");
+    if (!offload.ok()) return Failed(offload.status(), "Offload");
     in_cache = pages;
     offloaded_pages_.fetch_add(offload->stored_pages, std::memory_order_relaxed);
     offload_hot_bytes_.fetch_add(offload->hot_bytes_read, std::memory_order_relaxed);
@@ -304,7 +304,7 @@ absl::StatusOr<std::unique_ptr<CompressionManager>> CreateColdPageMethod(
     client_options.connect_timeout = absl::Milliseconds(ms);
   }
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(client_options);
-  if (!client.ok()) return Annotate(client.status(), "connecting to kvtierd");
+  if (!client.ok()) return Failed(client.status(), "connecting to kvtierd");
 
   EngineOptions options;
   options.engine_name = OptionOr(config, "engine_name", absl::StrCat(engine.model, "/cold-page"));
@@ -316,14 +316,13 @@ absl::StatusOr<std::unique_ptr<CompressionManager>> CreateColdPageMethod(
   options.pools = engine.pool_registrations;
   absl::StatusOr<Engine> registered = (*client)->RegisterEngine(options);
   if (!registered.ok()) {
-    return Annotate(registered.status(),
-                    absl::StrCat("RegisterEngine (codec ", options.codec, ")"));
+    return Failed(registered.status(), absl::StrCat("RegisterEngine (codec ", options.codec, ")"));
   }
   absl::StatusOr<BlockHasher> hasher =
       BlockHasher::Create(registered->hash_root, engine.layout->tokens_per_page());
   if (!hasher.ok()) {
     (void)(*client)->Unregister(registered->engine_id);
-    return Annotate(hasher.status(), "the engine's hash root");
+    return Failed(hasher.status(), "the engine's hash root");
   }
   return std::make_unique<ColdPageMethod>(std::move(*client), std::move(*registered),
                                           std::move(*hasher), config.durable);

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/annotate.h"
 #include "common/file_reading.h"
 #include "kvtier/compression.h"
 #include "triattention/evictor.h"
@@ -178,8 +179,7 @@ absl::StatusOr<CompressionConfig> LoadCompressionConfig(const std::string& path)
   }
   absl::StatusOr<CompressionConfig> config = ParseCompressionConfig(*text);
   if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(path, ": ", config.status().message()));
+    return Annotate(config.status(), path);
   }
   return config;
 }

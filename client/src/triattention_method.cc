@@ -28,6 +28,7 @@
 #include "absl/types/span.h"
 #include "client/src/compression_methods.h"
 #include "codec/page_layout.h"
+#include "common/annotate.h"
 #include "kvtier/compression.h"
 #include "kvtier/layout.h"
 #include "triattention/evictor.h"
@@ -254,8 +255,7 @@ absl::StatusOr<std::unique_ptr<CompressionManager>> CreateTriAttentionMethod(
   absl::StatusOr<std::unique_ptr<ta::Evictor>> evictor = ta::Evictor::CreateFromFiles(
       *evictor_config, config.calibration_path, config.model_config_path, *view);
   if (!evictor.ok()) {
-    return absl::Status(evictor.status().code(),
-                        absl::StrCat("triattention: ", evictor.status().message()));
+    return Annotate(evictor.status(), "triattention");
   }
   return std::make_unique<TriAttentionMethod>(std::move(*evictor));
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/crc32c.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 #include "kernels/device.h"
 
@@ -46,8 +47,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Open(const std::string& 
   }
   absl::StatusOr<void*> mapping = kernels::OpenIpcMemory(*device, memory.handle());
   if (!mapping.ok()) {
-    return absl::Status(mapping.status().code(),
-                        absl::StrFormat("pool '%s': %s", pool_name, mapping.status().message()));
+    return Annotate(mapping.status(), absl::StrCat("pool '", pool_name, "'"));
   }
   // The pool must lie inside the allocation the handle names: otherwise Offload would read and
   // Onboard write whatever else this process has mapped on the device.

@@ -22,6 +22,7 @@
 #include "codec/codec_spec.h"
 #include "codec/crc32c.h"
 #include "codec/page_layout.h"
+#include "common/annotate.h"
 #include "tools/codec/model_presets.h"
 #include "tools/codec/page_metrics.h"
 
@@ -191,9 +192,7 @@ absl::Status RegisterAll() {
     for (absl::string_view codec_name : c.codecs) {
       absl::StatusOr<std::shared_ptr<BenchCodec>> bench_codec = MakeCodec(*page, codec_name);
       if (!bench_codec.ok()) {
-        return absl::Status(
-            bench_codec.status().code(),
-            absl::StrCat(c.page_name, " ", codec_name, ": ", bench_codec.status().message()));
+        return Annotate(bench_codec.status(), absl::StrCat(c.page_name, " ", codec_name));
       }
       benchmark::RegisterBenchmark(absl::StrCat("encode/", c.page_name, "/", codec_name).c_str(),
                                    BmEncode, *bench_codec)

@@ -56,6 +56,7 @@
 #include "codec/codec_spec.h"
 #include "codec/dtype.h"
 #include "codec/page_layout.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/service.grpc.pb.h"
@@ -451,8 +452,7 @@ absl::Status RunLoadedPhase(const FairnessFlags& flags,
   if (!measured.ok()) return measured;
   for (auto& b : bulk) {
     if (!b->error.ok()) {
-      return absl::Status(b->error.code(),
-                          absl::StrCat("bulk engine ", b->index, ": ", b->error.message()));
+      return Annotate(b->error, absl::StrCat("bulk engine ", b->index));
     }
   }
   return absl::OkStatus();

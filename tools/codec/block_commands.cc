@@ -12,17 +12,14 @@
 #include "absl/strings/string_view.h"
 #include "codec/codec.h"
 #include "codec/cold_block.h"
+#include "common/annotate.h"
+#include "common/file_reading.h"
 #include "common/status_macros.h"
 #include "tools/codec/commands.h"
 #include "tools/codec/file_io.h"
 
 namespace kvtier::tools {
 namespace {
-
-// Re-labels a status with context, keeping its code: "<context>: <CODE>: <message>".
-absl::Status WithContext(absl::string_view context, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.ToString()));
-}
 
 std::string FormatRatio(uint64_t hot_bytes, uint64_t block_bytes) {
   return absl::StrFormat("%.3fx",
@@ -32,7 +29,8 @@ std::string FormatRatio(uint64_t hot_bytes, uint64_t block_bytes) {
 }  // namespace
 
 absl::StatusOr<codec::PageLayout> LoadLayoutFile(const std::string& path) {
-  KVTIER_ASSIGN_OR_RETURN(std::string json, ReadTextFile(path));
+  constexpr uint64_t kMaxLayoutBytes = uint64_t{64} << 20;
+  KVTIER_ASSIGN_OR_RETURN(std::string json, ReadRegularFile(path, kMaxLayoutBytes, "input file"));
   absl::StatusOr<codec::PageLayout> layout = codec::ParseLayoutJson(json);
   if (!layout.ok()) return WithContext(path, layout.status());
   return layout;
@@ -57,6 +55,10 @@ absl::StatusOr<std::unique_ptr<codec::Codec>> CreateCodec(const codec::PageLayou
                        codec.status());
   }
   return codec;
+}
+
+absl::Status WithContext(absl::string_view context, const absl::Status& status) {
+  return Annotate(status, absl::StrCat(context, ": ", absl::StatusCodeToString(status.code())));
 }
 
 absl::Status BlockError(absl::string_view path, uint64_t index, uint64_t offset,

@@ -37,6 +37,10 @@ absl::StatusOr<std::unique_ptr<codec::Codec>> CreateCodec(const codec::PageLayou
                                                           const codec::CodecSpec& spec,
                                                           absl::string_view layout_name);
 
+// Context for a status, keeping its code and showing its name, since the tool prints only
+// messages: "<context>: <CODE>: <message>" (common/annotate.h).
+absl::Status WithContext(absl::string_view context, const absl::Status& status);
+
 // "<path>: block <index> at offset <offset>: <CODE>: <codec message>".
 absl::Status BlockError(absl::string_view path, uint64_t index, uint64_t offset,
                         const absl::Status& status);

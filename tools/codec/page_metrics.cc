@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/dtype.h"
+#include "common/annotate.h"
 
 namespace kvtier::tools {
 namespace {
@@ -239,13 +240,9 @@ absl::Status RoundTripper::Run(absl::Span<const uint8_t> page, int trips, absl::
   for (int trip = 1; trip <= trips; ++trip) {
     absl::Status status = codec_.Encode(codec::FlatPageView(layout, input), absl::MakeSpan(block_),
                                         trip == 1 ? first_trip_stats : nullptr);
-    if (!status.ok())
-      return absl::Status(status.code(),
-                          absl::StrCat("trip ", trip, ": encode: ", status.message()));
+    if (!status.ok()) return Annotate(status, absl::StrCat("trip ", trip, ": encode"));
     status = codec_.Decode(block_, codec::FlatPageView(layout, out));
-    if (!status.ok())
-      return absl::Status(status.code(),
-                          absl::StrCat("trip ", trip, ": decode: ", status.message()));
+    if (!status.ok()) return Annotate(status, absl::StrCat("trip ", trip, ": decode"));
     if (trip < trips) {
       std::memcpy(previous_.data(), out.data(), out.size());
       input = previous_;

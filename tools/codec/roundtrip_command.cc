@@ -133,9 +133,7 @@ absl::Status RunRoundtrip(const cli::Values& flags) {
       where = absl::StrCat("generated page ", i);
     }
     absl::Status status = round_tripper.Run(page, trips, absl::MakeSpan(decoded));
-    if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat(where, ": ", status.ToString()));
-    }
+    if (!status.ok()) return WithContext(where, status);
     comparison.Add(page, decoded);
   }
 

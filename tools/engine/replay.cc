@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/annotate.h"
 #include "tools/engine/kv_pool.h"
 
 namespace kvtier::engine {
@@ -243,8 +244,7 @@ absl::Status Replay::Run(const std::vector<Session>& sessions, bool quiet) {
     queue.pop();
     Live& l = live[i];
     if (absl::Status st = StartTurn(sessions[i], t, l); !st.ok()) {
-      return absl::Status(
-          st.code(), absl::StrCat("session ", sessions[i].id, " turn ", t, ": ", st.message()));
+      return Annotate(st, absl::StrCat("session ", sessions[i].id, " turn ", t));
     }
     if (t + 1 < sessions[i].turns.size()) {
       queue.emplace(std::max(sessions[i].turns[t + 1].arrival_ms, when + 1), i, t + 1);
