@@ -9,21 +9,14 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codec/page_layout.h"
+#include "common/errno_text.h"
 #include "kernels/device.h"
 
 namespace kvtier {
-namespace {
-
-absl::Status Errno(const char* what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedMemoryPool>> SharedMemoryPool::Create(const std::string& path,
                                                                            std::string name,
@@ -36,30 +29,31 @@ absl::StatusOr<std::unique_ptr<SharedMemoryPool>> SharedMemoryPool::Create(const
   const uint64_t bytes = uint64_t{slots} * slot_bytes;
   // A new file (a new inode) even where one exists: a daemon may still map the old one (an engine
   // restarted before its lease ended), and truncating that would pull its pages away.
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("unlink", path);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT)
+    return ErrnoStatus(errno, absl::StrCat("unlink '", path, "'"));
   // Owner and group may read and write (fchmod: the umask would take the group's write away), so
   // that a daemon running as another user of the file's group (a setgid pool directory's group,
   // deploy/) can map it; others get nothing.
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
-  if (fd < 0) return Errno("open", path);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open '", path, "'"));
   if (fchmod(fd, 0660) != 0) {
-    const absl::Status st = Errno("fchmod", path);
+    const absl::Status st = ErrnoStatus(errno, absl::StrCat("fchmod '", path, "'"));
     close(fd);
     unlink(path.c_str());
     return st;
   }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const absl::Status st = Errno("ftruncate", path);
+    const absl::Status st = ErrnoStatus(errno, absl::StrCat("ftruncate '", path, "'"));
     close(fd);
     unlink(path.c_str());
     return st;
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int mmap_errno = errno;  // before close() may change it
   close(fd);
   if (base == MAP_FAILED) {
-    const absl::Status st = Errno("mmap", path);
     unlink(path.c_str());
-    return st;
+    return ErrnoStatus(mmap_errno, absl::StrCat("mmap '", path, "'"));
   }
   return std::unique_ptr<SharedMemoryPool>(
       new SharedMemoryPool(path, std::move(name), slots, slot_bytes, static_cast<uint8_t*>(base)));

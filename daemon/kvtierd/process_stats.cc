@@ -5,7 +5,6 @@
 #include "daemon/kvtierd/process_stats.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -18,33 +17,22 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/file_reading.h"
 #include "daemon/io/posix_file.h"
 
 namespace kvtier::kvtierd {
 namespace {
 
+// /proc/stat grows with the number of CPUs (a few KiB on large machines); /proc/self/stat is one
+// line.
+constexpr uint64_t kMaxProcFileBytes = uint64_t{16} << 20;
+
+// FailedPrecondition, as for a /proc without the fields read below: the metrics cannot be
+// computed on this system.
 absl::StatusOr<std::string> ReadProcFile(const char* path) {
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("cannot open %s: %s", path, io::ErrnoText(errno)));
-  }
-  std::string out;
-  char buf[4096];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      return absl::FailedPreconditionError(
-          absl::StrFormat("cannot read %s: %s", path, io::ErrnoText(err)));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return out;
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxProcFileBytes, "");
+  if (!text.ok()) return absl::FailedPreconditionError(text.status().message());
+  return text;
 }
 
 // btime of /proc/stat: the boot time, seconds since the epoch.

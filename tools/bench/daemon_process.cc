@@ -17,14 +17,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <limits>
 #include <system_error>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_reading.h"
 
 extern char** environ;
 
@@ -210,10 +210,10 @@ absl::Status DaemonProcess::Stop() {
 
 std::string DaemonProcess::LogTail() const {
   if (log_.empty()) return "";
-  std::ifstream in(log_);
-  std::stringstream s;
-  s << in.rdbuf();
-  const std::string text = s.str();
+  absl::StatusOr<std::string> log =
+      ReadRegularFile(log_, std::numeric_limits<uint64_t>::max(), "kvtierd's log");
+  if (!log.ok()) return "";  // the tail only adds to an error already being reported
+  const std::string& text = *log;
   if (text.size() <= kLogTailBytes) return text;
   const size_t line = text.find('\n', text.size() - kLogTailBytes);
   return text.substr(line == std::string::npos ? text.size() - kLogTailBytes : line + 1);

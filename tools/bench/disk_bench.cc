@@ -30,10 +30,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -53,6 +51,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
+#include "common/file_reading.h"
 #include "common/histogram.h"
 #include "daemon/io/block_file.h"
 
@@ -417,12 +416,8 @@ struct FioResult {
   double iops = 0;
 };
 
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+// fio's JSON report and its stderr are a few KiB; the limit only guards against a runaway file.
+constexpr uint64_t kMaxFioOutputBytes = uint64_t{64} << 20;
 
 // Runs fio (or any program) with `args`, stdout to /dev/null and stderr to `stderr_path`.
 // Returns its exit status, or an error when it cannot be started.
@@ -514,10 +509,16 @@ class FioBaseline {
     absl::StatusOr<int> rc = Spawn(program_, args, stderr_path_);
     if (!rc.ok()) return rc.status();
     if (*rc != 0) {
-      return absl::InternalError(absl::StrCat(
-          "exit status ", *rc, ": ", absl::StripAsciiWhitespace(ReadWholeFile(stderr_path_))));
+      absl::StatusOr<std::string> err =
+          ReadRegularFile(stderr_path_, kMaxFioOutputBytes, "fio's stderr");
+      return absl::InternalError(
+          absl::StrCat("exit status ", *rc, ": ",
+                       absl::StripAsciiWhitespace(err.ok() ? *err : err.status().message())));
     }
-    const std::string text = ReadWholeFile(json_path_);
+    absl::StatusOr<std::string> output =
+        ReadRegularFile(json_path_, kMaxFioOutputBytes, "fio's JSON output");
+    if (!output.ok()) return output.status();
+    const std::string& text = *output;
     const size_t brace = text.find('{');  // fio may print notes before the JSON
     if (brace == std::string::npos) return absl::InternalError("fio printed no JSON");
     const Json doc = Json::parse(text.begin() + brace, text.end(), nullptr, false);

@@ -16,13 +16,6 @@
 #include "common/file_reading.h"
 
 namespace kvtier::tools {
-namespace {
-
-absl::Status ErrnoStatus(int err, absl::string_view path, absl::string_view what) {
-  return ::kvtier::ErrnoStatus(err, absl::StrCat(path, ": ", what));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(std::string path) {
   absl::StatusOr<RegularFile> file = RegularFile::Open(path, "input file");
@@ -39,7 +32,7 @@ absl::Status InputFile::ReadAt(uint64_t offset, absl::Span<uint8_t> out) const {
     ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, offset + done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(errno, path_, absl::StrCat("read failed at offset ", offset + done));
+      return ErrnoStatus(errno, absl::StrCat(path_, ": read failed at offset ", offset + done));
     }
     if (n == 0) {
       return absl::DataLossError(absl::StrCat(path_, ": file ends at offset ", offset + done,
@@ -64,7 +57,7 @@ absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Create(std::string path)
   // A unique temporary name beside the output: never an existing file, never another run's.
   std::string temp_path = absl::StrCat(path, ".tmp.XXXXXX");
   int fd = ::mkostemp(temp_path.data(), O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, temp_path, "cannot create");
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat(temp_path, ": cannot create"));
   ::fchmod(fd, 0644);
   return std::unique_ptr<OutputFile>(new OutputFile(std::move(path), std::move(temp_path), fd));
 }
@@ -81,8 +74,8 @@ absl::Status OutputFile::Append(absl::Span<const uint8_t> data) {
     ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(errno, temp_path_,
-                         absl::StrCat("write failed at offset ", written_ + done));
+      return ErrnoStatus(errno,
+                         absl::StrCat(temp_path_, ": write failed at offset ", written_ + done));
     }
     done += static_cast<size_t>(n);
   }
@@ -93,9 +86,9 @@ absl::Status OutputFile::Append(absl::Span<const uint8_t> data) {
 absl::Status OutputFile::Commit() {
   int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) return ErrnoStatus(errno, temp_path_, "close failed");
+  if (::close(fd) != 0) return ErrnoStatus(errno, absl::StrCat(temp_path_, ": close failed"));
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    return ErrnoStatus(errno, path_, absl::StrCat("cannot rename ", temp_path_, " to it"));
+    return ErrnoStatus(errno, absl::StrCat(path_, ": cannot rename ", temp_path_, " to it"));
   }
   committed_ = true;
   return absl::OkStatus();
@@ -107,29 +100,13 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
   const uint64_t size = file->size();
   if (size == 0) return std::unique_ptr<MappedFile>(new MappedFile({}));
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file->fd(), 0);
-  if (p == MAP_FAILED) return ErrnoStatus(errno, path, "cannot map");
+  if (p == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat(path, ": cannot map"));
   return std::unique_ptr<MappedFile>(
       new MappedFile(absl::MakeConstSpan(static_cast<const uint8_t*>(p), size)));
 }
 
 MappedFile::~MappedFile() {
   if (!data_.empty()) ::munmap(const_cast<uint8_t*>(data_.data()), data_.size());
-}
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  auto file = InputFile::Open(path);
-  if (!file.ok()) return file.status();
-  constexpr uint64_t kMaxTextBytes = uint64_t{64} << 20;
-  if ((*file)->size() > kMaxTextBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": size ", (*file)->size(),
-                                                   " bytes is over the limit of ", kMaxTextBytes,
-                                                   " bytes for a text file"));
-  }
-  std::string text((*file)->size(), '\0');
-  absl::Status status =
-      (*file)->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size()));
-  if (!status.ok()) return status;
-  return text;
 }
 
 absl::StatusOr<uint64_t> CountUnits(const InputFile& file, uint64_t unit_bytes,

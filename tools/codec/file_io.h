@@ -85,9 +85,6 @@ class MappedFile {
   absl::Span<const uint8_t> data_;
 };
 
-// Reads a whole (small) text file such as a layout JSON.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
-
 // Number of `unit_bytes`-sized items (pages or blocks) in `file`. InvalidArgument names the file,
 // its size and the unit when the file is empty or its size is not a multiple of the unit, e.g.
 // "pages.bin: size 4718591 bytes is not a multiple of the page size 4718592 bytes".

@@ -46,8 +46,9 @@ class SharedMemoryPool {
  public:
   // Creates `path` (mode 0660: the owner and the file's group, e.g. a setgid pool directory's
   // group that the daemon's user belongs to) holding slots x slot_bytes zero bytes and maps it.
-  // InvalidArgument for zero slots or slot_bytes; Internal with the system call and errno text
-  // otherwise.
+  // InvalidArgument for zero slots or slot_bytes; for a failed system call, a message naming the
+  // call, the path and the errno ("open '/dev/shm/p': No such file or directory (ENOENT)") as
+  // NotFound (ENOENT, ENOTDIR: no such directory), PermissionDenied (EACCES, EPERM) or Internal.
   static absl::StatusOr<std::unique_ptr<SharedMemoryPool>> Create(const std::string& path,
                                                                   std::string name, uint32_t slots,
                                                                   uint64_t slot_bytes);
