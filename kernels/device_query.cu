@@ -1,5 +1,5 @@
 // CUDA runtime queries behind kernels/device.h. Returns cudaError_t values as int so the
-// wrapper in device.cc needs no CUDA headers.
+// wrapper in device_cuda.cc needs no CUDA headers.
 #include <cuda.h>
 #include <cuda_runtime.h>
 

@@ -1,16 +1,13 @@
-// Host side of kv_round.h: shape validation, the workspace layout, and the CUDA error to status
-// translation around the launches in kv_round.cu.
+// Host side of kv_round.h, the same in every build: shape validation and the workspace layout.
+// After its checks an Enqueue call hands the launch to kv_round_start.h, which the build picks.
 #include "kernels/kv_round.h"
 
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "codec/dtype.h"
-
-#if KVTIER_WITH_CUDA
-#include "kernels/device_query.h"
 #include "kernels/kv_round_launch.h"
-#endif
+#include "kernels/kv_round_start.h"
 
 namespace kvtier::kernels {
 namespace {
@@ -190,7 +187,6 @@ absl::Status EnqueueTriRound(const TriRoundShape& shape, const PagedKvDevice& kv
   if (num_requests > 0 && (requests == nullptr || workspace.scores == nullptr)) {
     return absl::InvalidArgumentError("null request array or workspace");
   }
-#if KVTIER_WITH_CUDA
   internal::TriRoundArgs args;
   args.shape = shape;
   args.kv = kv;
@@ -199,15 +195,7 @@ absl::Status EnqueueTriRound(const TriRoundShape& shape, const PagedKvDevice& kv
   args.num_requests = num_requests;
   args.sets = KvSetsPerRequest(shape.mode, kv.num_layers, kv.kv_heads);
   args.workspace = workspace;
-  if (int err = internal::LaunchTriRound(args, stream); err != 0) {
-    return absl::InternalError(absl::StrCat(
-        "triattention round launch: ", internal::ErrorString(err), " (error ", err, ")"));
-  }
-  return absl::OkStatus();
-#else
-  (void)stream;
-  return absl::UnimplementedError("kvtier was built without CUDA");
-#endif
+  return internal::StartTriRound(args, stream);
 }
 
 absl::Status EnqueueKvCompaction(const PagedKvDevice& kv, const KvRoundRequest* requests,
@@ -235,7 +223,6 @@ absl::Status EnqueueKvCompaction(const PagedKvDevice& kv, const KvRoundRequest* 
   if (num_requests > 0 && (requests == nullptr || kept == nullptr || kept_count == nullptr)) {
     return absl::InvalidArgumentError("null request, kept or kept_count array");
   }
-#if KVTIER_WITH_CUDA
   internal::CompactionArgs args;
   args.kv = kv;
   args.requests = requests;
@@ -245,16 +232,7 @@ absl::Status EnqueueKvCompaction(const PagedKvDevice& kv, const KvRoundRequest* 
   args.kept_count = kept_count;
   args.kept_stride = kept_stride;
   args.order = order;
-  if (int err = internal::LaunchKvCompaction(args, stream); err != 0) {
-    return absl::InternalError(
-        absl::StrCat("kv compaction launch: ", internal::ErrorString(err), " (error ", err, ")"));
-  }
-  return absl::OkStatus();
-#else
-  (void)kept_stride;
-  (void)stream;
-  return absl::UnimplementedError("kvtier was built without CUDA");
-#endif
+  return internal::StartKvCompaction(args, stream);
 }
 
 }  // namespace kvtier::kernels

@@ -1,5 +1,5 @@
 // Internal: plain-type descriptors and launchers of the fused NVFP4 kernels (no Abseil, no CUDA
-// types), shared by nvfp4_kernels.cu and the host wrapper nvfp4_gpu_codec.cc.
+// types), shared by nvfp4_kernels.cu and the host wrapper nvfp4_gpu_codec_cuda.cc.
 #ifndef KVTIER_KERNELS_NVFP4_LAUNCH_H_
 #define KVTIER_KERNELS_NVFP4_LAUNCH_H_
 

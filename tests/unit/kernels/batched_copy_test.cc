@@ -10,10 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/device.h"
-
-#if KVTIER_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "tests/unit/kernels/gpu_buffer.h"
 
 namespace kvtier::kernels {
 namespace {
@@ -29,41 +26,7 @@ TEST(BatchedCopyTest, RejectsNullAddresses) {
   EXPECT_TRUE(absl::IsInvalidArgument((*copier)->Enqueue({&bad, 1}, nullptr)));
 }
 
-#if KVTIER_WITH_CUDA
-enum class Mem { kDevice, kMappedHost };
-
-struct Buffer {
-  Mem mem;
-  uint8_t* ptr = nullptr;   // device-accessible address
-  uint8_t* host = nullptr;  // host address for kMappedHost
-  size_t bytes = 0;
-  ~Buffer() {
-    if (mem == Mem::kDevice) cudaFree(ptr);
-    if (mem == Mem::kMappedHost) cudaFreeHost(host);
-  }
-};
-
-std::unique_ptr<Buffer> Allocate(Mem mem, size_t bytes) {
-  auto b = std::make_unique<Buffer>();
-  b->mem = mem;
-  b->bytes = bytes;
-  if (mem == Mem::kDevice) {
-    if (cudaMalloc(&b->ptr, bytes) != cudaSuccess) return nullptr;
-  } else {
-    if (cudaHostAlloc(&b->host, bytes, cudaHostAllocMapped) != cudaSuccess) return nullptr;
-    if (cudaHostGetDevicePointer(&b->ptr, b->host, 0) != cudaSuccess) return nullptr;
-  }
-  return b;
-}
-
-void Fill(Buffer& b, const std::vector<uint8_t>& bytes) {
-  ASSERT_EQ(cudaMemcpy(b.ptr, bytes.data(), bytes.size(), cudaMemcpyDefault), cudaSuccess);
-}
-std::vector<uint8_t> Read(const Buffer& b) {
-  std::vector<uint8_t> out(b.bytes);
-  EXPECT_EQ(cudaMemcpy(out.data(), b.ptr, b.bytes, cudaMemcpyDefault), cudaSuccess);
-  return out;
-}
+using Mem = GpuBuffer::Kind;
 
 class BatchedCopyGpuTest : public ::testing::TestWithParam<std::pair<Mem, Mem>> {};
 
@@ -73,14 +36,15 @@ TEST_P(BatchedCopyGpuTest, CopiesEverySpanAndNothingElse) {
   auto copier = BatchedCopier::Create(0);
   ASSERT_TRUE(copier.ok()) << copier.status();
   constexpr size_t kBytes = 24 << 20;
-  auto src = Allocate(GetParam().first, kBytes);
-  auto dst = Allocate(GetParam().second, kBytes);
-  ASSERT_TRUE(src && dst);
+  auto src = GpuBuffer::Allocate(GetParam().first, kBytes);
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto dst = GpuBuffer::Allocate(GetParam().second, kBytes);
+  ASSERT_TRUE(dst.ok()) << dst.status();
   std::mt19937_64 rng(7);
   std::vector<uint8_t> source(kBytes), poison(kBytes, 0xA5);
   for (auto& x : source) x = static_cast<uint8_t>(rng());
-  Fill(*src, source);
-  Fill(*dst, poison);
+  ASSERT_TRUE((*src)->Write(source).ok());
+  ASSERT_TRUE((*dst)->Write(poison).ok());
   // 1500 spans (two launches), laid out without overlap: sizes 0..40 KiB and a few large ones;
   // offsets aligned, equally misaligned, or differently misaligned.
   std::vector<CopySpan> spans;
@@ -94,7 +58,7 @@ TEST_P(BatchedCopyGpuTest, CopiesEverySpanAndNothingElse) {
     const size_t src_off = src_at + (kind == 0 ? 0 : rng() % 16);
     const size_t dst_off = dst_at + (kind == 0 ? 0 : kind == 1 ? (src_off & 15) : rng() % 16);
     if (src_off + bytes > kBytes || dst_off + bytes > kBytes) break;
-    spans.push_back({src->ptr + src_off, dst->ptr + dst_off, bytes});
+    spans.push_back({(*src)->data() + src_off, (*dst)->data() + dst_off, bytes});
     regions.push_back({dst_off, bytes});
     src_at = (src_off + bytes + 15) / 16 * 16 + 16;
     dst_at = (dst_off + bytes + 15) / 16 * 16 + 16 * (1 + rng() % 4);
@@ -102,14 +66,15 @@ TEST_P(BatchedCopyGpuTest, CopiesEverySpanAndNothingElse) {
   ASSERT_GT(spans.size(), size_t{BatchedCopier::kSpansPerLaunch});
   ASSERT_TRUE((*copier)->Enqueue(spans, nullptr).ok());
   ASSERT_TRUE(BatchedCopier::Synchronize(nullptr).ok());
-  const std::vector<uint8_t> got = Read(*dst);
+  const absl::StatusOr<std::vector<uint8_t>> got = (*dst)->Read();
+  ASSERT_TRUE(got.ok()) << got.status();
   std::vector<uint8_t> want = poison;
   for (size_t i = 0; i < spans.size(); ++i) {
-    const size_t src_off = static_cast<const uint8_t*>(spans[i].src) - src->ptr;
+    const size_t src_off = static_cast<const uint8_t*>(spans[i].src) - (*src)->data();
     std::memcpy(want.data() + regions[i].first, source.data() + src_off, regions[i].second);
   }
   for (size_t i = 0; i < kBytes; ++i) {
-    ASSERT_EQ(got[i], want[i]) << "byte " << i << " of the destination";
+    ASSERT_EQ((*got)[i], want[i]) << "byte " << i << " of the destination";
   }
 }
 
@@ -123,7 +88,6 @@ INSTANTIATE_TEST_SUITE_P(Directions, BatchedCopyGpuTest,
                                            std::make_pair(Mem::kMappedHost, Mem::kDevice),
                                            std::make_pair(Mem::kDevice, Mem::kDevice)),
                          DirectionName);
-#endif
 
 }  // namespace
 }  // namespace kvtier::kernels

@@ -15,10 +15,7 @@
 #include "codec/codec.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
-
-#if KVTIER_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "tests/unit/kernels/gpu_buffer.h"
 
 namespace kvtier::kernels {
 namespace {
@@ -32,7 +29,6 @@ TEST(GpuNvfp4CodecTest, ReportsWhatItCannotDo) {
   EXPECT_TRUE(absl::IsUnimplemented(GpuNvfp4Codec::Create(*plan).status()));
 }
 
-#if KVTIER_WITH_CUDA
 struct Case {
   const char* name;
   codec::PageLayout layout;
@@ -190,22 +186,28 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
             .ok());
   }
 
-  // GPU encode: hot pages in device memory, blocks in mapped pinned host memory at `base`.
-  uint8_t *hot = nullptr, *cold_host = nullptr, *cold = nullptr;
-  int8_t* exps = nullptr;
-  ASSERT_EQ(cudaMalloc(&hot, pages.size()), cudaSuccess);
-  ASSERT_EQ(cudaHostAlloc(&cold_host, block_bytes * kPages + 64, cudaHostAllocMapped), cudaSuccess);
-  ASSERT_EQ(cudaHostGetDevicePointer(&cold, cold_host, 0), cudaSuccess);
+  // GPU encode: hot pages in device memory, blocks in mapped pinned host memory at `base` (its
+  // host address is the kernels' address), exponents in mapped pinned host memory too.
+  using Kind = GpuBuffer::Kind;
+  auto hot_buffer = GpuBuffer::Allocate(Kind::kDevice, pages.size());
+  ASSERT_TRUE(hot_buffer.ok()) << hot_buffer.status();
+  auto cold_buffer = GpuBuffer::Allocate(Kind::kMappedHost, block_bytes * kPages + 64);
+  ASSERT_TRUE(cold_buffer.ok()) << cold_buffer.status();
+  uint8_t* const hot = (*hot_buffer)->data();
+  uint8_t* const cold_host = (*cold_buffer)->data();
   const size_t exps_per_page = static_cast<size_t>((*gpu)->exponents_per_page());
   ASSERT_EQ(exps_per_page,
             c.layout.buffers.size() * (spec->codec == codec::CodecId::kNvfp4x2 ? 2 : 1));
-  ASSERT_EQ(cudaMallocManaged(&exps, exps_per_page * kPages), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(hot, pages.data(), pages.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  auto exps_buffer = GpuBuffer::Allocate(Kind::kMappedHost, exps_per_page * kPages);
+  ASSERT_TRUE(exps_buffer.ok()) << exps_buffer.status();
+  int8_t* const exps = reinterpret_cast<int8_t*>((*exps_buffer)->data());
+  ASSERT_TRUE((*hot_buffer)->Write(pages).ok());
   std::memset(cold_host, 0xCD, block_bytes * kPages + 64);
-  ASSERT_TRUE((*gpu)
-                  ->EncodePayloads(hot, page_bytes, cold + base, block_bytes, kPages, exps, nullptr)
-                  .ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(
+      (*gpu)
+          ->EncodePayloads(hot, page_bytes, cold_host + base, block_bytes, kPages, exps, nullptr)
+          .ok());
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
   if (base > 0) {
     EXPECT_EQ(cold_host[base - 1], 0xCD) << "wrote before the first block";
   }
@@ -221,18 +223,21 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
 
   // GPU encode into device memory at `base` (the kernels pick their variant by where the blocks
   // are): the same bytes.
-  uint8_t* cold_dev = nullptr;
-  ASSERT_EQ(cudaMalloc(&cold_dev, block_bytes * kPages + 64), cudaSuccess);
-  ASSERT_EQ(cudaMemset(cold_dev, 0xCD, block_bytes * kPages + 64), cudaSuccess);
-  ASSERT_EQ(cudaMemset(exps, 0x7F, exps_per_page * kPages), cudaSuccess);
-  ASSERT_TRUE(
-      (*gpu)
-          ->EncodePayloads(hot, page_bytes, cold_dev + base, block_bytes, kPages, exps, nullptr)
-          .ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<uint8_t> dev_blocks(block_bytes * kPages + 64);
-  ASSERT_EQ(cudaMemcpy(dev_blocks.data(), cold_dev, dev_blocks.size(), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  std::vector<uint8_t> dev_blocks;
+  {
+    auto cold_dev = GpuBuffer::Allocate(Kind::kDevice, block_bytes * kPages + 64);
+    ASSERT_TRUE(cold_dev.ok()) << cold_dev.status();
+    ASSERT_TRUE((*cold_dev)->Fill(0xCD).ok());
+    std::memset(exps, 0x7F, exps_per_page * kPages);
+    ASSERT_TRUE((*gpu)
+                    ->EncodePayloads(hot, page_bytes, (*cold_dev)->data() + base, block_bytes,
+                                     kPages, exps, nullptr)
+                    .ok());
+    ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+    auto read = (*cold_dev)->Read();
+    ASSERT_TRUE(read.ok()) << read.status();
+    dev_blocks = *std::move(read);
+  }
   if (base > 0) {
     EXPECT_EQ(dev_blocks[base - 1], 0xCD) << "device: wrote before the first block";
   }
@@ -245,17 +250,22 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
       ASSERT_EQ(block[i], want[i]) << "device: page " << p << " block byte " << i;
     }
   }
-  cudaFree(cold_dev);
 
   // GPU decode of the CPU's blocks into poisoned device pages.
-  uint8_t* blocks_dev = nullptr;
-  ASSERT_EQ(cudaMalloc(&blocks_dev, cpu_blocks.size()), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(blocks_dev, cpu_blocks.data(), cpu_blocks.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  ASSERT_EQ(cudaMemset(hot, 0x5A, pages.size()), cudaSuccess);
-  ASSERT_TRUE((*gpu)->Decode(blocks_dev, block_bytes, hot, page_bytes, kPages, nullptr).ok());
-  std::vector<uint8_t> gpu_decoded(pages.size());
-  ASSERT_EQ(cudaMemcpy(gpu_decoded.data(), hot, pages.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  auto blocks_dev = GpuBuffer::Allocate(Kind::kDevice, cpu_blocks.size());
+  ASSERT_TRUE(blocks_dev.ok()) << blocks_dev.status();
+  ASSERT_TRUE((*blocks_dev)->Write(cpu_blocks).ok());
+  ASSERT_TRUE((*hot_buffer)->Fill(0x5A).ok());
+  ASSERT_TRUE(
+      (*gpu)->Decode((*blocks_dev)->data(), block_bytes, hot, page_bytes, kPages, nullptr).ok());
+  // Reads the decoded pages (after the decode: both are on the legacy default stream).
+  std::vector<uint8_t> gpu_decoded;
+  auto read_decoded = [&] {
+    auto read = (*hot_buffer)->Read();
+    ASSERT_TRUE(read.ok()) << read.status();
+    gpu_decoded = *std::move(read);
+  };
+  ASSERT_NO_FATAL_FAILURE(read_decoded());
   for (uint64_t i = 0; i < pages.size(); ++i) {
     ASSERT_EQ(gpu_decoded[i], cpu_decoded[i]) << "decoded byte " << i;
   }
@@ -266,11 +276,10 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
   (*gpu)->set_staging_slice_bytes(2 * block_bytes + 1);
   for (auto mode : {GpuNvfp4Codec::HostRead::kDirect, GpuNvfp4Codec::HostRead::kStaged}) {
     SCOPED_TRACE(mode == GpuNvfp4Codec::HostRead::kDirect ? "direct" : "staged");
-    ASSERT_EQ(cudaMemset(hot, 0x5A, pages.size()), cudaSuccess);
+    ASSERT_TRUE((*hot_buffer)->Fill(0x5A).ok());
     ASSERT_TRUE(
-        (*gpu)->Decode(cold + base, block_bytes, hot, page_bytes, kPages, nullptr, mode).ok());
-    ASSERT_EQ(cudaMemcpy(gpu_decoded.data(), hot, pages.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
+        (*gpu)->Decode(cold_host + base, block_bytes, hot, page_bytes, kPages, nullptr, mode).ok());
+    ASSERT_NO_FATAL_FAILURE(read_decoded());
     for (uint64_t i = 0; i < pages.size(); ++i) {
       ASSERT_EQ(gpu_decoded[i], cpu_decoded[i]) << "decoded byte " << i;
     }
@@ -288,10 +297,9 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
       blocks.push_back(cold_host + base + p * block_bytes);
       dests.push_back(hot + p * page_bytes);
     }
-    ASSERT_EQ(cudaMemset(hot, 0x5A, pages.size()), cudaSuccess);
+    ASSERT_TRUE((*hot_buffer)->Fill(0x5A).ok());
     ASSERT_TRUE((*gpu)->DecodeGathered(blocks, dests, nullptr).ok());
-    ASSERT_EQ(cudaMemcpy(gpu_decoded.data(), hot, pages.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(read_decoded());
     for (uint64_t i = 0; i < pages.size(); ++i) {
       ASSERT_EQ(gpu_decoded[i], cpu_decoded[i]) << "gathered: decoded byte " << i;
     }
@@ -299,16 +307,11 @@ TEST_P(GpuNvfp4IdentityTest, BlocksAndPagesMatchTheCpuCodec) {
         (*gpu)->DecodeGathered(absl::MakeConstSpan(blocks).subspan(1), dests, nullptr);
     EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument) << mismatch;
   }
-  cudaFree(hot);
-  cudaFree(blocks_dev);
-  cudaFree(exps);
-  cudaFreeHost(cold_host);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuNvfp4IdentityTest,
                          ::testing::Combine(::testing::Range(0, static_cast<int>(Cases().size())),
                                             ::testing::Values(0, 1), ::testing::Values(0, 512)));
-#endif
 
 }  // namespace
 }  // namespace kvtier::kernels

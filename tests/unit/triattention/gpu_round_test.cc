@@ -26,13 +26,10 @@
 #include "gtest/gtest.h"
 #include "kernels/device.h"
 #include "kernels/kv_round.h"
+#include "tests/unit/triattention/stream_graph.h"
 #include "triattention/compaction.h"
 #include "triattention/evictor.h"
 #include "triattention/scoring.h"
-
-#if KVTIER_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace kvtier::triattention {
 namespace {
@@ -40,7 +37,8 @@ namespace {
 using codec::DType;
 using ::testing::HasSubstr;
 
-// Skips the test unless a CUDA device is usable.
+// Skips the test unless a CUDA device is usable (in a build without CUDA, ListDevices is
+// Unimplemented).
 #define REQUIRE_GPU()                                                                     \
   do {                                                                                    \
     auto devices = kernels::ListDevices();                                                \
@@ -410,16 +408,7 @@ void CheckRound(const Geometry& geo, const RoundConfig& rc, uint64_t seed, int c
   }
 }
 
-class GpuRoundTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-#if !KVTIER_WITH_CUDA
-    GTEST_SKIP() << "built without CUDA";
-#endif
-  }
-};
-
-TEST_F(GpuRoundTest, MatchesCpuReferenceAcrossGeometries) {
+TEST(GpuRoundTest, MatchesCpuReferenceAcrossGeometries) {
   REQUIRE_GPU();
   struct Case {
     Geometry geo;
@@ -455,7 +444,7 @@ TEST_F(GpuRoundTest, MatchesCpuReferenceAcrossGeometries) {
 // Pools whose pages hold every layer's K and V end to end (a kvtier layout, page_stride_bytes =
 // layers * 2 * plane): the round reads and moves each layer's rows through the larger stride and
 // leaves the other layers' planes of every page alone (the whole pool is compared).
-TEST_F(GpuRoundTest, PagesHoldingEveryLayerMatchCpuReference) {
+TEST(GpuRoundTest, PagesHoldingEveryLayerMatchCpuReference) {
   REQUIRE_GPU();
   struct Case {
     Geometry geo;
@@ -473,7 +462,7 @@ TEST_F(GpuRoundTest, PagesHoldingEveryLayerMatchCpuReference) {
   for (const Case& c : cases) CheckRound(c.geo, c.rc, seed++);
 }
 
-TEST_F(GpuRoundTest, HeavyTiesSelectLowestIndices) {
+TEST(GpuRoundTest, HeavyTiesSelectLowestIndices) {
   REQUIRE_GPU();
   for (EvictionMode mode :
        {EvictionMode::kUnion, EvictionMode::kPerHead, EvictionMode::kPerLayerPerHead}) {
@@ -483,7 +472,7 @@ TEST_F(GpuRoundTest, HeavyTiesSelectLowestIndices) {
   }
 }
 
-TEST_F(GpuRoundTest, Fp8NanKeysRankLowestAndLeaveStatisticsAlone) {
+TEST(GpuRoundTest, Fp8NanKeysRankLowestAndLeaveStatisticsAlone) {
   REQUIRE_GPU();
   Geometry geo{DType::kFp8E4M3, 128, 32, KvLayout::kNhd, KvPoolKind::kSeparate, 2, 2, 4};
   for (EvictionMode mode : {EvictionMode::kUnion, EvictionMode::kPerLayerPerHead}) {
@@ -492,14 +481,13 @@ TEST_F(GpuRoundTest, Fp8NanKeysRankLowestAndLeaveStatisticsAlone) {
   }
 }
 
-TEST_F(GpuRoundTest, BatchOfManyRequests) {
+TEST(GpuRoundTest, BatchOfManyRequests) {
   REQUIRE_GPU();
   Geometry geo{DType::kBf16, 128, 32, KvLayout::kHnd, KvPoolKind::kSeparate, 2, 2, 4, 400};
   CheckRound(geo, {EvictionMode::kPerHead, CompactionOrder::kFillHoles, true, 40}, 300, 24);
 }
 
-#if KVTIER_WITH_CUDA
-TEST_F(GpuRoundTest, CapturedGraphReplaysOnNewRequests) {
+TEST(GpuRoundTest, CapturedGraphReplaysOnNewRequests) {
   REQUIRE_GPU();
   Geometry geo{DType::kBf16, 128, 32, KvLayout::kHnd, KvPoolKind::kSeparate, 2, 2, 4};
   std::mt19937_64 rng(400);
@@ -512,8 +500,10 @@ TEST_F(GpuRoundTest, CapturedGraphReplaysOnNewRequests) {
   options.budget = 64;
   auto round = GpuRound::Create(cal, cache->device_view, options);
   ASSERT_TRUE(round.ok()) << round.status();
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto created = kernels::CreateStream(0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<void, void (*)(void*)> stream_owner(*created, &kernels::DestroyStream);
+  void* const stream = *created;
 
   // Capture with one set of requests, then Stage different ones and replay.
   std::vector<Request> first = MakeRequests(geo, 2, 150, rng);
@@ -524,13 +514,8 @@ TEST_F(GpuRoundTest, CapturedGraphReplaysOnNewRequests) {
     starts.push_back(r.round_start);
   }
   ASSERT_TRUE((*round)->Stage(views, starts, stream).ok());
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const absl::Status launched = (*round)->Launch(stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_TRUE(launched.ok()) << launched;
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  auto graph = StreamGraph::Capture(stream, [&] { return (*round)->Launch(stream); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
 
   std::vector<Request> second = MakeRequests(geo, 2, 180, rng);
   views.clear();
@@ -547,8 +532,8 @@ TEST_F(GpuRoundTest, CapturedGraphReplaysOnNewRequests) {
   auto grown = (*round)->Stage(views, starts, stream);
   ASSERT_TRUE(grown.ok());
   ASSERT_FALSE(*grown);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_TRUE((*graph)->Launch(stream).ok());
+  ASSERT_TRUE(kernels::SynchronizeStream(stream).ok());
   // The replay worked on the second requests: its scores are theirs, its selection the CPU's
   // from those scores, and the pools what the CPU compaction makes of them.
   for (size_t i = 0; i < views.size(); ++i) {
@@ -573,18 +558,14 @@ TEST_F(GpuRoundTest, CapturedGraphReplaysOnNewRequests) {
         CompactRequest(expected_view, views[i], *gpu_kept, CompactionOrder::kFillHoles).ok());
   }
   EXPECT_TRUE(cache->Download() == expected);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
-#endif
 
 // The Evictor on a device view and on a host copy of the same cache, driven through the same
 // steps (two requests generating past budget + beta, one with a speculative step): the same
 // outcomes every step, and after the rounds every (layer, KV head) of every request holds kept
 // rows that are all rows of the original cache (nothing invented) with at most a few tokens
 // chosen differently at the selection boundary.
-TEST_F(GpuRoundTest, EvictorOnDeviceMatchesEvictorOnHost) {
+TEST(GpuRoundTest, EvictorOnDeviceMatchesEvictorOnHost) {
   REQUIRE_GPU();
   Geometry geo{DType::kBf16, 128, 32, KvLayout::kHnd, KvPoolKind::kSeparate, 2, 2, 4, 64};
   std::mt19937_64 rng(600);
@@ -673,7 +654,7 @@ TEST_F(GpuRoundTest, EvictorOnDeviceMatchesEvictorOnHost) {
 
 // kernels::EnqueueKvCompaction on its own (the path other eviction methods use, which finds the
 // holes itself): random kept sets of every mode's shape, both orders, against CompactRequest.
-TEST_F(GpuRoundTest, StandaloneCompactionMatchesCpu) {
+TEST(GpuRoundTest, StandaloneCompactionMatchesCpu) {
   REQUIRE_GPU();
   for (CompactionOrder order : {CompactionOrder::kFillHoles, CompactionOrder::kPreserveOrder}) {
     for (EvictionMode mode : {EvictionMode::kUnion, EvictionMode::kPerLayerPerHead}) {
@@ -761,7 +742,7 @@ TEST_F(GpuRoundTest, StandaloneCompactionMatchesCpu) {
   }
 }
 
-TEST_F(GpuRoundTest, RejectsBadInputsOnTheHost) {
+TEST(GpuRoundTest, RejectsBadInputsOnTheHost) {
   REQUIRE_GPU();
   Geometry geo;
   std::mt19937_64 rng(500);

@@ -1,12 +1,10 @@
-// Host side of hbm_probe.h: argument checks and the CUDA error to status translation.
+// Host side of hbm_probe.h in a CUDA build: argument checks and the CUDA error to status
+// translation. Builds without CUDA compile hbm_probe_no_cuda.cc instead.
 #include "kernels/hbm_probe.h"
 
 #include "absl/strings/str_cat.h"
-
-#if KVTIER_WITH_CUDA
 #include "kernels/device_query.h"
 #include "kernels/hbm_probe_launch.h"
-#endif
 
 namespace kvtier::kernels {
 
@@ -16,16 +14,11 @@ absl::Status EnqueueReadProbe(const void* data, uint64_t bytes, uint64_t* sink, 
     return absl::InvalidArgumentError(
         absl::StrCat("read probe needs 16-byte aligned data and size (", bytes, " bytes)"));
   }
-#if KVTIER_WITH_CUDA
   if (int err = internal::LaunchReadProbe(data, bytes, sink, stream); err != 0) {
     return absl::InternalError(
         absl::StrCat("read probe launch: ", internal::ErrorString(err), " (error ", err, ")"));
   }
   return absl::OkStatus();
-#else
-  (void)stream;
-  return absl::UnimplementedError("kvtier was built without CUDA");
-#endif
 }
 
 }  // namespace kvtier::kernels

@@ -1,28 +1,21 @@
-// BatchedCopier: validation and chunking on the host, launches in batched_copy.cu.
+// BatchedCopier in a CUDA build: validation and chunking on the host, launches in batched_copy.cu.
+// Builds without CUDA compile batched_copy_no_cuda.cc instead.
 #include "kernels/batched_copy.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-
-#if KVTIER_WITH_CUDA
 #include "kernels/batched_copy_launch.h"
 #include "kernels/device_query.h"
-#endif
 
 namespace kvtier::kernels {
 
 absl::StatusOr<std::unique_ptr<BatchedCopier>> BatchedCopier::Create(int device) {
-#if KVTIER_WITH_CUDA
   if (int err = internal::SetDevice(device); err != 0) {
     return absl::UnavailableError(absl::StrCat("CUDA device ", device, ": ",
                                                internal::ErrorString(err), " (error ", err, ")"));
   }
   return std::unique_ptr<BatchedCopier>(new BatchedCopier(device));
-#else
-  (void)device;
-  return absl::UnimplementedError("kvtier was built without CUDA (KVTIER_CUDA=OFF or no nvcc)");
-#endif
 }
 
 absl::Status BatchedCopier::Enqueue(absl::Span<const CopySpan> spans, void* stream) const {
@@ -32,7 +25,6 @@ absl::Status BatchedCopier::Enqueue(absl::Span<const CopySpan> spans, void* stre
           absl::StrCat("copy span ", i, " of ", spans[i].bytes, " bytes has a null address"));
     }
   }
-#if KVTIER_WITH_CUDA
   if (int err = internal::SetDevice(device_); err != 0) {
     return absl::InternalError(
         absl::StrCat("cudaSetDevice(", device_, "): ", internal::ErrorString(err)));
@@ -45,23 +37,14 @@ absl::Status BatchedCopier::Enqueue(absl::Span<const CopySpan> spans, void* stre
     }
   }
   return absl::OkStatus();
-#else
-  (void)stream;
-  return absl::UnimplementedError("kvtier was built without CUDA");
-#endif
 }
 
 absl::Status BatchedCopier::Synchronize(void* stream) {
-#if KVTIER_WITH_CUDA
   if (int err = internal::SynchronizeStream(stream); err != 0) {
     return absl::InternalError(
         absl::StrCat("stream synchronize: ", internal::ErrorString(err), " (error ", err, ")"));
   }
   return absl::OkStatus();
-#else
-  (void)stream;
-  return absl::UnimplementedError("kvtier was built without CUDA");
-#endif
 }
 
 }  // namespace kvtier::kernels
