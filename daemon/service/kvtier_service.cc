@@ -78,34 +78,13 @@ absl::StatusOr<DerivedNamespace> DeriveNamespace(const v1::Namespace& ns, const 
                          key, authentication ? key + ns.tenant() : "");
 }
 
-// ---- Engine ----
-
-codec::MutableHotPageView KvTierService::Engine::MutableView(uint32_t page) const {
-  codec::MutableHotPageView view;
-  view.base.reserve(layout.buffers.size());
-  for (const codec::BufferSpec& b : layout.buffers) {
-    view.base.push_back(pools[b.pool]->slot(page) + b.offset_bytes);
-  }
-  return view;
-}
-
-codec::HotPageView KvTierService::Engine::View(uint32_t page) const {
-  codec::MutableHotPageView bases = MutableView(page);
-  return codec::HotPageView{{bases.base.begin(), bases.base.end()}};
-}
-
-absl::Status KvTierService::Engine::CheckPage(uint32_t page) const {
-  if (page < slots) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("page index %d out of range for the engine's pools (%d slots)", page, slots));
-}
-
 // ---- Service ----
 
 KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options)
     : store_(store),
       options_(std::move(options)),
       started_(absl::Now()),
+      registry_({options_.max_engines, options_.max_engines_per_tenant}),
       workers_(options_.worker_threads) {
   std::random_device rd;
   do {
@@ -139,18 +118,14 @@ KvTierService::~KvTierService() {
 }
 
 void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                                std::function<absl::Status()> work, std::function<void()> skipped,
-                                absl::string_view flow) {
-  RunTurnsOnWorker(
-      ctx, reactor, flow,
-      [work = std::move(work)]() -> std::optional<absl::Status> { return work(); },
-      std::move(skipped));
+                                std::function<absl::Status()> work, absl::string_view flow) {
+  RunTurnsOnWorker(ctx, reactor, flow,
+                   [work = std::move(work)]() -> std::optional<absl::Status> { return work(); });
 }
 
 void KvTierService::RunTurnsOnWorker(grpc::CallbackServerContext* ctx,
                                      grpc::ServerUnaryReactor* reactor, absl::string_view flow,
-                                     std::function<std::optional<absl::Status>()> turn,
-                                     std::function<void()> skipped) {
+                                     std::function<std::optional<absl::Status>()> turn) {
   {
     absl::MutexLock lock(&mu_);
     ++in_flight_;
@@ -159,7 +134,7 @@ void KvTierService::RunTurnsOnWorker(grpc::CallbackServerContext* ctx,
   // gRPC cancels a call whose own deadline passes; the default applies to calls without one.
   const bool client_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
   workers_.Submit(flow, [this, ctx, reactor, queued, client_deadline, turn = std::move(turn),
-                         skipped = std::move(skipped), started = false]() mutable {
+                         started = false]() mutable {
     std::optional<absl::Status> status;
     if (!started) {
       const absl::Duration waited = absl::Now() - queued;
@@ -173,11 +148,12 @@ void KvTierService::RunTurnsOnWorker(grpc::CallbackServerContext* ctx,
             "waited %s for a worker, past the server's default deadline of %s (the call set none)",
             absl::FormatDuration(waited), absl::FormatDuration(options_.default_deadline)));
       }
-      if (status.has_value() && skipped != nullptr) skipped();
       started = true;
     }
     if (!status.has_value()) status = turn();
     if (!status.has_value()) return true;  // another turn
+    // What the work holds (its engine) is released before the client hears of the result.
+    turn = nullptr;
     reactor->Finish(ToGrpc(*status));
     absl::MutexLock lock(&mu_);
     if (--in_flight_ == 0) idle_cv_.SignalAll();
@@ -194,68 +170,60 @@ bool KvTierService::WaitIdle(absl::Duration timeout) {
   return in_flight_ == 0;
 }
 
-size_t KvTierService::engine_count() const {
-  absl::MutexLock lock(&mu_);
-  return engines_.size();
-}
-
-std::shared_ptr<KvTierService::Engine> KvTierService::Enter(const std::string& engine_id,
-                                                            const std::string* tenant) {
-  absl::MutexLock lock(&mu_);
-  auto it = engines_.find(engine_id);
-  if (it == engines_.end()) return nullptr;
-  if (tenant != nullptr && it->second->tenant != *tenant) return nullptr;  // no renewal either
-  it->second->expires = absl::Now() + it->second->lease;
-  ++it->second->active;
-  return it->second;
-}
+size_t KvTierService::engine_count() const { return registry_.size(); }
 
 absl::StatusOr<std::string> KvTierService::Caller(grpc::CallbackServerContext* ctx) const {
   if (options_.auth == nullptr) return std::string();
   return options_.auth->Authenticate(*ctx);
 }
 
-absl::StatusOr<std::shared_ptr<KvTierService::Engine>> KvTierService::EnterFor(
-    grpc::CallbackServerContext* ctx, const std::string& engine_id) {
+absl::StatusOr<EngineRef> KvTierService::EnterFor(grpc::CallbackServerContext* ctx,
+                                                  const std::string& engine_id) {
   absl::StatusOr<std::string> caller = Caller(ctx);
   if (!caller.ok()) return caller.status();
-  KVTIER_RETURN_IF_ERROR(CheckEngineId(engine_id));
-  std::shared_ptr<Engine> engine = Enter(engine_id, options_.auth != nullptr ? &*caller : nullptr);
-  if (engine == nullptr) {
-    bool other_tenant = false;
-    {
-      absl::MutexLock lock(&mu_);
-      other_tenant = engines_.contains(engine_id);
-    }
-    if (other_tenant) {
-      return absl::PermissionDeniedError(
-          absl::StrFormat("engine %s belongs to another tenant", Quoted(engine_id)));
-    }
-    return absl::NotFoundError(absl::StrFormat(
-        "engine %s is not registered (unregistered, lease expired, or daemon restarted)",
-        Quoted(engine_id)));
-  }
-  return engine;
+  return registry_.EnterChecked(engine_id, options_.auth != nullptr ? &*caller : nullptr);
 }
 
-void KvTierService::Leave(const std::shared_ptr<Engine>& engine) {
-  absl::MutexLock lock(&mu_);
-  if (--engine->active == 0) idle_cv_.SignalAll();
+grpc::ServerUnaryReactor* KvTierService::WithEngine(
+    grpc::CallbackServerContext* ctx, const std::string& engine_id,
+    absl::FunctionRef<absl::Status(const Engine&)> work) {
+  absl::Status st;
+  {
+    absl::StatusOr<EngineRef> engine = EnterFor(ctx, engine_id);
+    st = engine.ok() ? work(**engine) : engine.status();
+  }  // left before the call finishes
+  return FinishWith(ctx, st);
+}
+
+grpc::ServerUnaryReactor* KvTierService::OnEngineWorker(
+    grpc::CallbackServerContext* ctx, const std::string& engine_id,
+    std::function<absl::Status(const Engine&)> work) {
+  return OnEngineTurns(
+      ctx, engine_id,
+      [work = std::move(work)](const Engine& engine) -> std::optional<absl::Status> {
+        return work(engine);
+      });
+}
+
+grpc::ServerUnaryReactor* KvTierService::OnEngineTurns(
+    grpc::CallbackServerContext* ctx, const std::string& engine_id,
+    std::function<std::optional<absl::Status>(const Engine&)> turn) {
+  absl::StatusOr<EngineRef> entered = EnterFor(ctx, engine_id);
+  if (!entered.ok()) return FinishWith(ctx, entered.status());
+  const std::string flow = (*entered)->id;
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  // The ref lives in the work: RunTurnsOnWorker destroys it after the last turn, or without a
+  // turn when the call is skipped, and the engine is left then.
+  RunTurnsOnWorker(ctx, reactor, flow, [engine = std::move(*entered), turn = std::move(turn)] {
+    return turn(*engine);
+  });
+  return reactor;
 }
 
 std::pair<uint32_t, uint32_t> KvTierService::Remove(const std::string& engine_id, const char* why,
                                                     bool only_if_expired) {
-  std::shared_ptr<Engine> engine;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = engines_.find(engine_id);
-    if (it == engines_.end()) return {0, 0};
-    // The lease thread's list may be stale: a KeepAlive since then keeps the engine.
-    if (only_if_expired && it->second->expires >= absl::Now()) return {0, 0};
-    engine = std::move(it->second);
-    engines_.erase(it);
-    while (engine->active > 0) idle_cv_.Wait(&mu_);
-  }
+  std::shared_ptr<Engine> engine = registry_.Take(engine_id, only_if_expired);
+  if (engine == nullptr) return {0, 0};
   const uint32_t released = ReleaseParked(engine_id, absl::InfiniteFuture());
   const uint32_t pins = DropPins(engine_id, nullptr, absl::InfiniteFuture());
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why,
@@ -266,16 +234,13 @@ std::pair<uint32_t, uint32_t> KvTierService::Remove(const std::string& engine_id
 
 void KvTierService::LeaseLoop() {
   while (true) {
-    std::vector<std::string> expired;
     {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.lease_check_interval)) return;
-      const absl::Time now = absl::Now();
-      for (const auto& [id, engine] : engines_) {
-        if (engine->expires < now) expired.push_back(id);
-      }
     }
-    for (const std::string& id : expired) Remove(id, "lease expired", /*only_if_expired=*/true);
+    for (const std::string& id : registry_.Expired(absl::Now())) {
+      Remove(id, "lease expired", /*only_if_expired=*/true);
+    }
     ReleaseParked("", absl::Now());
     DropPins("", nullptr, absl::Now());
   }
@@ -468,41 +433,7 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   engine->pid = options_.peers != nullptr ? options_.peers->PidOf(engine->peer) : 0;
   engine->id = absl::StrFormat("e%016x-%d", incarnation_, next_engine_++);
   engine->name = req->engine_name().empty() ? engine->id : req->engine_name();
-  {
-    absl::MutexLock lock(&mu_);
-    if (engines_.size() >= options_.max_engines) {
-      return FinishWith(ctx,
-                        absl::ResourceExhaustedError(absl::StrFormat(
-                            "%d engines are registered (server.max_engines)", engines_.size())));
-    }
-    uint32_t of_tenant = 0;
-    for (const auto& [id, other] : engines_) {
-      if (other->tenant == tenant) {
-        ++of_tenant;
-        continue;
-      }
-      // One tenant's pool file is never another's: a hard link (or a second path) to a file that
-      // an engine of another tenant registered is refused.
-      for (const std::unique_ptr<HostPool>& mine : engine->pools) {
-        if (mine == nullptr) continue;
-        for (const std::unique_ptr<HostPool>& theirs : other->pools) {
-          if (theirs != nullptr && theirs->dev() == mine->dev() && theirs->ino() == mine->ino()) {
-            return FinishWith(ctx, absl::PermissionDeniedError(absl::StrFormat(
-                                       "pool file %s is registered by an engine of another tenant",
-                                       mine->path())));
-          }
-        }
-      }
-    }
-    if (of_tenant >= options_.max_engines_per_tenant) {
-      return FinishWith(
-          ctx, absl::ResourceExhaustedError(absl::StrFormat("this tenant has %d engines registered "
-                                                            "(server.max_engines_per_tenant)",
-                                                            of_tenant)));
-    }
-    engine->expires = absl::Now() + lease;
-    engines_[engine->id] = engine;
-  }
+  if (absl::Status st = registry_.Add(engine); !st.ok()) return FinishWith(ctx, st);
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") registered: tenant ", tenant,
              ", model ", req->model(), ", namespace ", absl::StrFormat("%016x", ns.id), ", ",
              engine->layout.buffers.size(), " buffers, ", engine->slots, " pages, codec ",
@@ -511,7 +442,7 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   resp->set_namespace_id(ns.id);
   resp->set_hash_root(ns.hash_root);
   SetDuration(lease, resp->mutable_lease_ttl());
-  SetTime(engine->expires, resp->mutable_lease_expires_at());
+  SetTime(registry_.ExpiresOf(*engine), resp->mutable_lease_expires_at());
   resp->set_hot_page_bytes(engine->hot_page_bytes);
   resp->set_cold_block_bytes(engine->codec->block_bytes());
   resp->set_incarnation_id(incarnation_);
@@ -521,11 +452,9 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext* ctx,
                                                     const v1::UnregisterRequest* req,
                                                     v1::UnregisterResponse* resp) {
-  {
-    absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
-    if (!engine.ok()) return FinishWith(ctx, engine.status());
-    Leave(*engine);
-  }
+  if (absl::StatusOr<EngineRef> engine = EnterFor(ctx, req->engine_id()); !engine.ok()) {
+    return FinishWith(ctx, engine.status());
+  }  // and left: Remove waits for the engine's requests
   // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::MutexLock lock(&mu_);
@@ -557,18 +486,13 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KvTierService::KeepAlive(grpc::CallbackServerContext* ctx,
                                                    const v1::KeepAliveRequest* req,
                                                    v1::KeepAliveResponse* resp) {
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return FinishWith(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  {
-    absl::MutexLock lock(&mu_);
-    SetTime(engine->expires, resp->mutable_lease_expires_at());
-  }
-  Leave(engine);
-  SetDuration(engine->lease, resp->mutable_lease_ttl());
-  resp->set_draining(draining_);
-  resp->set_incarnation_id(incarnation_);
-  return FinishWith(ctx, absl::OkStatus());
+  return WithEngine(ctx, req->engine_id(), [&](const Engine& engine) {
+    SetTime(registry_.ExpiresOf(engine), resp->mutable_lease_expires_at());
+    SetDuration(engine.lease, resp->mutable_lease_ttl());
+    resp->set_draining(draining_);
+    resp->set_incarnation_id(incarnation_);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx,
@@ -583,12 +507,12 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
     return FinishWith(ctx, absl::InvalidArgumentError("pin_ttl needs the engine_id scope"));
   }
   store::NamespaceId ns = 0;
-  std::shared_ptr<Engine> lookup_engine;
+  EngineRef lookup_engine;
   if (req->scope_case() == v1::LookupRequest::kEngineId) {
-    absl::StatusOr<std::shared_ptr<Engine>> engine = EnterFor(ctx, req->engine_id());
+    absl::StatusOr<EngineRef> engine = EnterFor(ctx, req->engine_id());
     if (!engine.ok()) return FinishWith(ctx, engine.status());
-    ns = (*engine)->ns;
-    lookup_engine = *engine;  // left after pinning, so Remove's DropPins sees the pins
+    lookup_engine = std::move(*engine);  // left after pinning, so Remove's DropPins sees the pins
+    ns = lookup_engine->ns;
   } else if (req->scope_case() == v1::LookupRequest::kNamespaceId) {
     ns = req->namespace_id();
     absl::StatusOr<std::string> caller = Caller(ctx);
@@ -613,7 +537,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   for (int i = 0; i < req->block_hashes_size(); ++i) {
     absl::StatusOr<index::BlockHash> hash = HashFromProto(req->block_hashes(i));
     if (!hash.ok()) {
-      if (lookup_engine != nullptr) Leave(lookup_engine);
+      lookup_engine.reset();
       return FinishWith(ctx, absl::InvalidArgumentError(
                                  absl::StrCat("block_hashes[", i, "]: ", hash.status().message())));
     }
@@ -630,7 +554,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
         PinBlocks(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
     SetTime(expires, resp->mutable_pin_expires_at());
   }
-  if (lookup_engine != nullptr) Leave(lookup_engine);
+  lookup_engine.reset();
   return FinishWith(ctx, absl::OkStatus());
 }
 
@@ -646,32 +570,23 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   if (absl::Status st = CheckWriteOptions(req->priority(), req->ack()); !st.ok()) {
     return FinishWith(ctx, st);
   }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return FinishWith(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto progress = std::make_shared<ItemProgress>();
-  RunTurnsOnWorker(
-      ctx, reactor, engine->id,
-      [this, engine, req, resp, progress]() -> std::optional<absl::Status> {
+  return OnEngineTurns(
+      ctx, req->engine_id(),
+      [this, req, resp, progress](const Engine& engine) -> std::optional<absl::Status> {
         // Checked again on the worker (its first turn): a Drain that began after the RPC arrived
         // waits for this request (it is counted in flight), which then writes nothing.
-        if (progress->next == 0 && draining_) {
-          Leave(engine);
+        if (progress->next == 0 && draining_)
           return absl::UnavailableError("the daemon is draining");
-        }
         const int end = ChunkEnd(progress->next);
-        if (engine->gpu != nullptr) {
-          DoOffloadGpu(*engine, *req, resp, /*parked=*/false, progress.get(), end);
+        if (engine.gpu != nullptr) {
+          DoOffloadGpu(engine, *req, resp, /*parked=*/false, progress.get(), end);
         } else {
-          DoOffload(*engine, *req, resp, /*parked=*/false, progress.get(), end);
+          DoOffload(engine, *req, resp, /*parked=*/false, progress.get(), end);
         }
         if (progress->next < req->items_size()) return std::nullopt;
-        Leave(engine);
         return absl::OkStatus();
-      },
-      [this, engine] { Leave(engine); });
-  return reactor;
+      });
 }
 
 absl::Status KvTierService::CheckPoolFaults(const Engine& engine) {
@@ -780,26 +695,19 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
                                absl::StrFormat("%d items (at most %d per request)",
                                                req->items_size(), options_.max_items_per_request)));
   }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return FinishWith(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto progress = std::make_shared<ItemProgress>();
-  RunTurnsOnWorker(
-      ctx, reactor, engine->id,
-      [this, engine, req, resp, progress]() -> std::optional<absl::Status> {
+  return OnEngineTurns(
+      ctx, req->engine_id(),
+      [this, req, resp, progress](const Engine& engine) -> std::optional<absl::Status> {
         const int end = ChunkEnd(progress->next);
-        if (engine->gpu != nullptr) {
-          DoOnboardGpu(*engine, *req, resp, progress.get(), end);
+        if (engine.gpu != nullptr) {
+          DoOnboardGpu(engine, *req, resp, progress.get(), end);
         } else {
-          DoOnboard(*engine, *req, resp, progress.get(), end);
+          DoOnboard(engine, *req, resp, progress.get(), end);
         }
         if (progress->next < req->items_size()) return std::nullopt;
-        Leave(engine);
         return absl::OkStatus();
-      },
-      [this, engine] { Leave(engine); });
-  return reactor;
+      });
 }
 
 void KvTierService::DoOnboard(const Engine& engine, const v1::OnboardRequest& req,

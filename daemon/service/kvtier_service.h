@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "codec/codec.h"
 #include "daemon/service/auth.h"
+#include "daemon/service/engine_registry.h"
 #include "daemon/service/event_log.h"
 #include "daemon/service/fair_scheduler.h"
 #include "daemon/service/gpu_pages.h"
@@ -128,18 +129,18 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // Runs `work` on a worker (counted as in flight), in the turns of `flow` (an engine's id; ""
   // for admin work), then finishes the RPC with its status. Work whose call was cancelled, or
   // whose deadline (the client's, else default_deadline from now) passed while it waited for a
-  // worker, does not run (CANCELLED or DEADLINE_EXCEEDED): `skipped` runs instead, to release
-  // what `work` would have (the engine it entered). Never blocks.
+  // worker, does not run (CANCELLED or DEADLINE_EXCEEDED). Either way `work` is destroyed before
+  // the call finishes, so that what it captured (an EngineRef) is released. Never blocks.
   void RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                   std::function<absl::Status()> work, std::function<void()> skipped = nullptr,
-                   absl::string_view flow = "");
+                   std::function<absl::Status()> work, absl::string_view flow = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The same for work done in turns: `turn` runs once per turn of `flow` (FairScheduler) and
   // returns nullopt while work remains, or the request's status after its last chunk. The
   // deadline and cancellation are checked before the first turn only: a request that started
   // runs to its end (and is in flight until then). Never blocks.
   void RunTurnsOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                        absl::string_view flow, std::function<std::optional<absl::Status>()> turn,
-                        std::function<void()> skipped);
+                        absl::string_view flow, std::function<std::optional<absl::Status>()> turn)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;
@@ -174,48 +175,35 @@ class KvTierService final : public v1::KvTier::CallbackService {
   grpc::ServerWriteReactor<v1::WatchEventsResponse>* WatchEvents(
       grpc::CallbackServerContext* ctx, const v1::WatchEventsRequest* req) override;
 
-  // One registered engine. Shared by the registry and the requests working on it.
-  struct Engine {
-    std::string id;
-    std::string name;
-    std::string tenant;
-    store::NamespaceId ns = 0;
-    codec::PageLayout layout;
-    std::unique_ptr<codec::Codec> codec;
-    std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index (host pools)
-    std::unique_ptr<DevicePool> device_pool;       // or one GPU pool (flat layouts)
-    std::unique_ptr<GpuPageCodec> gpu;             // its kernels
-    uint32_t slots = 0;                            // the smallest pool's slot count
-    absl::Duration lease;
-    absl::Time registered;
-    std::string peer;  // gRPC's peer address of the RegisterEngine call
-    int32_t pid = 0;   // its process (ServiceOptions::peers), 0 when unknown
-    uint64_t hot_page_bytes = 0;
-    // Guarded by the service's mu_:
-    absl::Time expires;
-    int active = 0;  // requests working on its pools
-
-    codec::HotPageView View(uint32_t page) const;
-    codec::MutableHotPageView MutableView(uint32_t page) const;
-    // InvalidArgument naming the page unless it is below the smallest pool's slot count.
-    absl::Status CheckPage(uint32_t page) const;
-  };
-
  private:
-  // The engine, its lease renewed and a request counted as active; nullptr when unknown.
-  // With `tenant`, only an engine of that tenant (nullptr otherwise, and no renewal).
-  std::shared_ptr<Engine> Enter(const std::string& engine_id, const std::string* tenant = nullptr);
-  // Enter for the caller of `ctx`: Unauthenticated without a valid token (authentication on),
-  // NotFound for an unknown engine, PermissionDenied for another tenant's engine.
-  absl::StatusOr<std::shared_ptr<Engine>> EnterFor(grpc::CallbackServerContext* ctx,
-                                                   const std::string& engine_id);
-  void Leave(const std::shared_ptr<Engine>& engine);
+  // Enters the engine `engine_id` for the caller of `ctx` (EngineRegistry::EnterChecked):
+  // Unauthenticated without a valid token (authentication on), NotFound for an unknown engine,
+  // PermissionDenied for another tenant's engine.
+  absl::StatusOr<EngineRef> EnterFor(grpc::CallbackServerContext* ctx,
+                                     const std::string& engine_id);
+  // The prologue of every handler that works on one engine, in three forms. Each enters the
+  // caller's engine (EnterFor), finishing the call with EnterFor's status when that fails, and
+  // leaves it when the work is done:
+  // on gRPC's thread, finishing the call with `work`'s status;
+  grpc::ServerUnaryReactor* WithEngine(grpc::CallbackServerContext* ctx,
+                                       const std::string& engine_id,
+                                       absl::FunctionRef<absl::Status(const Engine&)> work);
+  // on a worker, in the engine's flow (RunOnWorker);
+  grpc::ServerUnaryReactor* OnEngineWorker(grpc::CallbackServerContext* ctx,
+                                           const std::string& engine_id,
+                                           std::function<absl::Status(const Engine&)> work);
+  // on a worker, once per turn of the engine's flow (RunTurnsOnWorker).
+  grpc::ServerUnaryReactor* OnEngineTurns(
+      grpc::CallbackServerContext* ctx, const std::string& engine_id,
+      std::function<std::optional<absl::Status>(const Engine&)> turn);
   // Removes the engine, waits until no request works on its pools, releases its parked requests
   // and its pins (returns how many of each).
   // With only_if_expired, an engine whose lease was renewed meanwhile stays.
   std::pair<uint32_t, uint32_t> Remove(const std::string& engine_id, const char* why,
-                                       bool only_if_expired = false);
-  void LeaseLoop();
+                                       bool only_if_expired = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes the engines whose lease expired, then expired parked requests and pins, every
+  // lease_check_interval until the service stops.
+  void LeaseLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // A paused request's pages, stored as blocks under hashes derived from (engine, request id,
   // position) so prefix lookups never meet them. Owned by the engine that parked it.
@@ -310,10 +298,14 @@ class KvTierService final : public v1::KvTier::CallbackService {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<uint64_t> next_engine_{1};
+  // Declared before workers_: queued work holds EngineRefs until the workers are joined.
+  EngineRegistry registry_;
 
+  // Lock order: park_mu_, then mu_, then the registry's (a leaf) and the store's. mu_ is never
+  // held across store I/O (blocks are dropped and pins released after it is unlocked);
+  // park_mu_ is, on purpose (see below).
   mutable absl::Mutex mu_;
-  absl::CondVar idle_cv_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar idle_cv_;  // in_flight_ reached zero
   // Parked requests by (engine id, request id), and how many each tenant has.
   absl::flat_hash_map<std::pair<std::string, std::string>, Parked> parked_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> parked_per_tenant_ ABSL_GUARDED_BY(mu_);
@@ -321,10 +313,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
   Parked EraseParked(decltype(parked_)::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ResourceExhausted when `tenant` may not park one more request. REQUIRES: mu_ held.
   absl::Status CheckParkRoom(const std::string& tenant) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Mutex park_mu_;
+  // Serializes Park/Resume/Release (they change parked_ around store I/O).
+  absl::Mutex park_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   // Pins by (engine id, block hash): a store hold and its expiry.
-  absl::flat_hash_map<std::pair<std::string, index::BlockHash>, HeldPin> pins_ ABSL_GUARDED_BY(
-      mu_);  // serializes Park/Resume/Release (they change parked_ around store I/O)
+  absl::flat_hash_map<std::pair<std::string, index::BlockHash>, HeldPin> pins_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   // Unregister calls waiting for an engine's work (never on a worker: the work may be queued

@@ -113,23 +113,10 @@ grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
                                "user_data has %d bytes (at most %d)", req->user_data().size(),
                                options_.max_park_user_data_bytes)));
   }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return FinishWith(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(
-      ctx, reactor,
-      [this, engine, req, resp] {
-        if (draining_) {  // see Offload
-          Leave(engine);
-          return absl::UnavailableError("the daemon is draining");
-        }
-        absl::Status st = DoPark(*engine, *req, resp);
-        Leave(engine);
-        return st;
-      },
-      [this, engine] { Leave(engine); }, engine->id);
-  return reactor;
+  return OnEngineWorker(ctx, req->engine_id(), [this, req, resp](const Engine& engine) {
+    if (draining_) return absl::UnavailableError("the daemon is draining");  // see Offload
+    return DoPark(engine, *req, resp);
+  });
 }
 
 absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& req,
@@ -252,19 +239,9 @@ grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx
   if (absl::Status st = CheckRequestId("request_id", req->request_id()); !st.ok()) {
     return FinishWith(ctx, st);
   }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return FinishWith(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(
-      ctx, reactor,
-      [this, engine, req, resp] {
-        absl::Status st = DoResume(*engine, *req, resp);
-        Leave(engine);
-        return st;
-      },
-      [this, engine] { Leave(engine); }, engine->id);
-  return reactor;
+  return OnEngineWorker(ctx, req->engine_id(), [this, req, resp](const Engine& engine) {
+    return DoResume(engine, *req, resp);
+  });
 }
 
 absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeRequest& req,
@@ -349,33 +326,24 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
       return FinishWith(ctx, st);
     }
   }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return FinishWith(ctx, entered.status());
-  std::shared_ptr<Engine> engine = std::move(*entered);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(
-      ctx, reactor,
-      [this, engine, req, resp] {
-        absl::MutexLock serial(&park_mu_);
-        for (const std::string& id : req->request_ids()) {
-          std::optional<Parked> parked;
-          {
-            absl::MutexLock lock(&mu_);
-            auto it = parked_.find(std::make_pair(engine->id, id));
-            if (it != parked_.end()) parked = EraseParked(it);
-          }
-          v1::ItemResult* result = resp->add_results();
-          if (!parked.has_value()) {
-            result->set_code(v1::ITEM_CODE_NOT_FOUND);
-            continue;
-          }
-          resp->set_freed_bytes(resp->freed_bytes() + DropParked(*parked));
-        }
-        Leave(engine);
-        return absl::OkStatus();
-      },
-      [this, engine] { Leave(engine); }, engine->id);
-  return reactor;
+  return OnEngineWorker(ctx, req->engine_id(), [this, req, resp](const Engine& engine) {
+    absl::MutexLock serial(&park_mu_);
+    for (const std::string& id : req->request_ids()) {
+      std::optional<Parked> parked;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = parked_.find(std::make_pair(engine.id, id));
+        if (it != parked_.end()) parked = EraseParked(it);
+      }
+      v1::ItemResult* result = resp->add_results();
+      if (!parked.has_value()) {
+        result->set_code(v1::ITEM_CODE_NOT_FOUND);
+        continue;
+      }
+      resp->set_freed_bytes(resp->freed_bytes() + DropParked(*parked));
+    }
+    return absl::OkStatus();
+  });
 }
 
 // ---- Pin, Unpin ----
@@ -455,13 +423,12 @@ grpc::ServerUnaryReactor* KvTierService::Pin(grpc::CallbackServerContext* ctx,
     }
     hashes.push_back(*h);
   }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return FinishWith(ctx, entered.status());
   const absl::Duration ttl =
       req->has_ttl() ? DurationFromProto(req->ttl()) : options_.default_pin_ttl;
-  SetTime(PinBlocks(**entered, hashes, ttl, resp->mutable_results()), resp->mutable_expires_at());
-  Leave(*entered);
-  return FinishWith(ctx, absl::OkStatus());
+  return WithEngine(ctx, req->engine_id(), [&](const Engine& engine) {
+    SetTime(PinBlocks(engine, hashes, ttl, resp->mutable_results()), resp->mutable_expires_at());
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* KvTierService::Unpin(grpc::CallbackServerContext* ctx,
@@ -472,23 +439,22 @@ grpc::ServerUnaryReactor* KvTierService::Unpin(grpc::CallbackServerContext* ctx,
                                "%d block hashes (at most %d per request)", req->block_hashes_size(),
                                options_.max_items_per_request)));
   }
-  absl::StatusOr<std::shared_ptr<Engine>> entered = EnterFor(ctx, req->engine_id());
-  if (!entered.ok()) return FinishWith(ctx, entered.status());
-  for (int i = 0; i < req->block_hashes_size(); ++i) {
-    v1::ItemResult* result = resp->add_results();
-    absl::StatusOr<index::BlockHash> h = HashFromProto(req->block_hashes(i));
-    if (!h.ok()) {
-      SetItemResult(h.status(), result);
-      continue;
+  return WithEngine(ctx, req->engine_id(), [&](const Engine& engine) {
+    for (int i = 0; i < req->block_hashes_size(); ++i) {
+      v1::ItemResult* result = resp->add_results();
+      absl::StatusOr<index::BlockHash> h = HashFromProto(req->block_hashes(i));
+      if (!h.ok()) {
+        SetItemResult(h.status(), result);
+        continue;
+      }
+      const std::vector<index::BlockHash> one = {*h};
+      if (DropPins(engine.id, &one, absl::Now()) == 0) {
+        result->set_code(v1::ITEM_CODE_FAILED_PRECONDITION);
+        result->set_message("this engine holds no pin on the block");
+      }
     }
-    const std::vector<index::BlockHash> one = {*h};
-    if (DropPins((*entered)->id, &one, absl::Now()) == 0) {
-      result->set_code(v1::ITEM_CODE_FAILED_PRECONDITION);
-      result->set_message("this engine holds no pin on the block");
-    }
-  }
-  Leave(*entered);
-  return FinishWith(ctx, absl::OkStatus());
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace kvtier::service

@@ -118,28 +118,28 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     if (req->include_engines()) {
       for (const auto& [key, pin] : pins_) ++pins_per_engine[key.first];
     }
-    uint32_t visible_engines = 0;
-    for (const auto& [id, engine] : engines_) {
-      ++engines_per_ns[engine->ns];
-      if (!filtered || engine->tenant == *caller) ++visible_engines;
-      if (!req->include_engines() || (filtered && engine->tenant != *caller)) continue;
-      v1::EngineInfo* info = resp->add_engines();
-      info->set_engine_id(engine->id);
-      info->set_engine_name(engine->name);
-      info->set_namespace_id(engine->ns);
-      SetTime(engine->registered, info->mutable_registered_at());
-      SetTime(engine->expires, info->mutable_lease_expires_at());
-      info->set_pools(static_cast<uint32_t>(engine->pools.size()) +
-                      (engine->device_pool != nullptr ? 1 : 0));
-      info->set_peer(engine->peer);
-      info->set_pid(engine->pid);
-      auto parked = parked_per_engine.find(engine->id);
-      info->set_parked_requests(parked == parked_per_engine.end() ? 0 : parked->second);
-      auto pins = pins_per_engine.find(engine->id);
-      info->set_pinned_blocks(pins == pins_per_engine.end() ? 0 : pins->second);
-    }
-    resp->set_registered_engines(visible_engines);
   }
+  uint32_t visible_engines = 0;
+  registry_.ForEach([&](const Engine& engine) {
+    ++engines_per_ns[engine.ns];
+    if (!filtered || engine.tenant == *caller) ++visible_engines;
+    if (!req->include_engines() || (filtered && engine.tenant != *caller)) return;
+    v1::EngineInfo* info = resp->add_engines();
+    info->set_engine_id(engine.id);
+    info->set_engine_name(engine.name);
+    info->set_namespace_id(engine.ns);
+    SetTime(engine.registered, info->mutable_registered_at());
+    SetTime(engine.expires, info->mutable_lease_expires_at());  // ForEach holds the lock
+    info->set_pools(static_cast<uint32_t>(engine.pools.size()) +
+                    (engine.device_pool != nullptr ? 1 : 0));
+    info->set_peer(engine.peer);
+    info->set_pid(engine.pid);
+    auto parked = parked_per_engine.find(engine.id);
+    info->set_parked_requests(parked == parked_per_engine.end() ? 0 : parked->second);
+    auto pins = pins_per_engine.find(engine.id);
+    info->set_pinned_blocks(pins == pins_per_engine.end() ? 0 : pins->second);
+  });
+  resp->set_registered_engines(visible_engines);
   if (req->include_namespaces()) {
     const v1::NamespaceSelector& selector = req->namespaces();
     const v1::NamespaceMatch& match = selector.match();  // empty unless the selector is a match
