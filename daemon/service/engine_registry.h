@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/codec.h"
+#include "daemon/service/data_plane.h"
 #include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
 #include "daemon/store/block_store.h"
@@ -38,6 +39,7 @@ struct Engine {
   std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index (host pools)
   std::unique_ptr<DevicePool> device_pool;       // or one GPU pool (flat layouts)
   std::unique_ptr<GpuPageCodec> gpu;             // its kernels
+  DataPlane* plane = nullptr;                    // the service's, for its kind of pools
   uint32_t slots = 0;                            // the smallest pool's slot count
   absl::Duration lease;
   absl::Time registered;

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "codec/codec.h"
 #include "daemon/service/auth.h"
+#include "daemon/service/data_plane.h"
 #include "daemon/service/engine_registry.h"
 #include "daemon/service/event_log.h"
 #include "daemon/service/fair_scheduler.h"
@@ -242,57 +243,20 @@ class KvTierService final : public v1::KvTier::CallbackService {
   absl::Status DoResume(const Engine& engine, const v1::ResumeRequest& req,
                         v1::ResumeResponse* resp);
 
-  // FailedPrecondition when a host pool's file shrank since registration or lost a page.
-  static absl::Status CheckPools(const Engine& engine);
-  // FailedPrecondition when a page of a host pool could not be read or written (HostPool::
-  // CheckFaults): checked after every page, so no zeros from a lost page are stored or reported
-  // as onboarded.
-  static absl::Status CheckPoolFaults(const Engine& engine);
-  // Where an Offload or Onboard stands between two turns: the first item not yet done and, for
-  // Onboard, the pages already written and whether it stopped at a miss (later items: SKIPPED).
-  struct ItemProgress {
-    int next = 0;
-    DistinctHashes distinct;  // Offload: the hashes of the items done
-    absl::flat_hash_set<uint32_t> destinations;
-    bool stopped = false;
-  };
   // The end (exclusive item index) of the chunk that starts at item `next`: options.chunk_pages
   // items on, at least one.
   int ChunkEnd(int next) const {
     return next + static_cast<int>(std::clamp<uint32_t>(options_.chunk_pages, 1, 1u << 20));
   }
-  static constexpr int kAllItems = std::numeric_limits<int>::max();
-  // Each Do* handles the items of `req` in [progress->next, end) (all of them without `progress`
-  // and `end`), appending their results and adding to the response's totals, and sets
-  // progress->next to the first item left. After an Onboard's stop at a miss the rest are SKIPPED
-  // at once. The response is complete when progress->next == items_size(). Blocks on encoding,
-  // decoding and the store (a worker's work).
-  // `parked`: pages of Park, stored silently (no events; they are not prefix-indexed).
-  void DoOffload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
-                 bool parked = false, ItemProgress* progress = nullptr, int end = kAllItems);
-  void DoOnboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
-                 ItemProgress* progress = nullptr, int end = kAllItems);
-  // The GPU-pool forms: kernel passes of at most 256 items, sealed on the host; a chunk (up to
-  // `end`) has at least one full pass.
-  void DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
-                    bool parked = false, ItemProgress* progress = nullptr, int end = kAllItems);
-  void DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
-                    ItemProgress* progress = nullptr, int end = kAllItems);
-  // An offload item whose block is stored already (Reserve said AlreadyExists), for both paths:
-  // ALREADY_STORED with the tier it is in; a durable offload makes that block durable (waiting
-  // for it with wait_durable), and an item whose block went away meanwhile reports UNAVAILABLE.
-  void OffloadStoredItem(const store::BlockKey& key, const store::PutOptions& put,
-                         v1::ItemResult* result);
 
   store::BlockStore* store_;
   ServiceOptions options_;
   uint64_t incarnation_;
   absl::Time started_;
   std::atomic<bool> draining_{false};
-  // Data-plane totals for Stats.
-  std::atomic<uint64_t> hot_bytes_offloaded_{0}, cold_bytes_offloaded_{0};
-  std::atomic<uint64_t> hot_bytes_onboarded_{0}, cold_bytes_onboarded_{0};
-  std::atomic<uint64_t> dropped_offloads_{0};
+  // Data-plane totals for Stats, and the data planes (an engine's Engine::plane is one).
+  DataPlaneTotals totals_;
+  std::unique_ptr<DataPlane> host_plane_, gpu_plane_;
   RpcMetrics rpc_metrics_;
   // Requests handed to the workers and not finished (guarded by mu_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -149,11 +149,8 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
     item->set_page_index(req.page_indices(i));
   }
   v1::OffloadResponse result;
-  if (engine.gpu != nullptr) {
-    DoOffloadGpu(engine, off, &result, /*parked=*/true);
-  } else {
-    DoOffload(engine, off, &result, /*parked=*/true);
-  }
+  engine.plane->Offload(engine, off, &result, /*parked=*/true, /*progress=*/nullptr,
+                        DataPlane::kAllItems);
   for (int i = 0; i < result.results_size(); ++i) {
     const v1::ItemResult& r = result.results(i);
     if (r.code() == v1::ITEM_CODE_OK || r.code() == v1::ITEM_CODE_ALREADY_STORED) continue;
@@ -273,11 +270,7 @@ absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeReque
     item->set_page_index(req.page_indices(i));
   }
   v1::OnboardResponse result;
-  if (engine.gpu != nullptr) {
-    DoOnboardGpu(engine, on, &result);
-  } else {
-    DoOnboard(engine, on, &result);
-  }
+  engine.plane->Onboard(engine, on, &result, /*progress=*/nullptr, DataPlane::kAllItems);
   for (int i = 0; i < result.results_size(); ++i) {
     const v1::ItemResult& r = result.results(i);
     if (r.code() == v1::ITEM_CODE_OK) continue;

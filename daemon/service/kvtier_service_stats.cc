@@ -13,11 +13,11 @@ namespace kvtier::service {
 
 KvTierService::Traffic KvTierService::traffic() const {
   Traffic t;
-  t.hot_bytes_offloaded = hot_bytes_offloaded_;
-  t.cold_bytes_offloaded = cold_bytes_offloaded_;
-  t.hot_bytes_onboarded = hot_bytes_onboarded_;
-  t.cold_bytes_onboarded = cold_bytes_onboarded_;
-  t.dropped_offloads = dropped_offloads_;
+  t.hot_bytes_offloaded = totals_.hot_bytes_offloaded;
+  t.cold_bytes_offloaded = totals_.cold_bytes_offloaded;
+  t.hot_bytes_onboarded = totals_.hot_bytes_onboarded;
+  t.cold_bytes_onboarded = totals_.cold_bytes_onboarded;
+  t.dropped_offloads = totals_.dropped_offloads;
   absl::MutexLock lock(&mu_);
   t.parked_requests = parked_.size();
   return t;
@@ -90,11 +90,11 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     if (t == index::Tier::kHost) out->set_pinned_blocks(stats.pinned_blocks);
   }
   if (!filtered) {
-    resp->set_hot_bytes_offloaded(hot_bytes_offloaded_);
-    resp->set_cold_bytes_offloaded(cold_bytes_offloaded_);
-    resp->set_hot_bytes_onboarded(hot_bytes_onboarded_);
-    resp->set_cold_bytes_onboarded(cold_bytes_onboarded_);
-    resp->set_dropped_offloads(dropped_offloads_);
+    resp->set_hot_bytes_offloaded(totals_.hot_bytes_offloaded);
+    resp->set_cold_bytes_offloaded(totals_.cold_bytes_offloaded);
+    resp->set_hot_bytes_onboarded(totals_.hot_bytes_onboarded);
+    resp->set_cold_bytes_onboarded(totals_.cold_bytes_onboarded);
+    resp->set_dropped_offloads(totals_.dropped_offloads);
   }
   resp->set_draining(draining_);
   {

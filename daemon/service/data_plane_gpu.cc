@@ -1,15 +1,17 @@
-// KvTierService: offload and onboard of engines' GPU pools (CUDA IPC) through GpuPageCodec: the
+// GpuDataPlane: offload and onboard of engines' GPU pools (CUDA IPC) through GpuPageCodec: the
 // fused kernels between the engine's pages and the daemon's CUDA-pinned host tier, with the host
 // sealing blocks while the GPU works (offload) and pinning blocks while it decodes (onboard).
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
-#include "daemon/service/kvtier_service.h"
+#include "daemon/service/data_plane.h"
+#include "daemon/service/engine_registry.h"
 #include "daemon/service/proto_convert.h"
 #include "daemon/service/request_limits.h"
 #include "kernels/device.h"
@@ -42,19 +44,21 @@ size_t SealThreads() {
   return n;
 }
 
-}  // namespace
+class GpuDataPlane final : public DataPlane {
+ public:
+  GpuDataPlane(store::BlockStore* store, DataPlaneTotals* totals) : DataPlane(store, totals) {}
+  void Offload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
+               bool parked, ItemProgress* progress, int end) override;
+  void Onboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
+               ItemProgress* progress, int end) override;
+};
 
-void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest& req,
-                                 v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
-                                 int end) {
+void GpuDataPlane::Offload(const Engine& engine, const v1::OffloadRequest& req,
+                           v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
+                           int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
-  store::PutOptions put;
-  // WRITE_ACK_DURABLE implies durable (cache.proto).
-  put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
-  put.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
-  put.silent = parked;
-  put.origin = engine.id;
+  const store::PutOptions put = PutOptionsFor(engine, req, parked);
   const uint64_t block_bytes = engine.codec->block_bytes();
   while (resp->results_size() < req.items_size()) resp->add_results();  // in the first turn
   uint32_t stored = 0;
@@ -137,13 +141,13 @@ void KvTierService::DoOffloadGpu(const Engine& engine, const v1::OffloadRequest&
   resp->set_stored_pages(resp->stored_pages() + stored);
   resp->set_hot_bytes_read(resp->hot_bytes_read() + uint64_t{stored} * engine.hot_page_bytes);
   resp->set_cold_bytes_written(resp->cold_bytes_written() + uint64_t{stored} * block_bytes);
-  hot_bytes_offloaded_ += uint64_t{stored} * engine.hot_page_bytes;
-  cold_bytes_offloaded_ += uint64_t{stored} * block_bytes;
-  dropped_offloads_ += static_cast<uint64_t>(next - first) - stored;
+  totals_->hot_bytes_offloaded += uint64_t{stored} * engine.hot_page_bytes;
+  totals_->cold_bytes_offloaded += uint64_t{stored} * block_bytes;
+  totals_->dropped_offloads += static_cast<uint64_t>(next - first) - stored;
 }
 
-void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest& req,
-                                 v1::OnboardResponse* resp, ItemProgress* progress, int end) {
+void GpuDataPlane::Onboard(const Engine& engine, const v1::OnboardRequest& req,
+                           v1::OnboardResponse* resp, ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   // Kept across turns: a page written by an earlier turn is still taken, a stop still holds.
@@ -238,8 +242,14 @@ void KvTierService::DoOnboardGpu(const Engine& engine, const v1::OnboardRequest&
   if (next == req.items_size()) resp->set_onboarded_pages(LeadingOk(*resp));
   resp->set_hot_bytes_written(resp->hot_bytes_written() +
                               uint64_t{onboarded} * engine.hot_page_bytes);
-  hot_bytes_onboarded_ += uint64_t{onboarded} * engine.hot_page_bytes;
-  cold_bytes_onboarded_ += resp->cold_bytes_read() - cold_before;
+  totals_->hot_bytes_onboarded += uint64_t{onboarded} * engine.hot_page_bytes;
+  totals_->cold_bytes_onboarded += resp->cold_bytes_read() - cold_before;
+}
+
+}  // namespace
+
+std::unique_ptr<DataPlane> MakeGpuDataPlane(store::BlockStore* store, DataPlaneTotals* totals) {
+  return std::make_unique<GpuDataPlane>(store, totals);
 }
 
 }  // namespace kvtier::service
