@@ -53,8 +53,7 @@ class DataPlane {
   // events; they are not prefix-indexed). The GPU form does kernel passes of at most 256 items,
   // sealed on the host; a chunk (up to `end`) has at least one full pass.
   virtual void Offload(const Engine& engine, const v1::OffloadRequest& req,
-                       v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
-                       int end) = 0;
+                       v1::OffloadResponse* resp, bool parked, ItemProgress* progress, int end) = 0;
   virtual void Onboard(const Engine& engine, const v1::OnboardRequest& req,
                        v1::OnboardResponse* resp, ItemProgress* progress, int end) = 0;
 

@@ -1,9 +1,6 @@
 // KvTierService: registration, leases, lookups, offload and onboard over host pools.
 #include "daemon/service/kvtier_service.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/coding.h"
+#include "common/digest.h"
 #include "common/logging.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
@@ -45,18 +43,13 @@ DerivedNamespace DeriveNamespace(const std::string& tenant, const std::string& m
   text.append(codec.ToString());
   PutFixed32(&text, codec.alignment_bytes);
   DerivedNamespace out;
-  unsigned char digest[SHA256_DIGEST_LENGTH];
   // The id: keyed, so that nobody without the daemon's key can compute another tenant's id (and
   // register it first); 64 bits, and never below 2^32, where format-1 indexes kept their ids.
-  unsigned int digest_bytes = 0;
-  HMAC(EVP_sha256(), id_key.data(), static_cast<int>(id_key.size()),
-       reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest, &digest_bytes);
-  out.id = DecodeFixed64(digest);
+  out.id = DecodeFixed64(HmacSha256(id_key, text).data());
   if (out.id < (uint64_t{1} << 32)) out.id |= uint64_t{1} << 32;
   // The hash root keeps the derivation of the first version (the 32-bit id of a plain SHA-256),
   // so that the chains engines computed before keep naming the same blocks.
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
-  out.legacy_id = DecodeFixed32(digest);
+  out.legacy_id = DecodeFixed32(Sha256(text).data());
   if (out.legacy_id == 0) out.legacy_id = 1;
   out.hash_root = NamespaceHashRoot(out.legacy_id, root_secret);
   return out;
@@ -66,9 +59,8 @@ std::string NamespaceHashRoot(uint64_t legacy_id, const std::string& secret) {
   std::string root = "kvtier-hash-root-v1";
   PutFixed64(&root, legacy_id);
   root.append(secret);  // authentication on: roots cannot be computed without the tenant's tokens
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(root.data()), root.size(), digest);
-  return std::string(reinterpret_cast<const char*>(digest), sizeof(digest));
+  const Sha256Digest digest = Sha256(root);
+  return std::string(digest.begin(), digest.end());
 }
 
 absl::StatusOr<DerivedNamespace> DeriveNamespace(const v1::Namespace& ns, const std::string& key,

@@ -1,6 +1,5 @@
 // KvTierService: Park, Resume and Release of paused requests, and Pin and Unpin of blocks; the
 // rest of the service is in kvtier_service.cc.
-#include <openssl/sha.h>
 
 #include <algorithm>
 #include <optional>
@@ -10,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/coding.h"
+#include "common/digest.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
 #include "daemon/service/kvtier_service.h"
@@ -28,9 +28,7 @@ index::BlockHash KvTierService::ParkHash(const std::string& engine_id,
     text.append(*part);
   }
   PutFixed64(&text, position);
-  index::BlockHash hash;
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), hash.data());
-  return hash;
+  return Sha256(text);
 }
 
 uint64_t KvTierService::DropParked(const Parked& parked) {
