@@ -11,7 +11,6 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "daemon/service/engine_registry.h"
-#include "daemon/service/proto_convert.h"
 
 namespace kvtier::service {
 namespace {
@@ -37,164 +36,203 @@ absl::Status CheckPools(const Engine& engine) {
 class HostDataPlane final : public DataPlane {
  public:
   HostDataPlane(store::BlockStore* store, DataPlaneTotals* totals) : DataPlane(store, totals) {}
-  void Offload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
-               bool parked, ItemProgress* progress, int end) override;
-  void Onboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
+  void Offload(const Engine& engine, const OffloadBatch& batch, OffloadResult* out,
+               ItemProgress* progress, int end) override;
+  void Onboard(const Engine& engine, const OnboardBatch& batch, OnboardResult* out,
                ItemProgress* progress, int end) override;
 };
 
-void HostDataPlane::Offload(const Engine& engine, const v1::OffloadRequest& req,
-                            v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
-                            int end) {
+void HostDataPlane::Offload(const Engine& engine, const OffloadBatch& batch, OffloadResult* out,
+                            ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   const int first = progress->next;
+  const int size = static_cast<int>(batch.items.size());
   if (absl::Status intact = CheckPools(engine); !intact.ok()) {
-    for (int i = first; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
-    progress->next = req.items_size();
+    for (int i = first; i < size; ++i) out->results.emplace_back().Set(intact);
+    progress->next = size;
     return;
   }
-  const store::PutOptions put = PutOptionsFor(engine, req, parked);
+  const store::PutOptions put = PutOptionsFor(engine, batch);
   uint32_t stored = 0;
   DistinctHashes& distinct = progress->distinct;  // kept across turns
-  const uint64_t hot_before = resp->hot_bytes_read(), cold_before = resp->cold_bytes_written();
+  const uint64_t hot_before = out->hot_bytes_read, cold_before = out->cold_bytes_written;
   int i = first;
-  for (; i < std::min(end, req.items_size()); ++i) {  // the rest in a later turn
-    const v1::OffloadItem& item = req.items(i);
-    v1::ItemResult* result = resp->add_results();
-    absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
-    if (!hash.ok()) {
-      SetItemResult(hash.status(), result);
+  for (; i < std::min(end, size); ++i) {  // the rest in a later turn
+    const PageItem& item = batch.items[i];
+    ItemResult& result = out->results.emplace_back();
+    if (!item.hash.ok()) {
+      result.Set(item.hash.status());
       continue;
     }
-    if (absl::Status repeated = distinct.Add(*hash, i); !repeated.ok()) {
-      SetItemResult(repeated, result);
+    const index::BlockHash& hash = *item.hash;
+    if (absl::Status repeated = distinct.Add(hash, i); !repeated.ok()) {
+      result.Set(repeated);
       continue;
     }
-    if (absl::Status page = engine.CheckPage(item.page_index()); !page.ok()) {
-      SetItemResult(page, result);
+    if (absl::Status page = engine.CheckPage(item.page_index); !page.ok()) {
+      result.Set(page);
       continue;
     }
-    const store::BlockKey key{engine.ns, *hash};
+    const store::BlockKey key{engine.ns, hash};
     absl::StatusOr<store::HostReservation> reservation =
         store_->Reserve(key, engine.codec->block_bytes());
     if (absl::IsAlreadyExists(reservation.status())) {
-      OffloadStoredItem(key, put, result);
+      OffloadStoredItem(key, put, &result);
       continue;
     }
     if (!reservation.ok()) {
-      SetItemResult(reservation.status(), result);
+      result.Set(reservation.status());
       continue;
     }
-    absl::Status st = engine.codec->Encode(engine.View(item.page_index()), reservation->bytes());
+    absl::Status st = engine.codec->Encode(engine.View(item.page_index), reservation->bytes());
     // A page that lost its backing read as zeros: never stored (the reservation is dropped).
     if (st.ok()) st = CheckPoolFaults(engine);
     if (st.ok()) st = store_->Commit(std::move(*reservation), put);
-    SetItemResult(st, result);
+    result.Set(st);
     if (!st.ok()) continue;
-    result->set_tier(v1::TIER_HOST);
+    result.tier = index::Tier::kHost;
     ++stored;
-    resp->set_hot_bytes_read(resp->hot_bytes_read() + engine.hot_page_bytes);
-    resp->set_cold_bytes_written(resp->cold_bytes_written() + engine.codec->block_bytes());
+    out->hot_bytes_read += engine.hot_page_bytes;
+    out->cold_bytes_written += engine.codec->block_bytes();
   }
   progress->next = i;
-  resp->set_stored_pages(resp->stored_pages() + stored);
-  totals_->hot_bytes_offloaded += resp->hot_bytes_read() - hot_before;
-  totals_->cold_bytes_offloaded += resp->cold_bytes_written() - cold_before;
+  out->stored_pages += stored;
+  totals_->hot_bytes_offloaded += out->hot_bytes_read - hot_before;
+  totals_->cold_bytes_offloaded += out->cold_bytes_written - cold_before;
   totals_->dropped_offloads += static_cast<uint64_t>(i - first) - stored;
 }
 
-void HostDataPlane::Onboard(const Engine& engine, const v1::OnboardRequest& req,
-                            v1::OnboardResponse* resp, ItemProgress* progress, int end) {
+void HostDataPlane::Onboard(const Engine& engine, const OnboardBatch& batch, OnboardResult* out,
+                            ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   const int first = progress->next;
+  const int size = static_cast<int>(batch.items.size());
   if (absl::Status intact = CheckPools(engine); !intact.ok()) {
-    for (int i = first; i < req.items_size(); ++i) SetItemResult(intact, resp->add_results());
-    progress->next = req.items_size();
-    resp->set_onboarded_pages(LeadingOk(*resp));
+    for (int i = first; i < size; ++i) out->results.emplace_back().Set(intact);
+    progress->next = size;
+    out->onboarded_pages = LeadingOk(out->results);
     return;
   }
   // Kept across turns: a page written by an earlier turn is still taken, a stop still holds.
   absl::flat_hash_set<uint32_t>& destinations = progress->destinations;
   bool& stopped = progress->stopped;
-  const uint64_t hot_before = resp->hot_bytes_written(), cold_before = resp->cold_bytes_read();
+  const uint64_t hot_before = out->hot_bytes_written, cold_before = out->cold_bytes_read;
   int i = first;
-  for (; i < req.items_size(); ++i) {
+  for (; i < size; ++i) {
     if (i >= end && !stopped) break;  // the rest in a later turn (after a stop: all SKIPPED)
-    const v1::OnboardItem& item = req.items(i);
-    v1::ItemResult* result = resp->add_results();
+    const PageItem& item = batch.items[i];
+    ItemResult& result = out->results.emplace_back();
     if (stopped) {
-      result->set_code(v1::ITEM_CODE_SKIPPED);
+      result.code = ItemCode::kSkipped;
       continue;
     }
     absl::Status invalid;
-    absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
-    if (!hash.ok()) {
-      invalid = hash.status();
-    } else if (!engine.CheckPage(item.page_index()).ok()) {
-      invalid = engine.CheckPage(item.page_index());
-    } else if (!destinations.insert(item.page_index()).second) {
-      invalid = absl::InvalidArgumentError(
-          absl::StrFormat("page index %d is the destination of an earlier item of this request",
-                          item.page_index()));
+    if (!item.hash.ok()) {
+      invalid = item.hash.status();
+    } else if (!engine.CheckPage(item.page_index).ok()) {
+      invalid = engine.CheckPage(item.page_index);
+    } else if (!destinations.insert(item.page_index).second) {
+      invalid = absl::InvalidArgumentError(absl::StrFormat(
+          "page index %d is the destination of an earlier item of this request", item.page_index));
     }
     if (!invalid.ok()) {
-      SetItemResult(invalid, result);
-      stopped = !req.continue_after_miss();
+      result.Set(invalid);
+      stopped = !batch.continue_after_miss;
       continue;
     }
-    absl::StatusOr<std::optional<store::PinnedBlock>> pinned = store_->Acquire({engine.ns, *hash});
+    absl::StatusOr<std::optional<store::PinnedBlock>> pinned =
+        store_->Acquire({engine.ns, *item.hash});
     absl::Status st = pinned.status();
     if (st.ok() && !pinned->has_value()) st = absl::NotFoundError("block not in the cache");
     if (st.ok()) {
-      st = engine.codec->Decode((*pinned)->bytes(), engine.MutableView(item.page_index()));
+      st = engine.codec->Decode((*pinned)->bytes(), engine.MutableView(item.page_index));
       if (st.ok()) st = CheckPoolFaults(engine);  // the page did not reach the engine's file
-      if (st.ok()) result->set_tier(TierToProto((*pinned)->served_from()));
+      if (st.ok()) result.tier = (*pinned)->served_from();
     }
-    SetItemResult(st, result);
+    result.Set(st);
     if (!st.ok()) {
-      if (absl::IsNotFound(st)) result->clear_message();
-      stopped = !req.continue_after_miss();
+      if (absl::IsNotFound(st)) result.message.clear();
+      stopped = !batch.continue_after_miss;
       continue;
     }
-    resp->set_cold_bytes_read(resp->cold_bytes_read() + (*pinned)->bytes().size());
-    resp->set_hot_bytes_written(resp->hot_bytes_written() + engine.hot_page_bytes);
+    out->cold_bytes_read += (*pinned)->bytes().size();
+    out->hot_bytes_written += engine.hot_page_bytes;
   }
   progress->next = i;
-  if (i == req.items_size()) resp->set_onboarded_pages(LeadingOk(*resp));
-  totals_->hot_bytes_onboarded += resp->hot_bytes_written() - hot_before;
-  totals_->cold_bytes_onboarded += resp->cold_bytes_read() - cold_before;
+  if (i == size) out->onboarded_pages = LeadingOk(out->results);
+  totals_->hot_bytes_onboarded += out->hot_bytes_written - hot_before;
+  totals_->cold_bytes_onboarded += out->cold_bytes_read - cold_before;
 }
 
 }  // namespace
 
-store::PutOptions DataPlane::PutOptionsFor(const Engine& engine, const v1::OffloadRequest& req,
-                                           bool parked) {
+ItemCode ItemCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return ItemCode::kOk;
+    case absl::StatusCode::kAlreadyExists:
+      return ItemCode::kAlreadyStored;
+    case absl::StatusCode::kNotFound:
+      return ItemCode::kNotFound;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return ItemCode::kInvalidArgument;
+    case absl::StatusCode::kResourceExhausted:
+      return ItemCode::kResourceExhausted;
+    case absl::StatusCode::kDataLoss:
+      return ItemCode::kDataLoss;
+    case absl::StatusCode::kUnavailable:
+      return ItemCode::kUnavailable;
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+      return ItemCode::kAborted;
+    case absl::StatusCode::kFailedPrecondition:
+      return ItemCode::kFailedPrecondition;
+    default:
+      return ItemCode::kInternal;
+  }
+}
+
+void ItemResult::Set(const absl::Status& status) {
+  code = ItemCodeFor(status);
+  if (!status.ok() && !absl::IsAlreadyExists(status)) {
+    message = std::string(status.message().substr(0, 1024));
+  }
+}
+
+uint32_t LeadingOk(const std::vector<ItemResult>& results) {
+  uint32_t n = 0;
+  while (n < results.size() && results[n].code == ItemCode::kOk) ++n;
+  return n;
+}
+
+store::PutOptions DataPlane::PutOptionsFor(const Engine& engine, const OffloadBatch& batch) {
   store::PutOptions put;
-  // WRITE_ACK_DURABLE implies durable (cache.proto).
-  put.durable = req.durable() || req.ack() == v1::WRITE_ACK_DURABLE;
-  put.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
-  put.silent = parked;
+  put.durable = batch.durable || batch.wait_durable;
+  put.wait_durable = batch.wait_durable;
+  put.silent = batch.parked;
   put.origin = engine.id;
   return put;
 }
 
 void DataPlane::OffloadStoredItem(const store::BlockKey& key, const store::PutOptions& put,
-                                  v1::ItemResult* result) const {
+                                  ItemResult* result) const {
   std::vector<index::Tier> tiers;
   store_->LookupChain(key.ns, {key.hash}, &tiers);
-  result->set_code(v1::ITEM_CODE_ALREADY_STORED);
-  if (!tiers.empty()) result->set_tier(TierToProto(tiers[0]));
+  result->code = ItemCode::kAlreadyStored;
+  if (!tiers.empty()) result->tier = tiers[0];
   if (!put.durable) return;
   // Stored already, perhaps not durably: its bytes are those of this page (hashes name contents).
   absl::StatusOr<bool> present = store_->MakeDurable(key, put.wait_durable);
   if (!present.ok()) {
-    SetItemResult(present.status(), result);
+    result->Set(present.status());
   } else if (!*present) {
-    SetItemResult(absl::UnavailableError("the stored block was removed while it was being made "
-                                         "durable; offload the page again"),
-                  result);
+    result->Set(
+        absl::UnavailableError("the stored block was removed while it was being made "
+                               "durable; offload the page again"));
   }
 }
 

@@ -11,11 +11,16 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/index/block_record.h"
 #include "daemon/service/request_limits.h"
 #include "daemon/store/block_store.h"
-#include "kvtier/v1/cache.pb.h"
 
 namespace kvtier::service {
 
@@ -27,6 +32,66 @@ struct DataPlaneTotals {
   std::atomic<uint64_t> hot_bytes_onboarded{0}, cold_bytes_onboarded{0};
   std::atomic<uint64_t> dropped_offloads{0};
 };
+
+// The outcome of one item, in the contract's terms (kvtier.v1.ItemCode, same order; proto_convert.h
+// converts), so that Park and Resume read results without protos.
+enum class ItemCode : uint8_t {
+  kOk,
+  kAlreadyStored,
+  kNotFound,
+  kInvalidArgument,
+  kResourceExhausted,
+  kNotAdmitted,
+  kDataLoss,
+  kUnavailable,
+  kSkipped,
+  kAborted,
+  kFailedPrecondition,
+  kInternal,
+};
+// The closest item code of a store status.
+ItemCode ItemCodeFor(const absl::Status& status);
+
+struct ItemResult {
+  ItemCode code = ItemCode::kOk;
+  std::string message;              // at most 1024 bytes; empty for kOk and kAlreadyStored
+  std::optional<index::Tier> tier;  // the tier written to, held in or read from
+  // The code of `status` and, unless it is OK or AlreadyExists, its message (cut to 1024 bytes).
+  // The tier is left as it is.
+  void Set(const absl::Status& status);
+};
+
+// One page of a batch: the block's hash (a hash the request gave malformed fails its item with
+// that status, in the item's turn) and the engine's page (slot) index.
+struct PageItem {
+  absl::StatusOr<index::BlockHash> hash;
+  uint32_t page_index = 0;
+};
+
+struct OffloadBatch {
+  std::vector<PageItem> items;  // distinct hashes (a repeated one fails its item)
+  bool durable = false;         // write the blocks through to disk
+  bool wait_durable = false;    // and finish only once they are (implies durable)
+  bool parked = false;          // pages of Park: stored silently (no events, not prefix-indexed)
+};
+struct OffloadResult {
+  std::vector<ItemResult> results;  // one per item handled so far, in item order
+  uint32_t stored_pages = 0;
+  uint64_t hot_bytes_read = 0, cold_bytes_written = 0;
+};
+
+struct OnboardBatch {
+  std::vector<PageItem> items;       // distinct destination pages (a repeated one fails its item)
+  bool continue_after_miss = false;  // else the items after the first failure are kSkipped
+};
+struct OnboardResult {
+  std::vector<ItemResult> results;  // one per item handled so far, in item order
+  uint32_t onboarded_pages = 0;     // the leading kOk items, once every item is handled
+  uint64_t cold_bytes_read = 0, hot_bytes_written = 0;
+};
+// The number of leading kOk results (the usable prefix of an onboard), which with
+// continue_after_miss is fewer than all that succeeded.
+uint32_t LeadingOk(const std::vector<ItemResult>& results);
 
 // Where an Offload or Onboard stands between two turns: the first item not yet done and, for
 // Onboard, the pages already written and whether it stopped at a miss (later items: SKIPPED).
@@ -45,30 +110,28 @@ class DataPlane {
   DataPlane(const DataPlane&) = delete;
   DataPlane& operator=(const DataPlane&) = delete;
 
-  // Each handles the items of `req` in [progress->next, end) (all of them with a null `progress`
-  // and kAllItems), appending their results and adding to the response's totals, and sets
-  // progress->next to the first item left. After an Onboard's stop at a miss the rest are SKIPPED
-  // at once. The response is complete when progress->next == items_size(). Blocks on encoding,
-  // decoding and the store (a worker's work). `parked`: pages of Park, stored silently (no
-  // events; they are not prefix-indexed). The GPU form does kernel passes of at most 256 items,
-  // sealed on the host; a chunk (up to `end`) has at least one full pass.
-  virtual void Offload(const Engine& engine, const v1::OffloadRequest& req,
-                       v1::OffloadResponse* resp, bool parked, ItemProgress* progress, int end) = 0;
-  virtual void Onboard(const Engine& engine, const v1::OnboardRequest& req,
-                       v1::OnboardResponse* resp, ItemProgress* progress, int end) = 0;
+  // Each handles the items of `batch` in [progress->next, end) (all of them with a null
+  // `progress` and kAllItems), appending their results and adding to the result's totals, and
+  // sets progress->next to the first item left. After an Onboard's stop at a miss the rest are
+  // kSkipped at once. The result is complete when progress->next == items.size(). Blocks on
+  // encoding, decoding and the store (a worker's work). The GPU form does kernel passes of at
+  // most 256 items, sealed on the host; a chunk (up to `end`) has at least one full pass.
+  virtual void Offload(const Engine& engine, const OffloadBatch& batch, OffloadResult* result,
+                       ItemProgress* progress, int end) = 0;
+  virtual void Onboard(const Engine& engine, const OnboardBatch& batch, OnboardResult* result,
+                       ItemProgress* progress, int end) = 0;
 
  protected:
   // Both borrowed; they must outlive the data plane.
   DataPlane(store::BlockStore* store, DataPlaneTotals* totals) : store_(store), totals_(totals) {}
 
   // The store's options for the blocks of an offload of `engine`.
-  static store::PutOptions PutOptionsFor(const Engine& engine, const v1::OffloadRequest& req,
-                                         bool parked);
+  static store::PutOptions PutOptionsFor(const Engine& engine, const OffloadBatch& batch);
   // An offload item whose block is stored already (Reserve said AlreadyExists), for both paths:
   // ALREADY_STORED with the tier it is in; a durable offload makes that block durable (waiting
   // for it with wait_durable), and an item whose block went away meanwhile reports UNAVAILABLE.
   void OffloadStoredItem(const store::BlockKey& key, const store::PutOptions& put,
-                         v1::ItemResult* result) const;
+                         ItemResult* result) const;
 
   store::BlockStore* const store_;
   DataPlaneTotals* const totals_;

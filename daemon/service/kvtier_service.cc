@@ -565,19 +565,28 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   if (absl::Status st = CheckWriteOptions(req->priority(), req->ack()); !st.ok()) {
     return FinishWith(ctx, st);
   }
-  auto progress = std::make_shared<ItemProgress>();
-  return OnEngineTurns(
-      ctx, req->engine_id(),
-      [this, req, resp, progress](const Engine& engine) -> std::optional<absl::Status> {
-        // Checked again on the worker (its first turn): a Drain that began after the RPC arrived
-        // waits for this request (it is counted in flight), which then writes nothing.
-        if (progress->next == 0 && draining_)
-          return absl::UnavailableError("the daemon is draining");
-        engine.plane->Offload(engine, *req, resp, /*parked=*/false, progress.get(),
-                              ChunkEnd(progress->next));
-        if (progress->next < req->items_size()) return std::nullopt;
-        return absl::OkStatus();
-      });
+  // The request as the data plane's batch, and its result, kept across the turns.
+  struct Work {
+    OffloadBatch batch;
+    OffloadResult result;
+    ItemProgress progress;
+  };
+  auto work = std::make_shared<Work>();
+  work->batch = OffloadBatchFromProto(*req);
+  return OnEngineTurns(ctx, req->engine_id(),
+                       [this, resp, work](const Engine& engine) -> std::optional<absl::Status> {
+                         // Checked again on the worker (its first turn): a Drain that began after
+                         // the RPC arrived waits for this request (it is counted in flight), which
+                         // then writes nothing.
+                         if (work->progress.next == 0 && draining_)
+                           return absl::UnavailableError("the daemon is draining");
+                         engine.plane->Offload(engine, work->batch, &work->result, &work->progress,
+                                               ChunkEnd(work->progress.next));
+                         if (work->progress.next < static_cast<int>(work->batch.items.size()))
+                           return std::nullopt;
+                         OffloadResultToProto(work->result, resp);
+                         return absl::OkStatus();
+                       });
 }
 
 grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ctx,
@@ -588,14 +597,22 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
                                absl::StrFormat("%d items (at most %d per request)",
                                                req->items_size(), options_.max_items_per_request)));
   }
-  auto progress = std::make_shared<ItemProgress>();
-  return OnEngineTurns(
-      ctx, req->engine_id(),
-      [this, req, resp, progress](const Engine& engine) -> std::optional<absl::Status> {
-        engine.plane->Onboard(engine, *req, resp, progress.get(), ChunkEnd(progress->next));
-        if (progress->next < req->items_size()) return std::nullopt;
-        return absl::OkStatus();
-      });
+  struct Work {  // as Offload's
+    OnboardBatch batch;
+    OnboardResult result;
+    ItemProgress progress;
+  };
+  auto work = std::make_shared<Work>();
+  work->batch = OnboardBatchFromProto(*req);
+  return OnEngineTurns(ctx, req->engine_id(),
+                       [this, resp, work](const Engine& engine) -> std::optional<absl::Status> {
+                         engine.plane->Onboard(engine, work->batch, &work->result, &work->progress,
+                                               ChunkEnd(work->progress.next));
+                         if (work->progress.next < static_cast<int>(work->batch.items.size()))
+                           return std::nullopt;
+                         OnboardResultToProto(work->result, resp);
+                         return absl::OkStatus();
+                       });
 }
 
 }  // namespace kvtier::service

@@ -137,45 +137,42 @@ absl::Status KvTierService::DoPark(const Engine& engine, const v1::ParkRequest& 
     if (it != parked_.end()) first = it->second.hashes.size();
   }
   // The pages go through the ordinary offload path under derived hashes, all or nothing.
-  v1::OffloadRequest off;
-  off.set_engine_id(engine.id);
+  OffloadBatch batch;
+  batch.parked = true;
   std::vector<index::BlockHash> hashes;
   for (int i = 0; i < req.page_indices_size(); ++i) {
     hashes.push_back(ParkHash(engine.id, req.request_id(), first + i));
-    v1::OffloadItem* item = off.add_items();
-    item->set_block_hash(std::string(hashes.back().begin(), hashes.back().end()));
-    item->set_page_index(req.page_indices(i));
+    batch.items.push_back(PageItem{hashes.back(), req.page_indices(i)});
   }
-  v1::OffloadResponse result;
-  engine.plane->Offload(engine, off, &result, /*parked=*/true, /*progress=*/nullptr,
-                        DataPlane::kAllItems);
-  for (int i = 0; i < result.results_size(); ++i) {
-    const v1::ItemResult& r = result.results(i);
-    if (r.code() == v1::ITEM_CODE_OK || r.code() == v1::ITEM_CODE_ALREADY_STORED) continue;
+  OffloadResult result;
+  engine.plane->Offload(engine, batch, &result, /*progress=*/nullptr, DataPlane::kAllItems);
+  for (size_t i = 0; i < result.results.size(); ++i) {
+    const ItemResult& r = result.results[i];
+    if (r.code == ItemCode::kOk || r.code == ItemCode::kAlreadyStored) continue;
     Parked partial;
     partial.ns = engine.ns;
     partial.hashes = hashes;
     partial.block_bytes = engine.codec->block_bytes();
     DropParked(partial);  // all or nothing
     absl::StatusCode code = absl::StatusCode::kInternal;
-    switch (r.code()) {
-      case v1::ITEM_CODE_INVALID_ARGUMENT:
+    switch (r.code) {
+      case ItemCode::kInvalidArgument:
         code = absl::StatusCode::kInvalidArgument;
         break;
-      case v1::ITEM_CODE_RESOURCE_EXHAUSTED:
+      case ItemCode::kResourceExhausted:
         code = absl::StatusCode::kResourceExhausted;
         break;
-      case v1::ITEM_CODE_UNAVAILABLE:
+      case ItemCode::kUnavailable:
         code = absl::StatusCode::kUnavailable;
         break;
-      case v1::ITEM_CODE_FAILED_PRECONDITION:
+      case ItemCode::kFailedPrecondition:
         code = absl::StatusCode::kFailedPrecondition;
         break;
       default:
         break;
     }
-    return absl::Status(
-        code, absl::StrFormat("page_indices[%d]: %s (nothing was parked)", i, r.message()));
+    return absl::Status(code,
+                        absl::StrFormat("page_indices[%d]: %s (nothing was parked)", i, r.message));
   }
   absl::Duration ttl = req.has_ttl() ? DurationFromProto(req.ttl()) : options_.default_park_ttl;
   ttl = std::clamp(ttl, absl::Seconds(1), options_.max_park_ttl);
@@ -259,31 +256,27 @@ absl::Status KvTierService::DoResume(const Engine& engine, const v1::ResumeReque
     return absl::InvalidArgumentError(absl::StrFormat("pages [%d, %d) asked for; %d are parked",
                                                       req.first_page(), end, parked.hashes.size()));
   }
-  v1::OnboardRequest on;
-  on.set_engine_id(engine.id);
+  OnboardBatch batch;
   for (int i = 0; i < req.page_indices_size(); ++i) {
-    const index::BlockHash& h = parked.hashes[req.first_page() + i];
-    v1::OnboardItem* item = on.add_items();
-    item->set_block_hash(std::string(h.begin(), h.end()));
-    item->set_page_index(req.page_indices(i));
+    batch.items.push_back(PageItem{parked.hashes[req.first_page() + i], req.page_indices(i)});
   }
-  v1::OnboardResponse result;
-  engine.plane->Onboard(engine, on, &result, /*progress=*/nullptr, DataPlane::kAllItems);
-  for (int i = 0; i < result.results_size(); ++i) {
-    const v1::ItemResult& r = result.results(i);
-    if (r.code() == v1::ITEM_CODE_OK) continue;
-    if (r.code() == v1::ITEM_CODE_INVALID_ARGUMENT) {
-      return absl::InvalidArgumentError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
+  OnboardResult result;
+  engine.plane->Onboard(engine, batch, &result, /*progress=*/nullptr, DataPlane::kAllItems);
+  for (size_t i = 0; i < result.results.size(); ++i) {
+    const ItemResult& r = result.results[i];
+    if (r.code == ItemCode::kOk) continue;
+    if (r.code == ItemCode::kInvalidArgument) {
+      return absl::InvalidArgumentError(absl::StrFormat("page_indices[%d]: %s", i, r.message));
     }
-    if (r.code() == v1::ITEM_CODE_UNAVAILABLE) {  // transient (no staging memory): retry
-      return absl::UnavailableError(absl::StrFormat("page_indices[%d]: %s", i, r.message()));
+    if (r.code == ItemCode::kUnavailable) {  // transient (no staging memory): retry
+      return absl::UnavailableError(absl::StrFormat("page_indices[%d]: %s", i, r.message));
     }
     // A parked block that is gone (evicted) or failed its checksum: the engine recomputes.
     return absl::DataLossError(absl::StrFormat(
         "parked page %d of request %s is lost (%s); recompute it", req.first_page() + i,
-        Quoted(req.request_id()), r.code() == v1::ITEM_CODE_NOT_FOUND ? "evicted" : r.message()));
+        Quoted(req.request_id()), r.code == ItemCode::kNotFound ? "evicted" : r.message));
   }
-  resp->set_resumed_pages(result.onboarded_pages());
+  resp->set_resumed_pages(result.onboarded_pages);
   resp->set_parked_pages(static_cast<uint32_t>(parked.hashes.size()));
   resp->set_num_tokens(parked.num_tokens);
   resp->set_user_data(parked.user_data);

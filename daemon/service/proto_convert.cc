@@ -2,6 +2,7 @@
 #include "daemon/service/proto_convert.h"
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -45,48 +46,90 @@ absl::Duration DurationFromProto(const google::protobuf::Duration& d) {
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
-v1::ItemCode ItemCodeFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
+v1::ItemCode ItemCodeToProto(ItemCode code) {
+  switch (code) {
+    case ItemCode::kOk:
       return v1::ITEM_CODE_OK;
-    case absl::StatusCode::kAlreadyExists:
+    case ItemCode::kAlreadyStored:
       return v1::ITEM_CODE_ALREADY_STORED;
-    case absl::StatusCode::kNotFound:
+    case ItemCode::kNotFound:
       return v1::ITEM_CODE_NOT_FOUND;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
+    case ItemCode::kInvalidArgument:
       return v1::ITEM_CODE_INVALID_ARGUMENT;
-    case absl::StatusCode::kResourceExhausted:
+    case ItemCode::kResourceExhausted:
       return v1::ITEM_CODE_RESOURCE_EXHAUSTED;
-    case absl::StatusCode::kDataLoss:
+    case ItemCode::kNotAdmitted:
+      return v1::ITEM_CODE_NOT_ADMITTED;
+    case ItemCode::kDataLoss:
       return v1::ITEM_CODE_DATA_LOSS;
-    case absl::StatusCode::kUnavailable:
+    case ItemCode::kUnavailable:
       return v1::ITEM_CODE_UNAVAILABLE;
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kAborted:
+    case ItemCode::kSkipped:
+      return v1::ITEM_CODE_SKIPPED;
+    case ItemCode::kAborted:
       return v1::ITEM_CODE_ABORTED;
-    case absl::StatusCode::kFailedPrecondition:
+    case ItemCode::kFailedPrecondition:
       return v1::ITEM_CODE_FAILED_PRECONDITION;
-    default:
+    case ItemCode::kInternal:
       return v1::ITEM_CODE_INTERNAL;
   }
+  return v1::ITEM_CODE_INTERNAL;
+}
+
+void ItemResultToProto(const ItemResult& result, v1::ItemResult* out) {
+  out->set_code(ItemCodeToProto(result.code));
+  if (!result.message.empty()) out->set_message(result.message);
+  if (result.tier.has_value()) out->set_tier(TierToProto(*result.tier));
 }
 
 void SetItemResult(const absl::Status& status, v1::ItemResult* out) {
-  out->set_code(ItemCodeFor(status));
-  if (!status.ok() && !absl::IsAlreadyExists(status)) {
-    std::string message(status.message().substr(0, 1024));
-    out->set_message(std::move(message));
-  }
+  ItemResult result;
+  result.Set(status);
+  ItemResultToProto(result, out);
 }
 
-uint32_t LeadingOk(const v1::OnboardResponse& resp) {
-  uint32_t n = 0;
-  while (static_cast<int>(n) < resp.results_size() && resp.results(n).code() == v1::ITEM_CODE_OK) {
-    ++n;
+namespace {
+
+template <typename Request>
+std::vector<PageItem> PageItemsFromProto(const Request& req) {
+  std::vector<PageItem> items;
+  items.reserve(req.items_size());
+  for (const auto& item : req.items()) {
+    items.push_back(PageItem{HashFromProto(item.block_hash()), item.page_index()});
   }
-  return n;
+  return items;
+}
+
+}  // namespace
+
+OffloadBatch OffloadBatchFromProto(const v1::OffloadRequest& req) {
+  OffloadBatch batch;
+  batch.items = PageItemsFromProto(req);
+  // WRITE_ACK_DURABLE implies durable (cache.proto).
+  batch.durable = req.durable();
+  batch.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
+  return batch;
+}
+
+OnboardBatch OnboardBatchFromProto(const v1::OnboardRequest& req) {
+  OnboardBatch batch;
+  batch.items = PageItemsFromProto(req);
+  batch.continue_after_miss = req.continue_after_miss();
+  return batch;
+}
+
+void OffloadResultToProto(const OffloadResult& result, v1::OffloadResponse* out) {
+  for (const ItemResult& r : result.results) ItemResultToProto(r, out->add_results());
+  out->set_stored_pages(result.stored_pages);
+  out->set_hot_bytes_read(result.hot_bytes_read);
+  out->set_cold_bytes_written(result.cold_bytes_written);
+}
+
+void OnboardResultToProto(const OnboardResult& result, v1::OnboardResponse* out) {
+  for (const ItemResult& r : result.results) ItemResultToProto(r, out->add_results());
+  out->set_onboarded_pages(result.onboarded_pages);
+  out->set_cold_bytes_read(result.cold_bytes_read);
+  out->set_hot_bytes_written(result.hot_bytes_written);
 }
 
 }  // namespace kvtier::service

@@ -13,6 +13,7 @@
 #include "codec/codec_spec.h"
 #include "codec/page_layout.h"
 #include "daemon/index/block_record.h"
+#include "daemon/service/data_plane.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "kvtier/v1/cache.pb.h"
@@ -41,12 +42,18 @@ absl::StatusOr<index::BlockHash> HashFromProto(absl::string_view bytes);
 void SetDuration(absl::Duration d, google::protobuf::Duration* out);
 void SetTime(absl::Time t, google::protobuf::Timestamp* out);
 absl::Duration DurationFromProto(const google::protobuf::Duration& d);
-// The closest item code of a store status.
-v1::ItemCode ItemCodeFor(const absl::Status& status);
+v1::ItemCode ItemCodeToProto(ItemCode code);
+void ItemResultToProto(const ItemResult& result, v1::ItemResult* out);
+// The closest item code of a store status and, unless it is OK or AlreadyExists, its message
+// (ItemResult::Set).
 void SetItemResult(const absl::Status& status, v1::ItemResult* out);
-// OnboardResponse.onboarded_pages: the leading items that succeeded (the usable prefix), which
-// with continue_after_miss is fewer than all that succeeded.
-uint32_t LeadingOk(const v1::OnboardResponse& resp);
+
+// The data plane's batches of an Offload or Onboard request (hashes parsed; one that does not
+// parse fails its item), and their results as the responses carry them.
+OffloadBatch OffloadBatchFromProto(const v1::OffloadRequest& req);
+OnboardBatch OnboardBatchFromProto(const v1::OnboardRequest& req);
+void OffloadResultToProto(const OffloadResult& result, v1::OffloadResponse* out);
+void OnboardResultToProto(const OnboardResult& result, v1::OnboardResponse* out);
 
 }  // namespace kvtier::service
 
