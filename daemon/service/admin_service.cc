@@ -168,7 +168,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext*
        resp]() -> absl::Status {
         // Parked requests go first when asked (their pages with them); otherwise their pages,
         // silent blocks, stay so that they can still be resumed.
-        if (include_parked) resp->set_released_parked_requests(service_->ReleaseParkedIn(ids));
+        if (include_parked) resp->set_released_parked_requests(service_->parks().ReleaseIn(ids));
         if (tier.has_value()) {
           // One tier: its copies are dropped (blocks with another copy stay); events per block.
           store::BlockStore::EvictRequest evict;

@@ -79,6 +79,9 @@ KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options)
       host_plane_(MakeHostDataPlane(store, &totals_)),
       gpu_plane_(MakeGpuDataPlane(store, &totals_)),
       registry_({options_.max_engines, options_.max_engines_per_tenant}),
+      parks_(store, {options_.max_parked_requests, options_.max_parked_requests_per_tenant,
+                     options_.default_park_ttl, options_.max_park_ttl}),
+      pins_(store, {options_.default_pin_ttl, options_.max_pin_ttl}),
       workers_(options_.worker_threads) {
   std::random_device rd;
   do {
@@ -218,8 +221,8 @@ std::pair<uint32_t, uint32_t> KvTierService::Remove(const std::string& engine_id
                                                     bool only_if_expired) {
   std::shared_ptr<Engine> engine = registry_.Take(engine_id, only_if_expired);
   if (engine == nullptr) return {0, 0};
-  const uint32_t released = ReleaseParked(engine_id, absl::InfiniteFuture());
-  const uint32_t pins = DropPins(engine_id, nullptr, absl::InfiniteFuture());
+  const uint32_t released = parks_.ReleaseEngine(engine_id);
+  const uint32_t pins = pins_.DropEngine(engine_id);
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why,
              released > 0 ? absl::StrCat("; released ", released, " parked requests") : "",
              pins > 0 ? absl::StrCat("; released ", pins, " pins") : "");
@@ -235,8 +238,8 @@ void KvTierService::LeaseLoop() {
     for (const std::string& id : registry_.Expired(absl::Now())) {
       Remove(id, "lease expired", /*only_if_expired=*/true);
     }
-    ReleaseParked("", absl::Now());
-    DropPins("", nullptr, absl::Now());
+    parks_.ReleaseExpired(absl::Now());
+    pins_.DropExpired(absl::Now());
   }
 }
 
@@ -544,9 +547,9 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   for (index::Tier t : tiers) resp->add_tiers(TierToProto(t));
   if (req->has_pin_ttl() && hits > 0) {
     chain.resize(hits);
-    google::protobuf::RepeatedPtrField<v1::ItemResult> results;
+    std::vector<ItemResult> results;  // the pins taken are in the store; misses are not reported
     const absl::Time expires =
-        PinBlocks(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
+        pins_.Pin(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
     SetTime(expires, resp->mutable_pin_expires_at());
   }
   lookup_engine.reset();

@@ -36,7 +36,9 @@
 #include "daemon/service/fair_scheduler.h"
 #include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
+#include "daemon/service/park_table.h"
 #include "daemon/service/peer_credentials.h"
+#include "daemon/service/pin_table.h"
 #include "daemon/service/request_limits.h"
 #include "daemon/service/rpc_metrics.h"
 #include "daemon/store/block_store.h"
@@ -116,9 +118,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // Calls and latencies per RPC (fed by MakeRpcMetricsInterceptor, which kvtierd installs).
   RpcMetrics& rpc_metrics() { return rpc_metrics_; }
   const RpcMetrics& rpc_metrics() const { return rpc_metrics_; }
-  // Releases every parked request of engines in `namespaces` (admin Clear with include_parked);
-  // returns how many.
-  uint32_t ReleaseParkedIn(const std::vector<store::NamespaceId>& namespaces);
+  // The parked requests (admin Clear with include_parked releases some).
+  ParkTable& parks() { return parks_; }
 
   // The caller's tenant when authentication is on; "" when it is off. Unauthenticated otherwise.
   absl::StatusOr<std::string> Caller(grpc::CallbackServerContext* ctx) const;
@@ -206,43 +207,6 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // lease_check_interval until the service stops.
   void LeaseLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // A paused request's pages, stored as blocks under hashes derived from (engine, request id,
-  // position) so prefix lookups never meet them. Owned by the engine that parked it.
-  struct Parked {
-    std::string engine_id;
-    std::string tenant;
-    store::NamespaceId ns = 0;
-    std::vector<index::BlockHash> hashes;  // in KV order
-    uint64_t num_tokens = 0;
-    std::string user_data;
-    uint64_t block_bytes = 0;
-    absl::Time expires;
-  };
-  static index::BlockHash ParkHash(const std::string& engine_id, const std::string& request_id,
-                                   uint64_t position);
-  // Pins `hashes` of the engine's namespace for `ttl` (extending pins it holds); fills one
-  // result per hash. Returns when the pins expire.
-  absl::Time PinBlocks(const Engine& engine, const std::vector<index::BlockHash>& hashes,
-                       absl::Duration ttl, google::protobuf::RepeatedPtrField<v1::ItemResult>* out);
-  // Drops the engine's pins (all of them when `hashes` is null) and expired pins of any engine
-  // (engine_id empty). Returns how many were dropped.
-  uint32_t DropPins(const std::string& engine_id, const std::vector<index::BlockHash>* hashes,
-                    absl::Time now);
-  struct HeldPin {
-    store::PinnedBlock hold;
-    absl::Time expires;
-  };
-
-  // Removes the parked request's blocks; returns the bytes freed.
-  uint64_t DropParked(const Parked& parked);
-  // Releases every parked request of `engine_id` (or, when empty, every expired one).
-  uint32_t ReleaseParked(const std::string& engine_id, absl::Time now);
-  // Releases the parked requests `match` selects (their blocks too); returns how many.
-  uint32_t ReleaseParkedWhere(absl::FunctionRef<bool(const Parked&)> match);
-  absl::Status DoPark(const Engine& engine, const v1::ParkRequest& req, v1::ParkResponse* resp);
-  absl::Status DoResume(const Engine& engine, const v1::ResumeRequest& req,
-                        v1::ResumeResponse* resp);
-
   // The end (exclusive item index) of the chunk that starts at item `next`: options.chunk_pages
   // items on, at least one.
   int ChunkEnd(int next) const {
@@ -265,22 +229,15 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // Declared before workers_: queued work holds EngineRefs until the workers are joined.
   EngineRegistry registry_;
 
-  // Lock order: park_mu_, then mu_, then the registry's (a leaf) and the store's. mu_ is never
-  // held across store I/O (blocks are dropped and pins released after it is unlocked);
-  // park_mu_ is, on purpose (see below).
+  // Paused requests and pinned blocks, each with its own locks (docs/ARCHITECTURE.md, "Lock
+  // order"); declared after the registry, before the workers: queued work uses them.
+  ParkTable parks_;
+  PinTable pins_;
+
+  // Lock order: mu_ is taken alone (never with the tables' or the registry's locks held, never
+  // across store I/O); it guards the requests in flight, the waiters and the stop flag.
   mutable absl::Mutex mu_;
   absl::CondVar idle_cv_;  // in_flight_ reached zero
-  // Parked requests by (engine id, request id), and how many each tenant has.
-  absl::flat_hash_map<std::pair<std::string, std::string>, Parked> parked_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, uint32_t> parked_per_tenant_ ABSL_GUARDED_BY(mu_);
-  // Takes a parked request out of parked_ (and its tenant's count). REQUIRES: mu_ held.
-  Parked EraseParked(decltype(parked_)::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ResourceExhausted when `tenant` may not park one more request. REQUIRES: mu_ held.
-  absl::Status CheckParkRoom(const std::string& tenant) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Serializes Park/Resume/Release (they change parked_ around store I/O).
-  absl::Mutex park_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  // Pins by (engine id, block hash): a store hold and its expiry.
-  absl::flat_hash_map<std::pair<std::string, index::BlockHash>, HeldPin> pins_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   // Unregister calls waiting for an engine's work (never on a worker: the work may be queued
