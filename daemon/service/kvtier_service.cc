@@ -76,8 +76,8 @@ KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options)
     : store_(store),
       options_(std::move(options)),
       started_(absl::Now()),
-      host_plane_(MakeHostDataPlane(store, &totals_)),
-      gpu_plane_(MakeGpuDataPlane(store, &totals_)),
+      host_plane_(dataplane::MakeHostDataPlane(store, &totals_)),
+      gpu_plane_(dataplane::MakeGpuDataPlane(store, &totals_)),
       registry_({options_.max_engines, options_.max_engines_per_tenant}),
       parks_(store, {options_.max_parked_requests, options_.max_parked_requests_per_tenant,
                      options_.default_park_ttl, options_.max_park_ttl}),
@@ -367,11 +367,12 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
                               "auto or cuda on a machine with a GPU)",
                               reg.name())));
       }
-      absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Open(
-          reg.name(), reg.cuda_ipc(), reg.slots(), engine->layout.pools[index].slot_bytes);
+      absl::StatusOr<std::unique_ptr<dataplane::DevicePool>> pool =
+          dataplane::DevicePool::Open(reg.name(), CudaIpcMemoryFromProto(reg.cuda_ipc()),
+                                      reg.slots(), engine->layout.pools[index].slot_bytes);
       if (!pool.ok()) return FinishWith(ctx, pool.status());
-      absl::StatusOr<std::unique_ptr<GpuPageCodec>> gpu =
-          GpuPageCodec::Create(engine->codec->plan(), (*pool)->device());
+      absl::StatusOr<std::unique_ptr<dataplane::GpuPageCodec>> gpu =
+          dataplane::GpuPageCodec::Create(engine->codec->plan(), (*pool)->device());
       if (!gpu.ok()) return FinishWith(ctx, gpu.status());
       engine->device_pool = std::move(*pool);
       engine->gpu = std::move(*gpu);
@@ -385,9 +386,10 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
                    "pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name())));
     }
     // With authentication on, a tenant's pools live in its own subdirectory.
-    absl::StatusOr<std::unique_ptr<HostPool>> pool = HostPool::Map(
-        reg.name(), reg.shared_memory(), reg.slots(), engine->layout.pools[index].slot_bytes,
-        options_.pool_dirs, options_.auth != nullptr ? *caller : "", forbidden_);
+    absl::StatusOr<std::unique_ptr<dataplane::HostPool>> pool = dataplane::HostPool::Map(
+        reg.name(), SharedMemoryFileFromProto(reg.shared_memory()), reg.slots(),
+        engine->layout.pools[index].slot_bytes, options_.pool_dirs,
+        options_.auth != nullptr ? *caller : "", forbidden_);
     if (!pool.ok()) return FinishWith(ctx, pool.status());
     engine->pools[index] = std::move(*pool);
     engine->slots = std::min(engine->slots, reg.slots());
@@ -547,7 +549,8 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   for (index::Tier t : tiers) resp->add_tiers(TierToProto(t));
   if (req->has_pin_ttl() && hits > 0) {
     chain.resize(hits);
-    std::vector<ItemResult> results;  // the pins taken are in the store; misses are not reported
+    std::vector<dataplane::ItemResult>
+        results;  // the pins taken are in the store; misses are not reported
     const absl::Time expires =
         pins_.Pin(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
     SetTime(expires, resp->mutable_pin_expires_at());
@@ -570,9 +573,9 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   }
   // The request as the data plane's batch, and its result, kept across the turns.
   struct Work {
-    OffloadBatch batch;
-    OffloadResult result;
-    ItemProgress progress;
+    dataplane::OffloadBatch batch;
+    dataplane::OffloadResult result;
+    dataplane::ItemProgress progress;
   };
   auto work = std::make_shared<Work>();
   work->batch = OffloadBatchFromProto(*req);
@@ -601,9 +604,9 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
                                                req->items_size(), options_.max_items_per_request)));
   }
   struct Work {  // as Offload's
-    OnboardBatch batch;
-    OnboardResult result;
-    ItemProgress progress;
+    dataplane::OnboardBatch batch;
+    dataplane::OnboardResult result;
+    dataplane::ItemProgress progress;
   };
   auto work = std::make_shared<Work>();
   work->batch = OnboardBatchFromProto(*req);

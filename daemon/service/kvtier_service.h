@@ -29,13 +29,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/codec.h"
+#include "daemon/dataplane/data_plane.h"
+#include "daemon/dataplane/gpu_pages.h"
+#include "daemon/dataplane/host_pool.h"
 #include "daemon/service/auth.h"
-#include "daemon/service/data_plane.h"
 #include "daemon/service/engine_registry.h"
 #include "daemon/service/event_log.h"
 #include "daemon/service/fair_scheduler.h"
-#include "daemon/service/gpu_pages.h"
-#include "daemon/service/host_pool.h"
 #include "daemon/service/park_table.h"
 #include "daemon/service/peer_credentials.h"
 #include "daemon/service/pin_table.h"
@@ -219,8 +219,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
   absl::Time started_;
   std::atomic<bool> draining_{false};
   // Data-plane totals for Stats, and the data planes (an engine's Engine::plane is one).
-  DataPlaneTotals totals_;
-  std::unique_ptr<DataPlane> host_plane_, gpu_plane_;
+  dataplane::DataPlaneTotals totals_;
+  std::unique_ptr<dataplane::DataPlane> host_plane_, gpu_plane_;
   RpcMetrics rpc_metrics_;
   // Requests handed to the workers and not finished (guarded by mu_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

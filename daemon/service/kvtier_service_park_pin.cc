@@ -133,9 +133,9 @@ grpc::ServerUnaryReactor* KvTierService::Pin(grpc::CallbackServerContext* ctx,
   const absl::Duration ttl =
       req->has_ttl() ? DurationFromProto(req->ttl()) : options_.default_pin_ttl;
   return WithEngine(ctx, req->engine_id(), [&](const Engine& engine) {
-    std::vector<ItemResult> results;
+    std::vector<dataplane::ItemResult> results;
     SetTime(pins_.Pin(engine, hashes, ttl, &results), resp->mutable_expires_at());
-    for (const ItemResult& r : results) ItemResultToProto(r, resp->add_results());
+    for (const dataplane::ItemResult& r : results) ItemResultToProto(r, resp->add_results());
     return absl::OkStatus();
   });
 }

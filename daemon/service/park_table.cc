@@ -9,25 +9,25 @@
 #include "common/digest.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
-#include "daemon/service/data_plane.h"
+#include "daemon/dataplane/data_plane.h"
 
 namespace kvtier::service {
 namespace {
 
 // The status of a Park whose page `i` failed with `r` (nothing is parked then).
-absl::Status ParkFailure(size_t i, const ItemResult& r) {
+absl::Status ParkFailure(size_t i, const dataplane::ItemResult& r) {
   absl::StatusCode code = absl::StatusCode::kInternal;
   switch (r.code) {
-    case ItemCode::kInvalidArgument:
+    case dataplane::ItemCode::kInvalidArgument:
       code = absl::StatusCode::kInvalidArgument;
       break;
-    case ItemCode::kResourceExhausted:
+    case dataplane::ItemCode::kResourceExhausted:
       code = absl::StatusCode::kResourceExhausted;
       break;
-    case ItemCode::kUnavailable:
+    case dataplane::ItemCode::kUnavailable:
       code = absl::StatusCode::kUnavailable;
       break;
-    case ItemCode::kFailedPrecondition:
+    case dataplane::ItemCode::kFailedPrecondition:
       code = absl::StatusCode::kFailedPrecondition;
       break;
     default:
@@ -102,18 +102,20 @@ absl::StatusOr<ParkTable::Parked> ParkTable::Park(const Engine& engine, const Pa
   }
   // The pages go through the ordinary offload path under derived hashes, all or nothing.
   const uint64_t block_bytes = engine.codec->block_bytes();
-  OffloadBatch batch;
+  dataplane::OffloadBatch batch;
   batch.parked = true;
   std::vector<index::BlockHash> hashes;
   for (size_t i = 0; i < args.page_indices.size(); ++i) {
     hashes.push_back(Hash(engine.id, args.request_id, first + i));
-    batch.items.push_back(PageItem{hashes.back(), args.page_indices[i]});
+    batch.items.push_back(dataplane::PageItem{hashes.back(), args.page_indices[i]});
   }
-  OffloadResult result;
-  engine.plane->Offload(engine, batch, &result, /*progress=*/nullptr, DataPlane::kAllItems);
+  dataplane::OffloadResult result;
+  engine.plane->Offload(engine, batch, &result, /*progress=*/nullptr,
+                        dataplane::DataPlane::kAllItems);
   for (size_t i = 0; i < result.results.size(); ++i) {
-    const ItemResult& r = result.results[i];
-    if (r.code == ItemCode::kOk || r.code == ItemCode::kAlreadyStored) continue;
+    const dataplane::ItemResult& r = result.results[i];
+    if (r.code == dataplane::ItemCode::kOk || r.code == dataplane::ItemCode::kAlreadyStored)
+      continue;
     DropBlocks(engine.ns, hashes, block_bytes);  // all or nothing
     return ParkFailure(i, r);
   }
@@ -155,8 +157,7 @@ absl::StatusOr<ParkTable::Parked> ParkTable::Park(const Engine& engine, const Pa
   return parked;
 }
 
-absl::StatusOr<ParkTable::Resumed> ParkTable::Resume(const Engine& engine,
-                                                     const ResumeArgs& args) {
+absl::StatusOr<ParkTable::Resumed> ParkTable::Resume(const Engine& engine, const ResumeArgs& args) {
   absl::MutexLock serial(&serial_);
   const Key key(engine.id, std::string(args.request_id));
   Record record;
@@ -172,28 +173,30 @@ absl::StatusOr<ParkTable::Resumed> ParkTable::Resume(const Engine& engine,
   }
   const uint64_t end = uint64_t{args.first_page} + args.page_indices.size();
   if (end > record.hashes.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "pages [%d, %d) asked for; %d are parked", args.first_page, end, record.hashes.size()));
+    return absl::InvalidArgumentError(absl::StrFormat("pages [%d, %d) asked for; %d are parked",
+                                                      args.first_page, end, record.hashes.size()));
   }
-  OnboardBatch batch;
+  dataplane::OnboardBatch batch;
   for (size_t i = 0; i < args.page_indices.size(); ++i) {
-    batch.items.push_back(PageItem{record.hashes[args.first_page + i], args.page_indices[i]});
+    batch.items.push_back(
+        dataplane::PageItem{record.hashes[args.first_page + i], args.page_indices[i]});
   }
-  OnboardResult result;
-  engine.plane->Onboard(engine, batch, &result, /*progress=*/nullptr, DataPlane::kAllItems);
+  dataplane::OnboardResult result;
+  engine.plane->Onboard(engine, batch, &result, /*progress=*/nullptr,
+                        dataplane::DataPlane::kAllItems);
   for (size_t i = 0; i < result.results.size(); ++i) {
-    const ItemResult& r = result.results[i];
-    if (r.code == ItemCode::kOk) continue;
-    if (r.code == ItemCode::kInvalidArgument) {
+    const dataplane::ItemResult& r = result.results[i];
+    if (r.code == dataplane::ItemCode::kOk) continue;
+    if (r.code == dataplane::ItemCode::kInvalidArgument) {
       return absl::InvalidArgumentError(absl::StrFormat("page_indices[%d]: %s", i, r.message));
     }
-    if (r.code == ItemCode::kUnavailable) {  // transient (no staging memory): retry
+    if (r.code == dataplane::ItemCode::kUnavailable) {  // transient (no staging memory): retry
       return absl::UnavailableError(absl::StrFormat("page_indices[%d]: %s", i, r.message));
     }
     // A parked block that is gone (evicted) or failed its checksum: the engine recomputes.
     return absl::DataLossError(absl::StrFormat(
         "parked page %d of request %s is lost (%s); recompute it", args.first_page + i,
-        Quoted(args.request_id), r.code == ItemCode::kNotFound ? "evicted" : r.message));
+        Quoted(args.request_id), r.code == dataplane::ItemCode::kNotFound ? "evicted" : r.message));
   }
   Resumed resumed;
   resumed.resumed_pages = result.onboarded_pages;
@@ -216,8 +219,8 @@ absl::StatusOr<ParkTable::Resumed> ParkTable::Resume(const Engine& engine,
   return resumed;
 }
 
-std::vector<std::optional<uint64_t>> ParkTable::Release(
-    const std::string& engine_id, absl::Span<const std::string> request_ids) {
+std::vector<std::optional<uint64_t>> ParkTable::Release(const std::string& engine_id,
+                                                        absl::Span<const std::string> request_ids) {
   absl::MutexLock serial(&serial_);
   std::vector<std::optional<uint64_t>> freed;
   for (const std::string& id : request_ids) {

@@ -8,12 +8,12 @@
 namespace kvtier::service {
 
 absl::Time PinTable::Pin(const Engine& engine, absl::Span<const index::BlockHash> hashes,
-                         absl::Duration ttl, std::vector<ItemResult>* results) {
+                         absl::Duration ttl, std::vector<dataplane::ItemResult>* results) {
   if (ttl <= absl::ZeroDuration()) ttl = limits_.default_ttl;
   ttl = std::min(ttl, limits_.max_ttl);
   const absl::Time expires = absl::Now() + ttl;
   for (const index::BlockHash& h : hashes) {
-    ItemResult& result = results->emplace_back();
+    dataplane::ItemResult& result = results->emplace_back();
     const Key key(engine.id, h);
     {
       absl::MutexLock lock(&mu_);

@@ -17,8 +17,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "daemon/dataplane/data_plane.h"
 #include "daemon/index/block_record.h"
-#include "daemon/service/data_plane.h"
 #include "daemon/service/engine_registry.h"
 #include "daemon/store/block_store.h"
 
@@ -39,7 +39,8 @@ class PinTable {
   // max_ttl), extending pins it holds already; appends one result per hash to `results` (kOk
   // with the tier, or kNotFound without a message). Returns when the pins expire.
   absl::Time Pin(const Engine& engine, absl::Span<const index::BlockHash> hashes,
-                 absl::Duration ttl, std::vector<ItemResult>* results) ABSL_LOCKS_EXCLUDED(mu_);
+                 absl::Duration ttl, std::vector<dataplane::ItemResult>* results)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Drops the engine's pin of `hash`; false when it held none.
   bool Unpin(const std::string& engine_id, const index::BlockHash& hash) ABSL_LOCKS_EXCLUDED(mu_);
   // Drop every pin of the engine, or every pin that expired before `now`; each returns how many.

@@ -46,64 +46,83 @@ absl::Duration DurationFromProto(const google::protobuf::Duration& d) {
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
-v1::ItemCode ItemCodeToProto(ItemCode code) {
+v1::ItemCode ItemCodeToProto(dataplane::ItemCode code) {
   switch (code) {
-    case ItemCode::kOk:
+    case dataplane::ItemCode::kOk:
       return v1::ITEM_CODE_OK;
-    case ItemCode::kAlreadyStored:
+    case dataplane::ItemCode::kAlreadyStored:
       return v1::ITEM_CODE_ALREADY_STORED;
-    case ItemCode::kNotFound:
+    case dataplane::ItemCode::kNotFound:
       return v1::ITEM_CODE_NOT_FOUND;
-    case ItemCode::kInvalidArgument:
+    case dataplane::ItemCode::kInvalidArgument:
       return v1::ITEM_CODE_INVALID_ARGUMENT;
-    case ItemCode::kResourceExhausted:
+    case dataplane::ItemCode::kResourceExhausted:
       return v1::ITEM_CODE_RESOURCE_EXHAUSTED;
-    case ItemCode::kNotAdmitted:
+    case dataplane::ItemCode::kNotAdmitted:
       return v1::ITEM_CODE_NOT_ADMITTED;
-    case ItemCode::kDataLoss:
+    case dataplane::ItemCode::kDataLoss:
       return v1::ITEM_CODE_DATA_LOSS;
-    case ItemCode::kUnavailable:
+    case dataplane::ItemCode::kUnavailable:
       return v1::ITEM_CODE_UNAVAILABLE;
-    case ItemCode::kSkipped:
+    case dataplane::ItemCode::kSkipped:
       return v1::ITEM_CODE_SKIPPED;
-    case ItemCode::kAborted:
+    case dataplane::ItemCode::kAborted:
       return v1::ITEM_CODE_ABORTED;
-    case ItemCode::kFailedPrecondition:
+    case dataplane::ItemCode::kFailedPrecondition:
       return v1::ITEM_CODE_FAILED_PRECONDITION;
-    case ItemCode::kInternal:
+    case dataplane::ItemCode::kInternal:
       return v1::ITEM_CODE_INTERNAL;
   }
   return v1::ITEM_CODE_INTERNAL;
 }
 
-void ItemResultToProto(const ItemResult& result, v1::ItemResult* out) {
+void ItemResultToProto(const dataplane::ItemResult& result, v1::ItemResult* out) {
   out->set_code(ItemCodeToProto(result.code));
   if (!result.message.empty()) out->set_message(result.message);
   if (result.tier.has_value()) out->set_tier(TierToProto(*result.tier));
 }
 
 void SetItemResult(const absl::Status& status, v1::ItemResult* out) {
-  ItemResult result;
+  dataplane::ItemResult result;
   result.Set(status);
   ItemResultToProto(result, out);
+}
+
+dataplane::SharedMemoryFile SharedMemoryFileFromProto(const v1::SharedMemoryFile& file) {
+  dataplane::SharedMemoryFile out;
+  if (file.has_path()) out.path = file.path();
+  if (file.has_shm_name()) out.shm_name = file.shm_name();
+  out.offset_bytes = file.offset_bytes();
+  out.size_bytes = file.size_bytes();
+  return out;
+}
+
+dataplane::CudaIpcMemory CudaIpcMemoryFromProto(const v1::CudaIpcMemory& memory) {
+  dataplane::CudaIpcMemory out;
+  out.handle = memory.handle();
+  out.device_uuid = memory.device_uuid();
+  out.device_ordinal = memory.device_ordinal();
+  out.base_offset_bytes = memory.base_offset_bytes();
+  out.size_bytes = memory.size_bytes();
+  return out;
 }
 
 namespace {
 
 template <typename Request>
-std::vector<PageItem> PageItemsFromProto(const Request& req) {
-  std::vector<PageItem> items;
+std::vector<dataplane::PageItem> PageItemsFromProto(const Request& req) {
+  std::vector<dataplane::PageItem> items;
   items.reserve(req.items_size());
   for (const auto& item : req.items()) {
-    items.push_back(PageItem{HashFromProto(item.block_hash()), item.page_index()});
+    items.push_back(dataplane::PageItem{HashFromProto(item.block_hash()), item.page_index()});
   }
   return items;
 }
 
 }  // namespace
 
-OffloadBatch OffloadBatchFromProto(const v1::OffloadRequest& req) {
-  OffloadBatch batch;
+dataplane::OffloadBatch OffloadBatchFromProto(const v1::OffloadRequest& req) {
+  dataplane::OffloadBatch batch;
   batch.items = PageItemsFromProto(req);
   // WRITE_ACK_DURABLE implies durable (cache.proto).
   batch.durable = req.durable();
@@ -111,22 +130,22 @@ OffloadBatch OffloadBatchFromProto(const v1::OffloadRequest& req) {
   return batch;
 }
 
-OnboardBatch OnboardBatchFromProto(const v1::OnboardRequest& req) {
-  OnboardBatch batch;
+dataplane::OnboardBatch OnboardBatchFromProto(const v1::OnboardRequest& req) {
+  dataplane::OnboardBatch batch;
   batch.items = PageItemsFromProto(req);
   batch.continue_after_miss = req.continue_after_miss();
   return batch;
 }
 
-void OffloadResultToProto(const OffloadResult& result, v1::OffloadResponse* out) {
-  for (const ItemResult& r : result.results) ItemResultToProto(r, out->add_results());
+void OffloadResultToProto(const dataplane::OffloadResult& result, v1::OffloadResponse* out) {
+  for (const dataplane::ItemResult& r : result.results) ItemResultToProto(r, out->add_results());
   out->set_stored_pages(result.stored_pages);
   out->set_hot_bytes_read(result.hot_bytes_read);
   out->set_cold_bytes_written(result.cold_bytes_written);
 }
 
-void OnboardResultToProto(const OnboardResult& result, v1::OnboardResponse* out) {
-  for (const ItemResult& r : result.results) ItemResultToProto(r, out->add_results());
+void OnboardResultToProto(const dataplane::OnboardResult& result, v1::OnboardResponse* out) {
+  for (const dataplane::ItemResult& r : result.results) ItemResultToProto(r, out->add_results());
   out->set_onboarded_pages(result.onboarded_pages);
   out->set_cold_bytes_read(result.cold_bytes_read);
   out->set_hot_bytes_written(result.hot_bytes_written);

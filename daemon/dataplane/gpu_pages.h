@@ -3,8 +3,8 @@
 // the daemon's CUDA-pinned host tier with the fused NVFP4 kernels (nvfp4, nvfp4+rope, nvfp4x2) or
 // the batched copy kernel (raw). Kernels write payloads; the host seals headers and checksums.
 // Pages must be in the flat form (one pool, buffers back to back), which the fused kernels read.
-#ifndef KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
-#define KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
+#ifndef KVTIER_DAEMON_DATAPLANE_GPU_PAGES_H_
+#define KVTIER_DAEMON_DATAPLANE_GPU_PAGES_H_
 
 #include <cstdint>
 #include <memory>
@@ -17,9 +17,19 @@
 #include "codec/cold_block.h"
 #include "kernels/batched_copy.h"
 #include "kernels/nvfp4_gpu_codec.h"
-#include "kvtier/v1/pool.pb.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
+
+// An engine's GPU allocation shared through CUDA IPC (the contract's CudaIpcMemory, which
+// proto_convert.h converts): the 64-byte handle, the device's 16-byte UUID and the engine's
+// ordinal for messages, and the range of the allocation that holds the pages.
+struct CudaIpcMemory {
+  std::string handle;
+  std::string device_uuid;
+  uint32_t device_ordinal = 0;
+  uint64_t base_offset_bytes = 0;
+  uint64_t size_bytes = 0;
+};
 
 class DevicePool {
  public:
@@ -28,7 +38,7 @@ class DevicePool {
   // rejects; FailedPrecondition when this process does not see the device; Unimplemented without
   // CUDA.
   static absl::StatusOr<std::unique_ptr<DevicePool>> Open(const std::string& pool_name,
-                                                          const v1::CudaIpcMemory& memory,
+                                                          const CudaIpcMemory& memory,
                                                           uint32_t slots, uint64_t slot_bytes);
   ~DevicePool();
   DevicePool(const DevicePool&) = delete;
@@ -103,6 +113,6 @@ class GpuPageCodec {
   std::vector<void*> streams_;
 };
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
 
-#endif  // KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
+#endif  // KVTIER_DAEMON_DATAPLANE_GPU_PAGES_H_

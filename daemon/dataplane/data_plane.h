@@ -1,11 +1,12 @@
 // DataPlane: moves pages between an engine's registered pools and the store, in batches, with a
-// result per item. Two implementations, chosen per engine at registration (Engine::plane):
-// HostDataPlane (shared-memory pools through the CPU codec, data_plane.cc) and GpuDataPlane (CUDA
-// IPC pools through the fused kernels, data_plane_gpu.cc). The service validates, authenticates
-// and schedules; a data plane only moves pages. Thread-safe: one instance serves every engine of
+// result per item. Two implementations, chosen per engine at registration (the service's
+// Engine::plane): HostDataPlane (shared-memory pools through the CPU codec, data_plane.cc) and
+// GpuDataPlane (CUDA IPC pools through the fused kernels, data_plane_gpu.cc). The service
+// validates, authenticates, translates protos and schedules; a data plane only moves pages, and
+// knows neither gRPC nor the contract's messages. Thread-safe: one instance serves every engine of
 // its kind, on any worker.
-#ifndef KVTIER_DAEMON_SERVICE_DATA_PLANE_H_
-#define KVTIER_DAEMON_SERVICE_DATA_PLANE_H_
+#ifndef KVTIER_DAEMON_DATAPLANE_DATA_PLANE_H_
+#define KVTIER_DAEMON_DATAPLANE_DATA_PLANE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -15,16 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/dataplane/engine_pages.h"
 #include "daemon/index/block_record.h"
-#include "daemon/service/request_limits.h"
 #include "daemon/store/block_store.h"
 
-namespace kvtier::service {
-
-struct Engine;
+namespace kvtier::dataplane {
 
 // Data-plane totals since the daemon started (the counters of StatsResponse).
 struct DataPlaneTotals {
@@ -33,8 +33,8 @@ struct DataPlaneTotals {
   std::atomic<uint64_t> dropped_offloads{0};
 };
 
-// The outcome of one item, in the contract's terms (kvtier.v1.ItemCode, same order; proto_convert.h
-// converts), so that Park and Resume read results without protos.
+// The outcome of one item, in the contract's terms (kvtier.v1.ItemCode, same order; the service's
+// proto_convert.h converts), so that Park and Resume read results without protos.
 enum class ItemCode : uint8_t {
   kOk,
   kAlreadyStored,
@@ -93,6 +93,18 @@ struct OnboardResult {
 // continue_after_miss is fewer than all that succeeded.
 uint32_t LeadingOk(const std::vector<ItemResult>& results);
 
+// The hashes of one request's items, so that an item repeating an earlier item's hash fails
+// (cache.proto: the hashes of one Offload are distinct). Not thread-safe; one per request.
+class DistinctHashes {
+ public:
+  // OK the first time `hash` is added; InvalidArgument naming the hash and the earlier item
+  // ("items[0]") when an earlier item had it.
+  absl::Status Add(const index::BlockHash& hash, int item);
+
+ private:
+  absl::flat_hash_map<index::BlockHash, int> first_;
+};
+
 // Where an Offload or Onboard stands between two turns: the first item not yet done and, for
 // Onboard, the pages already written and whether it stopped at a miss (later items: SKIPPED).
 struct ItemProgress {
@@ -116,9 +128,9 @@ class DataPlane {
   // kSkipped at once. The result is complete when progress->next == items.size(). Blocks on
   // encoding, decoding and the store (a worker's work). The GPU form does kernel passes of at
   // most 256 items, sealed on the host; a chunk (up to `end`) has at least one full pass.
-  virtual void Offload(const Engine& engine, const OffloadBatch& batch, OffloadResult* result,
+  virtual void Offload(const EnginePages& engine, const OffloadBatch& batch, OffloadResult* result,
                        ItemProgress* progress, int end) = 0;
-  virtual void Onboard(const Engine& engine, const OnboardBatch& batch, OnboardResult* result,
+  virtual void Onboard(const EnginePages& engine, const OnboardBatch& batch, OnboardResult* result,
                        ItemProgress* progress, int end) = 0;
 
  protected:
@@ -126,7 +138,7 @@ class DataPlane {
   DataPlane(store::BlockStore* store, DataPlaneTotals* totals) : store_(store), totals_(totals) {}
 
   // The store's options for the blocks of an offload of `engine`.
-  static store::PutOptions PutOptionsFor(const Engine& engine, const OffloadBatch& batch);
+  static store::PutOptions PutOptionsFor(const EnginePages& engine, const OffloadBatch& batch);
   // An offload item whose block is stored already (Reserve said AlreadyExists), for both paths:
   // ALREADY_STORED with the tier it is in; a durable offload makes that block durable (waiting
   // for it with wait_durable), and an item whose block went away meanwhile reports UNAVAILABLE.
@@ -137,11 +149,11 @@ class DataPlane {
   DataPlaneTotals* const totals_;
 };
 
-// Shared-memory pools (Engine::pools) through the engine's CPU codec.
+// Shared-memory pools (EnginePages::pools) through the engine's CPU codec.
 std::unique_ptr<DataPlane> MakeHostDataPlane(store::BlockStore* store, DataPlaneTotals* totals);
-// A CUDA IPC pool (Engine::device_pool) through the engine's GpuPageCodec.
+// A CUDA IPC pool (EnginePages::device_pool) through the engine's GpuPageCodec.
 std::unique_ptr<DataPlane> MakeGpuDataPlane(store::BlockStore* store, DataPlaneTotals* totals);
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
 
-#endif  // KVTIER_DAEMON_SERVICE_DATA_PLANE_H_
+#endif  // KVTIER_DAEMON_DATAPLANE_DATA_PLANE_H_

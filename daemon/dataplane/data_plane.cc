@@ -1,24 +1,25 @@
 // DataPlane's shared parts and HostDataPlane: offload and onboard of shared-memory pools
 // through the engine's CPU codec, straight into a reserved host slot (Reserve/Commit) and out of a
 // pinned block.
-#include "daemon/service/data_plane.h"
+#include "daemon/dataplane/data_plane.h"
 
 #include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/digest.h"
 #include "common/status_macros.h"
-#include "daemon/service/engine_registry.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 namespace {
 
 // FailedPrecondition when a page of a host pool could not be read or written (HostPool::
 // CheckFaults): checked after every page, so no zeros from a lost page are stored or reported
 // as onboarded.
-absl::Status CheckPoolFaults(const Engine& engine) {
+absl::Status CheckPoolFaults(const EnginePages& engine) {
   for (const std::unique_ptr<HostPool>& pool : engine.pools) {
     if (pool != nullptr) KVTIER_RETURN_IF_ERROR(pool->CheckFaults());
   }
@@ -26,7 +27,7 @@ absl::Status CheckPoolFaults(const Engine& engine) {
 }
 
 // FailedPrecondition when a host pool's file shrank since registration or lost a page.
-absl::Status CheckPools(const Engine& engine) {
+absl::Status CheckPools(const EnginePages& engine) {
   for (const std::unique_ptr<HostPool>& pool : engine.pools) {
     if (pool != nullptr) KVTIER_RETURN_IF_ERROR(pool->CheckIntact());
   }
@@ -36,14 +37,14 @@ absl::Status CheckPools(const Engine& engine) {
 class HostDataPlane final : public DataPlane {
  public:
   HostDataPlane(store::BlockStore* store, DataPlaneTotals* totals) : DataPlane(store, totals) {}
-  void Offload(const Engine& engine, const OffloadBatch& batch, OffloadResult* out,
+  void Offload(const EnginePages& engine, const OffloadBatch& batch, OffloadResult* out,
                ItemProgress* progress, int end) override;
-  void Onboard(const Engine& engine, const OnboardBatch& batch, OnboardResult* out,
+  void Onboard(const EnginePages& engine, const OnboardBatch& batch, OnboardResult* out,
                ItemProgress* progress, int end) override;
 };
 
-void HostDataPlane::Offload(const Engine& engine, const OffloadBatch& batch, OffloadResult* out,
-                            ItemProgress* progress, int end) {
+void HostDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch,
+                            OffloadResult* out, ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   const int first = progress->next;
@@ -103,8 +104,8 @@ void HostDataPlane::Offload(const Engine& engine, const OffloadBatch& batch, Off
   totals_->dropped_offloads += static_cast<uint64_t>(i - first) - stored;
 }
 
-void HostDataPlane::Onboard(const Engine& engine, const OnboardBatch& batch, OnboardResult* out,
-                            ItemProgress* progress, int end) {
+void HostDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch,
+                            OnboardResult* out, ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   const int first = progress->next;
@@ -203,13 +204,21 @@ void ItemResult::Set(const absl::Status& status) {
   }
 }
 
+absl::Status DistinctHashes::Add(const index::BlockHash& hash, int item) {
+  const auto [it, inserted] = first_.try_emplace(hash, item);
+  if (inserted) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("block hash ", LowerHex(hash), " repeats items[",
+                                                 it->second,
+                                                 "]; the hashes of one request must be distinct"));
+}
+
 uint32_t LeadingOk(const std::vector<ItemResult>& results) {
   uint32_t n = 0;
   while (n < results.size() && results[n].code == ItemCode::kOk) ++n;
   return n;
 }
 
-store::PutOptions DataPlane::PutOptionsFor(const Engine& engine, const OffloadBatch& batch) {
+store::PutOptions DataPlane::PutOptionsFor(const EnginePages& engine, const OffloadBatch& batch) {
   store::PutOptions put;
   put.durable = batch.durable || batch.wait_durable;
   put.wait_durable = batch.wait_durable;
@@ -240,4 +249,4 @@ std::unique_ptr<DataPlane> MakeHostDataPlane(store::BlockStore* store, DataPlane
   return std::make_unique<HostDataPlane>(store, totals);
 }
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane

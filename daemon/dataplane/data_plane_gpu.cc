@@ -10,12 +10,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
-#include "daemon/service/data_plane.h"
-#include "daemon/service/engine_registry.h"
-#include "daemon/service/request_limits.h"
+#include "daemon/dataplane/data_plane.h"
 #include "kernels/device.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 
 namespace {
 
@@ -46,13 +44,13 @@ size_t SealThreads() {
 class GpuDataPlane final : public DataPlane {
  public:
   GpuDataPlane(store::BlockStore* store, DataPlaneTotals* totals) : DataPlane(store, totals) {}
-  void Offload(const Engine& engine, const OffloadBatch& batch, OffloadResult* out,
+  void Offload(const EnginePages& engine, const OffloadBatch& batch, OffloadResult* out,
                ItemProgress* progress, int end) override;
-  void Onboard(const Engine& engine, const OnboardBatch& batch, OnboardResult* out,
+  void Onboard(const EnginePages& engine, const OnboardBatch& batch, OnboardResult* out,
                ItemProgress* progress, int end) override;
 };
 
-void GpuDataPlane::Offload(const Engine& engine, const OffloadBatch& batch, OffloadResult* out,
+void GpuDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch, OffloadResult* out,
                            ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
@@ -144,7 +142,7 @@ void GpuDataPlane::Offload(const Engine& engine, const OffloadBatch& batch, Offl
   totals_->dropped_offloads += static_cast<uint64_t>(next - first) - stored;
 }
 
-void GpuDataPlane::Onboard(const Engine& engine, const OnboardBatch& batch, OnboardResult* out,
+void GpuDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch, OnboardResult* out,
                            ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
@@ -245,4 +243,4 @@ std::unique_ptr<DataPlane> MakeGpuDataPlane(store::BlockStore* store, DataPlaneT
   return std::make_unique<GpuDataPlane>(store, totals);
 }
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
