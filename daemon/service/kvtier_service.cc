@@ -25,6 +25,8 @@ namespace kvtier::service {
 namespace {
 
 constexpr uint32_t kApiVersion = 1;
+// The workers' flow of RegisterEngine calls (engine ids start with 'e'; admin work is "").
+constexpr absl::string_view kRegistrationFlow = "registration";
 
 }  // namespace
 
@@ -316,22 +318,40 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
                                absl::StrFormat("the token authenticates tenant %s, not %s",
                                                Quoted(*caller), Quoted(req->tenant()))));
   }
-  if (!req->has_layout()) return FinishWith(ctx, absl::InvalidArgumentError("layout is required"));
+  // Opening pools (files, CUDA IPC) and writing the namespace record (the index) may block: on a
+  // worker, in the registrations' own flow.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOnWorker(
+      ctx, reactor,
+      [this, req, resp, caller = *std::move(caller), peer = ctx->peer()] {
+        // Checked again on the worker: a Drain that began meanwhile waits for this request.
+        if (draining_) return absl::UnavailableError("the daemon is draining");
+        return DoRegister(*req, caller, peer, resp);
+      },
+      kRegistrationFlow);
+  return reactor;
+}
+
+absl::Status KvTierService::DoRegister(const v1::RegisterEngineRequest& request,
+                                       const std::string& caller, const std::string& peer,
+                                       v1::RegisterEngineResponse* resp) {
+  const v1::RegisterEngineRequest* req = &request;
+  if (!req->has_layout()) return absl::InvalidArgumentError("layout is required");
   auto engine = std::make_shared<Engine>();
   absl::StatusOr<codec::PageLayout> layout = LayoutFromProto(req->layout());
-  if (!layout.ok()) return FinishWith(ctx, layout.status());
+  if (!layout.ok()) return layout.status();
   engine->layout = std::move(*layout);
   absl::StatusOr<codec::CodecSpec> spec = CodecFromProto(req->codec(), options_.default_codec);
-  if (!spec.ok()) return FinishWith(ctx, spec.status());
+  if (!spec.ok()) return spec.status();
   absl::StatusOr<std::unique_ptr<codec::Codec>> codec = codec::Codec::Create(engine->layout, *spec);
-  if (!codec.ok()) return FinishWith(ctx, codec.status());
+  if (!codec.ok()) return codec.status();
   engine->codec = std::move(*codec);
   // Every layout pool exactly once.
   engine->pools.resize(engine->layout.pools.size());
   if (req->pools_size() != static_cast<int>(engine->layout.pools.size())) {
-    return FinishWith(ctx, absl::InvalidArgumentError(
-                               absl::StrFormat("%d pools registered for a layout of %d pools",
-                                               req->pools_size(), engine->layout.pools.size())));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d pools registered for a layout of %d pools", req->pools_size(),
+                        engine->layout.pools.size()));
   }
   engine->slots = UINT32_MAX;
   for (const v1::PoolRegistration& reg : req->pools()) {
@@ -340,40 +360,39 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
       ++index;
     }
     if (index == engine->layout.pools.size()) {
-      return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                                 "pool %s is not a pool of the layout", Quoted(reg.name()))));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("pool %s is not a pool of the layout", Quoted(reg.name())));
     }
     if (engine->pools[index] != nullptr) {
-      return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                                 "pool %s is registered twice", Quoted(reg.name()))));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("pool %s is registered twice", Quoted(reg.name())));
     }
     if (reg.has_cuda_ipc()) {
       if (engine->layout.pools.size() != 1) {
-        return FinishWith(ctx, absl::UnimplementedError(absl::StrFormat(
-                                   "pool '%s': GPU engines register one pool (a flat layout); this "
-                                   "layout has %d",
-                                   reg.name(), engine->layout.pools.size())));
+        return absl::UnimplementedError(
+            absl::StrFormat("pool '%s': GPU engines register one pool (a flat layout); this "
+                            "layout has %d",
+                            reg.name(), engine->layout.pools.size()));
       }
       if (!kernels::BuiltWithCuda()) {
-        return FinishWith(ctx, absl::UnimplementedError(absl::StrFormat(
-                                   "pool '%s': this kvtierd was built without CUDA and serves host "
-                                   "pools (shared_memory) only",
-                                   reg.name())));
+        return absl::UnimplementedError(
+            absl::StrFormat("pool '%s': this kvtierd was built without CUDA and serves host "
+                            "pools (shared_memory) only",
+                            reg.name()));
       }
       if (!store_->HostTierDeviceAccessible()) {
-        return FinishWith(ctx,
-                          absl::FailedPreconditionError(absl::StrFormat(
-                              "pool '%s': GPU pools need the host tier pinned with CUDA (host.pin "
-                              "auto or cuda on a machine with a GPU)",
-                              reg.name())));
+        return absl::FailedPreconditionError(
+            absl::StrFormat("pool '%s': GPU pools need the host tier pinned with CUDA (host.pin "
+                            "auto or cuda on a machine with a GPU)",
+                            reg.name()));
       }
       absl::StatusOr<std::unique_ptr<dataplane::DevicePool>> pool =
           dataplane::DevicePool::Open(reg.name(), CudaIpcMemoryFromProto(reg.cuda_ipc()),
                                       reg.slots(), engine->layout.pools[index].slot_bytes);
-      if (!pool.ok()) return FinishWith(ctx, pool.status());
+      if (!pool.ok()) return pool.status();
       absl::StatusOr<std::unique_ptr<dataplane::GpuPageCodec>> gpu =
           dataplane::GpuPageCodec::Create(engine->codec->plan(), (*pool)->device());
-      if (!gpu.ok()) return FinishWith(ctx, gpu.status());
+      if (!gpu.ok()) return gpu.status();
       engine->device_pool = std::move(*pool);
       engine->gpu = std::move(*gpu);
       engine->slots = std::min(engine->slots, reg.slots());
@@ -381,21 +400,20 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
       continue;
     }
     if (!reg.has_shared_memory()) {
-      return FinishWith(
-          ctx, absl::InvalidArgumentError(absl::StrFormat(
-                   "pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name())));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name()));
     }
     // With authentication on, a tenant's pools live in its own subdirectory.
     absl::StatusOr<std::unique_ptr<dataplane::HostPool>> pool = dataplane::HostPool::Map(
         reg.name(), SharedMemoryFileFromProto(reg.shared_memory()), reg.slots(),
         engine->layout.pools[index].slot_bytes, options_.pool_dirs,
-        options_.auth != nullptr ? *caller : "", forbidden_);
-    if (!pool.ok()) return FinishWith(ctx, pool.status());
+        options_.auth != nullptr ? caller : "", forbidden_);
+    if (!pool.ok()) return pool.status();
     engine->pools[index] = std::move(*pool);
     engine->slots = std::min(engine->slots, reg.slots());
   }
   const std::string tenant =
-      options_.auth != nullptr ? *caller : (req->tenant().empty() ? "default" : req->tenant());
+      options_.auth != nullptr ? caller : (req->tenant().empty() ? "default" : req->tenant());
   const uint64_t fingerprint = codec::LayoutFingerprint(engine->layout);
   const DerivedNamespace ns = DeriveNamespace(
       tenant, req->model(), req->partition(), fingerprint, *spec, options_.hash_root_key,
@@ -412,15 +430,14 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   for (const auto& [id, record] : store_->Namespaces()) {
     // Two different namespaces must never share blocks (64-bit keyed ids: never seen so far).
     if (id == ns.id && record.first != ns_record) {
-      return FinishWith(
-          ctx, absl::FailedPreconditionError(absl::StrFormat(
-                   "namespace id %016x of (tenant %s, model %s, partition %s) is "
-                   "already taken by another namespace; use another partition",
-                   ns.id, Quoted(tenant), Quoted(req->model()), Quoted(req->partition()))));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("namespace id %016x of (tenant %s, model %s, partition %s) is "
+                          "already taken by another namespace; use another partition",
+                          ns.id, Quoted(tenant), Quoted(req->model()), Quoted(req->partition())));
     }
   }
   if (absl::Status st = store_->PutNamespace(ns.id, ns_record, 0); !st.ok()) {
-    return FinishWith(ctx, st);
+    return st;
   }
   absl::Duration lease =
       req->has_lease_ttl() ? DurationFromProto(req->lease_ttl()) : options_.default_lease;
@@ -429,11 +446,11 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   engine->hot_page_bytes = engine->layout.HotBytes();
   engine->plane = engine->gpu != nullptr ? gpu_plane_.get() : host_plane_.get();
   engine->registered = absl::Now();
-  engine->peer = ctx->peer();
+  engine->peer = peer;
   engine->pid = options_.peers != nullptr ? options_.peers->PidOf(engine->peer) : 0;
   engine->id = absl::StrFormat("e%016x-%d", incarnation_, next_engine_++);
   engine->name = req->engine_name().empty() ? engine->id : req->engine_name();
-  if (absl::Status st = registry_.Add(engine); !st.ok()) return FinishWith(ctx, st);
+  if (absl::Status st = registry_.Add(engine); !st.ok()) return st;
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") registered: tenant ", tenant,
              ", model ", req->model(), ", namespace ", absl::StrFormat("%016x", ns.id), ", ",
              engine->layout.buffers.size(), " buffers, ", engine->slots, " pages, codec ",
@@ -446,7 +463,7 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   resp->set_hot_page_bytes(engine->hot_page_bytes);
   resp->set_cold_block_bytes(engine->codec->block_bytes());
   resp->set_incarnation_id(incarnation_);
-  return FinishWith(ctx, absl::OkStatus());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext* ctx,

@@ -1,10 +1,11 @@
 // KvTierService: the engine-facing gRPC service (kvtier.v1.KvTier, callback API) over a
-// BlockStore. Registration maps an engine's pools; Offload, Onboard, Park, Resume and Release run
-// on the workers (a FairScheduler: each engine is a flow, and Offload and Onboard batches are done
-// in chunks of options.chunk_pages, one per turn) so that gRPC's threads never block on encoding,
-// decoding or disk reads, and one engine's batch cannot hold the others. Lookup, Pin and the
-// other metadata RPCs run on gRPC's threads: they never queue behind data movement. Engines hold
-// leases; an engine whose lease expires is unregistered as Unregister does. This first version
+// BlockStore. Registration maps an engine's pools; RegisterEngine (after its checks), Offload,
+// Onboard, Park, Resume and Release run on the workers (a FairScheduler: each engine is a flow,
+// registrations are one, and Offload and Onboard batches are done in chunks of
+// options.chunk_pages, one per turn) so that gRPC's threads never block on opening files,
+// encoding, decoding or disk reads, and one engine's batch cannot hold the others. Lookup, Pin
+// and the other metadata RPCs run on gRPC's threads: they never queue behind data movement. Engines
+// hold leases; an engine whose lease expires is unregistered as Unregister does. This first version
 // serves host pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat
 // layouts) through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin
 // (and Lookup's pin_ttl) hold blocks for a lease; WatchEvents streams the EventLog.
@@ -198,6 +199,12 @@ class KvTierService final : public v1::KvTier::CallbackService {
   grpc::ServerUnaryReactor* OnEngineTurns(
       grpc::CallbackServerContext* ctx, const std::string& engine_id,
       std::function<std::optional<absl::Status>(const Engine&)> turn);
+  // RegisterEngine's work after the checks on gRPC's thread (the caller authenticated as
+  // `caller`, "" without authentication; `peer` gRPC's address of the call): the layout and
+  // codec, the pools opened and mapped, the namespace record written, the engine added. On a
+  // worker: it opens files and CUDA IPC handles and writes the index.
+  absl::Status DoRegister(const v1::RegisterEngineRequest& request, const std::string& caller,
+                          const std::string& peer, v1::RegisterEngineResponse* resp);
   // Removes the engine, waits until no request works on its pools, releases its parked requests
   // and its pins (returns how many of each).
   // With only_if_expired, an engine whose lease was renewed meanwhile stays.
