@@ -74,17 +74,13 @@ absl::StatusOr<DerivedNamespace> DeriveNamespace(const v1::Namespace& ns, const 
 
 // ---- Service ----
 
-KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options)
+KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options, ServiceState* state)
     : store_(store),
       options_(std::move(options)),
       started_(absl::Now()),
       host_plane_(dataplane::MakeHostDataPlane(store, &totals_)),
       gpu_plane_(dataplane::MakeGpuDataPlane(store, &totals_)),
-      registry_({options_.max_engines, options_.max_engines_per_tenant}),
-      parks_(store, {options_.max_parked_requests, options_.max_parked_requests_per_tenant,
-                     options_.default_park_ttl, options_.max_park_ttl}),
-      pins_(store, {options_.default_pin_ttl, options_.max_pin_ttl}),
-      workers_(options_.worker_threads) {
+      state_(state) {
   std::random_device rd;
   do {
     incarnation_ = (uint64_t{rd()} << 32) | rd();
@@ -114,73 +110,16 @@ KvTierService::~KvTierService() {
     waiters.swap(waiters_);
   }
   for (auto& w : waiters) w.first.join();  // their engines' work finishes on the workers
+  state_->dispatcher().Stop();             // no work of this service runs after it
 }
 
-void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                                std::function<absl::Status()> work, absl::string_view flow) {
-  RunTurnsOnWorker(ctx, reactor, flow,
-                   [work = std::move(work)]() -> std::optional<absl::Status> { return work(); });
-}
-
-void KvTierService::RunTurnsOnWorker(grpc::CallbackServerContext* ctx,
-                                     grpc::ServerUnaryReactor* reactor, absl::string_view flow,
-                                     std::function<std::optional<absl::Status>()> turn) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++in_flight_;
-  }
-  const absl::Time queued = absl::Now();
-  // gRPC cancels a call whose own deadline passes; the default applies to calls without one.
-  const bool client_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
-  workers_.Submit(flow, [this, ctx, reactor, queued, client_deadline, turn = std::move(turn),
-                         started = false]() mutable {
-    std::optional<absl::Status> status;
-    if (!started) {
-      const absl::Duration waited = absl::Now() - queued;
-      if (ctx->IsCancelled()) {
-        status = absl::CancelledError(absl::StrFormat(
-            "the call was cancelled or its deadline passed while it waited %s for a worker",
-            absl::FormatDuration(waited)));
-      } else if (!client_deadline && options_.default_deadline > absl::ZeroDuration() &&
-                 waited > options_.default_deadline) {
-        status = absl::DeadlineExceededError(absl::StrFormat(
-            "waited %s for a worker, past the server's default deadline of %s (the call set none)",
-            absl::FormatDuration(waited), absl::FormatDuration(options_.default_deadline)));
-      }
-      started = true;
-    }
-    if (!status.has_value()) status = turn();
-    if (!status.has_value()) return true;  // another turn
-    // What the work holds (its engine) is released before the client hears of the result.
-    turn = nullptr;
-    reactor->Finish(ToGrpc(*status));
-    absl::MutexLock lock(&mu_);
-    if (--in_flight_ == 0) idle_cv_.SignalAll();
-    return false;
-  });
-}
-
-bool KvTierService::WaitIdle(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
-  while (in_flight_ > 0) {
-    if (idle_cv_.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  return in_flight_ == 0;
-}
-
-size_t KvTierService::engine_count() const { return registry_.size(); }
-
-absl::StatusOr<std::string> KvTierService::Caller(grpc::CallbackServerContext* ctx) const {
-  if (options_.auth == nullptr) return std::string();
-  return options_.auth->Authenticate(*ctx);
-}
+size_t KvTierService::engine_count() const { return state_->registry().size(); }
 
 absl::StatusOr<EngineRef> KvTierService::EnterFor(grpc::CallbackServerContext* ctx,
                                                   const std::string& engine_id) {
   absl::StatusOr<std::string> caller = Caller(ctx);
   if (!caller.ok()) return caller.status();
-  return registry_.EnterChecked(engine_id, options_.auth != nullptr ? &*caller : nullptr);
+  return state_->registry().EnterChecked(engine_id, options_.auth != nullptr ? &*caller : nullptr);
 }
 
 grpc::ServerUnaryReactor* KvTierService::WithEngine(
@@ -213,18 +152,18 @@ grpc::ServerUnaryReactor* KvTierService::OnEngineTurns(
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // The ref lives in the work: RunTurnsOnWorker destroys it after the last turn, or without a
   // turn when the call is skipped, and the engine is left then.
-  RunTurnsOnWorker(ctx, reactor, flow, [engine = std::move(*entered), turn = std::move(turn)] {
-    return turn(*engine);
-  });
+  state_->dispatcher().RunTurnsOnWorker(
+      ctx, reactor, flow,
+      [engine = std::move(*entered), turn = std::move(turn)] { return turn(*engine); });
   return reactor;
 }
 
 std::pair<uint32_t, uint32_t> KvTierService::Remove(const std::string& engine_id, const char* why,
                                                     bool only_if_expired) {
-  std::shared_ptr<Engine> engine = registry_.Take(engine_id, only_if_expired);
+  std::shared_ptr<Engine> engine = state_->registry().Take(engine_id, only_if_expired);
   if (engine == nullptr) return {0, 0};
-  const uint32_t released = parks_.ReleaseEngine(engine_id);
-  const uint32_t pins = pins_.DropEngine(engine_id);
+  const uint32_t released = state_->parks().ReleaseEngine(engine_id);
+  const uint32_t pins = state_->pins().DropEngine(engine_id);
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why,
              released > 0 ? absl::StrCat("; released ", released, " parked requests") : "",
              pins > 0 ? absl::StrCat("; released ", pins, " pins") : "");
@@ -237,11 +176,11 @@ void KvTierService::LeaseLoop() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.lease_check_interval)) return;
     }
-    for (const std::string& id : registry_.Expired(absl::Now())) {
+    for (const std::string& id : state_->registry().Expired(absl::Now())) {
       Remove(id, "lease expired", /*only_if_expired=*/true);
     }
-    parks_.ReleaseExpired(absl::Now());
-    pins_.DropExpired(absl::Now());
+    state_->parks().ReleaseExpired(absl::Now());
+    state_->pins().DropExpired(absl::Now());
   }
 }
 
@@ -296,14 +235,15 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   SetDuration(options_.max_park_ttl, limits->mutable_max_park_ttl());
   SetDuration(options_.max_pin_ttl, limits->mutable_max_pin_ttl());
   limits->set_max_park_user_data_bytes(options_.max_park_user_data_bytes);
-  resp->set_draining(draining_);
+  resp->set_draining(state_->dispatcher().draining());
   return FinishWith(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerContext* ctx,
                                                         const v1::RegisterEngineRequest* req,
                                                         v1::RegisterEngineResponse* resp) {
-  if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
+  if (state_->dispatcher().draining())
+    return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
   for (absl::Status st : {CheckLength("engine_name", req->engine_name(), 0, kMaxEngineNameBytes),
                           CheckLength("tenant", req->tenant(), 0, kMaxTenantBytes),
                           CheckLength("model", req->model(), 1, kMaxModelBytes),
@@ -321,11 +261,12 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   // Opening pools (files, CUDA IPC) and writing the namespace record (the index) may block: on a
   // worker, in the registrations' own flow.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOnWorker(
+  state_->dispatcher().RunOnWorker(
       ctx, reactor,
       [this, req, resp, caller = *std::move(caller), peer = ctx->peer()] {
         // Checked again on the worker: a Drain that began meanwhile waits for this request.
-        if (draining_) return absl::UnavailableError("the daemon is draining");
+        if (state_->dispatcher().draining())
+          return absl::UnavailableError("the daemon is draining");
         return DoRegister(*req, caller, peer, resp);
       },
       kRegistrationFlow);
@@ -450,7 +391,7 @@ absl::Status KvTierService::DoRegister(const v1::RegisterEngineRequest& request,
   engine->pid = options_.peers != nullptr ? options_.peers->PidOf(engine->peer) : 0;
   engine->id = absl::StrFormat("e%016x-%d", incarnation_, next_engine_++);
   engine->name = req->engine_name().empty() ? engine->id : req->engine_name();
-  if (absl::Status st = registry_.Add(engine); !st.ok()) return st;
+  if (absl::Status st = state_->registry().Add(engine); !st.ok()) return st;
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") registered: tenant ", tenant,
              ", model ", req->model(), ", namespace ", absl::StrFormat("%016x", ns.id), ", ",
              engine->layout.buffers.size(), " buffers, ", engine->slots, " pages, codec ",
@@ -459,7 +400,7 @@ absl::Status KvTierService::DoRegister(const v1::RegisterEngineRequest& request,
   resp->set_namespace_id(ns.id);
   resp->set_hash_root(ns.hash_root);
   SetDuration(lease, resp->mutable_lease_ttl());
-  SetTime(registry_.ExpiresOf(*engine), resp->mutable_lease_expires_at());
+  SetTime(state_->registry().ExpiresOf(*engine), resp->mutable_lease_expires_at());
   resp->set_hot_page_bytes(engine->hot_page_bytes);
   resp->set_cold_block_bytes(engine->codec->block_bytes());
   resp->set_incarnation_id(incarnation_);
@@ -474,6 +415,7 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
   }  // and left: Remove waits for the engine's requests
   // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  state_->dispatcher().AddInFlight();  // a drain waits for it
   absl::MutexLock lock(&mu_);
   for (auto it = waiters_.begin(); it != waiters_.end();) {  // join the finished ones
     if (it->second->load()) {
@@ -483,17 +425,13 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
       ++it;
     }
   }
-  ++in_flight_;
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread waiter([this, reactor, resp, done, id = req->engine_id()] {
     const auto [parked, pins] = Remove(id, "unregistered by the client");
     resp->set_released_parked_requests(parked);
     resp->set_released_pins(pins);
     reactor->Finish(grpc::Status::OK);
-    {
-      absl::MutexLock lock(&mu_);
-      if (--in_flight_ == 0) idle_cv_.SignalAll();
-    }
+    state_->dispatcher().DoneInFlight();
     done->store(true);
   });
   waiters_.emplace_back(std::move(waiter), std::move(done));
@@ -504,9 +442,9 @@ grpc::ServerUnaryReactor* KvTierService::KeepAlive(grpc::CallbackServerContext* 
                                                    const v1::KeepAliveRequest* req,
                                                    v1::KeepAliveResponse* resp) {
   return WithEngine(ctx, req->engine_id(), [&](const Engine& engine) {
-    SetTime(registry_.ExpiresOf(engine), resp->mutable_lease_expires_at());
+    SetTime(state_->registry().ExpiresOf(engine), resp->mutable_lease_expires_at());
     SetDuration(engine.lease, resp->mutable_lease_ttl());
-    resp->set_draining(draining_);
+    resp->set_draining(state_->dispatcher().draining());
     resp->set_incarnation_id(incarnation_);
     return absl::OkStatus();
   });
@@ -569,7 +507,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
     std::vector<dataplane::ItemResult>
         results;  // the pins taken are in the store; misses are not reported
     const absl::Time expires =
-        pins_.Pin(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
+        state_->pins().Pin(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
     SetTime(expires, resp->mutable_pin_expires_at());
   }
   lookup_engine.reset();
@@ -579,7 +517,8 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ctx,
                                                  const v1::OffloadRequest* req,
                                                  v1::OffloadResponse* resp) {
-  if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
+  if (state_->dispatcher().draining())
+    return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
   if (req->items_size() > static_cast<int>(options_.max_items_per_request)) {
     return FinishWith(ctx, absl::InvalidArgumentError(
                                absl::StrFormat("%d items (at most %d per request)",
@@ -601,7 +540,7 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
                          // Checked again on the worker (its first turn): a Drain that began after
                          // the RPC arrived waits for this request (it is counted in flight), which
                          // then writes nothing.
-                         if (work->progress.next == 0 && draining_)
+                         if (work->progress.next == 0 && state_->dispatcher().draining())
                            return absl::UnavailableError("the daemon is draining");
                          engine.plane->Offload(engine, work->batch, &work->result, &work->progress,
                                                ChunkEnd(work->progress.next));

@@ -36,75 +36,29 @@
 #include "daemon/service/auth.h"
 #include "daemon/service/engine_registry.h"
 #include "daemon/service/event_log.h"
-#include "daemon/service/fair_scheduler.h"
 #include "daemon/service/park_table.h"
 #include "daemon/service/peer_credentials.h"
 #include "daemon/service/pin_table.h"
 #include "daemon/service/request_limits.h"
 #include "daemon/service/rpc_metrics.h"
+#include "daemon/service/service_options.h"
+#include "daemon/service/service_state.h"
 #include "daemon/store/block_store.h"
 #include "kvtier/v1/namespace.pb.h"
 #include "kvtier/v1/service.grpc.pb.h"
 
 namespace kvtier::service {
 
-struct ServiceOptions {
-  std::vector<std::string> pool_dirs = {"/dev/shm"};  // where host pools may live
-  codec::CodecSpec default_codec;                     // nvfp4
-  uint32_t max_items_per_request = 4096;
-  uint32_t max_request_bytes = 4u << 20;
-  uint32_t max_engines = 1024;
-  // One tenant's share of the engine slots and of the parked-request slots, so that no tenant
-  // can take them all (RESOURCE_EXHAUSTED naming the limit).
-  uint32_t max_engines_per_tenant = 256;
-  uint32_t max_parked_requests = 65536;
-  uint32_t max_parked_requests_per_tenant = 16384;
-  absl::Duration min_lease = absl::Seconds(1);
-  absl::Duration max_lease = absl::Minutes(10);
-  absl::Duration default_lease = absl::Seconds(30);
-  absl::Duration default_park_ttl = absl::Minutes(10);
-  absl::Duration max_park_ttl = absl::Hours(1);
-  uint32_t max_park_user_data_bytes = 4096;
-  absl::Duration default_pin_ttl = absl::Seconds(30);
-  absl::Duration max_pin_ttl = absl::Minutes(10);
-  absl::Duration lease_check_interval = absl::Milliseconds(200);
-  uint32_t worker_threads = 4;
-  // Items an Offload or Onboard does per turn on a worker (FairScheduler); after each chunk the
-  // request waits for the other engines' turns. Zero is taken as one.
-  uint32_t chunk_pages = 64;
-  // A unary call whose client set no deadline gets this one (zero: none): work still queued for
-  // a worker when it passes fails with DEADLINE_EXCEEDED instead of running. Streams are exempt.
-  absl::Duration default_deadline = absl::Seconds(60);
-  std::string node_name;
-  std::string version = "0.1.0";
-  // Tenant tokens; null: authentication off (one tenant per request's `tenant` field, "default"
-  // when empty).
-  std::shared_ptr<const TokenAuth> auth;
-  // Pids of the Unix-socket peers (kvtierd's accept loop fills it); null: EngineInfo.pid is 0.
-  std::shared_ptr<const PeerCredentials> peers;
-  // The daemon's key (kvtierd keeps it in <state_dir>/hash-root.key): namespace ids are keyed
-  // with it, and with authentication on it is mixed into every tenant's hash root, so that
-  // neither can be computed outside the daemon.
-  std::string hash_root_key;
-  // Files engines may not register as pools (the daemon's persistent host arena).
-  std::vector<std::string> forbidden_pool_files;
-  // The event log the store feeds, for WatchEvents; borrowed, must outlive the service. Its
-  // incarnation is the service's. Null: WatchEvents fails with FAILED_PRECONDITION and the
-  // incarnation is drawn at random.
-  EventLog* events = nullptr;
-};
-
 class KvTierService final : public v1::KvTier::CallbackService {
  public:
-  KvTierService(store::BlockStore* store, ServiceOptions options);
-  ~KvTierService() override;  // stops the lease thread and the workers
+  // `state` (the engines, parked requests, pins and workers it shares with the admin service) is
+  // borrowed and must outlive the service.
+  KvTierService(store::BlockStore* store, ServiceOptions options, ServiceState* state);
+  // Stops the lease thread, waits for Unregister's waits, then stops the shared workers
+  // (Dispatcher::Stop: no work of this service runs after it is gone).
+  ~KvTierService() override;
 
-  // New registrations, offloads and parks fail with UNAVAILABLE from now on.
-  void BeginDrain() { draining_ = true; }
-  void EndDrain() { draining_ = false; }
-  bool draining() const { return draining_; }
-  // Waits until no request runs on the workers, or `timeout` passes; true when idle.
-  bool WaitIdle(absl::Duration timeout);
+  bool draining() const { return state_->dispatcher().draining(); }
   uint64_t incarnation() const { return incarnation_; }
   const EventLog* events() const { return options_.events; }
   size_t engine_count() const;
@@ -119,31 +73,6 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // Calls and latencies per RPC (fed by MakeRpcMetricsInterceptor, which kvtierd installs).
   RpcMetrics& rpc_metrics() { return rpc_metrics_; }
   const RpcMetrics& rpc_metrics() const { return rpc_metrics_; }
-  // The parked requests (admin Clear with include_parked releases some).
-  ParkTable& parks() { return parks_; }
-
-  // The caller's tenant when authentication is on; "" when it is off. Unauthenticated otherwise.
-  absl::StatusOr<std::string> Caller(grpc::CallbackServerContext* ctx) const;
-  bool authentication() const { return options_.auth != nullptr; }
-  bool IsAdmin(const std::string& tenant) const {
-    return options_.auth == nullptr || options_.auth->IsAdmin(tenant);
-  }
-
-  // Runs `work` on a worker (counted as in flight), in the turns of `flow` (an engine's id; ""
-  // for admin work), then finishes the RPC with its status. Work whose call was cancelled, or
-  // whose deadline (the client's, else default_deadline from now) passed while it waited for a
-  // worker, does not run (CANCELLED or DEADLINE_EXCEEDED). Either way `work` is destroyed before
-  // the call finishes, so that what it captured (an EngineRef) is released. Never blocks.
-  void RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                   std::function<absl::Status()> work, absl::string_view flow = "")
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The same for work done in turns: `turn` runs once per turn of `flow` (FairScheduler) and
-  // returns nullopt while work remains, or the request's status after its last chunk. The
-  // deadline and cancellation are checked before the first turn only: a request that started
-  // runs to its end (and is in flight until then). Never blocks.
-  void RunTurnsOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                        absl::string_view flow, std::function<std::optional<absl::Status>()> turn)
-      ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;
@@ -179,6 +108,11 @@ class KvTierService final : public v1::KvTier::CallbackService {
       grpc::CallbackServerContext* ctx, const v1::WatchEventsRequest* req) override;
 
  private:
+  // The caller's tenant when authentication is on; "" when it is off (ServiceState::Caller).
+  absl::StatusOr<std::string> Caller(grpc::CallbackServerContext* ctx) const {
+    return state_->Caller(ctx);
+  }
+  bool IsAdmin(const std::string& tenant) const { return state_->IsAdmin(tenant); }
   // Enters the engine `engine_id` for the caller of `ctx` (EngineRegistry::EnterChecked):
   // Unauthenticated without a valid token (authentication on), NotFound for an unknown engine,
   // PermissionDenied for another tenant's engine.
@@ -191,11 +125,11 @@ class KvTierService final : public v1::KvTier::CallbackService {
   grpc::ServerUnaryReactor* WithEngine(grpc::CallbackServerContext* ctx,
                                        const std::string& engine_id,
                                        absl::FunctionRef<absl::Status(const Engine&)> work);
-  // on a worker, in the engine's flow (RunOnWorker);
+  // on a worker, in the engine's flow (Dispatcher::RunOnWorker);
   grpc::ServerUnaryReactor* OnEngineWorker(grpc::CallbackServerContext* ctx,
                                            const std::string& engine_id,
                                            std::function<absl::Status(const Engine&)> work);
-  // on a worker, once per turn of the engine's flow (RunTurnsOnWorker).
+  // on a worker, once per turn of the engine's flow (Dispatcher::RunTurnsOnWorker).
   grpc::ServerUnaryReactor* OnEngineTurns(
       grpc::CallbackServerContext* ctx, const std::string& engine_id,
       std::function<std::optional<absl::Status>(const Engine&)> turn);
@@ -224,27 +158,16 @@ class KvTierService final : public v1::KvTier::CallbackService {
   ServiceOptions options_;
   uint64_t incarnation_;
   absl::Time started_;
-  std::atomic<bool> draining_{false};
   // Data-plane totals for Stats, and the data planes (an engine's Engine::plane is one).
   dataplane::DataPlaneTotals totals_;
   std::unique_ptr<dataplane::DataPlane> host_plane_, gpu_plane_;
   RpcMetrics rpc_metrics_;
-  // Requests handed to the workers and not finished (guarded by mu_).
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-
   std::atomic<uint64_t> next_engine_{1};
-  // Declared before workers_: queued work holds EngineRefs until the workers are joined.
-  EngineRegistry registry_;
+  ServiceState* const state_;
 
-  // Paused requests and pinned blocks, each with its own locks (docs/ARCHITECTURE.md, "Lock
-  // order"); declared after the registry, before the workers: queued work uses them.
-  ParkTable parks_;
-  PinTable pins_;
-
-  // Lock order: mu_ is taken alone (never with the tables' or the registry's locks held, never
-  // across store I/O); it guards the requests in flight, the waiters and the stop flag.
+  // Lock order: mu_ is taken alone (never with the tables', the registry's or the dispatcher's
+  // locks held, never across store I/O); it guards Unregister's waiters and the stop flag.
   mutable absl::Mutex mu_;
-  absl::CondVar idle_cv_;  // in_flight_ reached zero
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   // Unregister calls waiting for an engine's work (never on a worker: the work may be queued
@@ -252,7 +175,6 @@ class KvTierService final : public v1::KvTier::CallbackService {
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> waiters_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<dev_t, ino_t>> forbidden_;  // of options_.forbidden_pool_files
-  FairScheduler workers_;
   std::thread lease_thread_;
 };
 

@@ -19,7 +19,8 @@ namespace kvtier::service {
 
 grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
                                               const v1::ParkRequest* req, v1::ParkResponse* resp) {
-  if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
+  if (state_->dispatcher().draining())
+    return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
   if (absl::Status st = CheckRequestId("request_id", req->request_id()); !st.ok()) {
     return FinishWith(ctx, st);
   }
@@ -38,7 +39,8 @@ grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
                                options_.max_park_user_data_bytes)));
   }
   return OnEngineWorker(ctx, req->engine_id(), [this, req, resp](const Engine& engine) {
-    if (draining_) return absl::UnavailableError("the daemon is draining");  // see Offload
+    if (state_->dispatcher().draining())
+      return absl::UnavailableError("the daemon is draining");  // see Offload
     ParkTable::ParkArgs args;
     args.request_id = req->request_id();
     args.page_indices = absl::MakeConstSpan(req->page_indices().data(), req->page_indices_size());
@@ -46,7 +48,7 @@ grpc::ServerUnaryReactor* KvTierService::Park(grpc::CallbackServerContext* ctx,
     args.user_data = req->user_data();
     args.append = req->append();
     if (req->has_ttl()) args.ttl = DurationFromProto(req->ttl());
-    absl::StatusOr<ParkTable::Parked> parked = parks_.Park(engine, args);
+    absl::StatusOr<ParkTable::Parked> parked = state_->parks().Park(engine, args);
     if (!parked.ok()) return parked.status();
     resp->set_parked_pages(parked->pages);
     resp->set_cold_bytes(parked->cold_bytes);
@@ -73,7 +75,7 @@ grpc::ServerUnaryReactor* KvTierService::Resume(grpc::CallbackServerContext* ctx
     args.first_page = req->first_page();
     args.page_indices = absl::MakeConstSpan(req->page_indices().data(), req->page_indices_size());
     args.keep_parked = req->keep_parked();
-    absl::StatusOr<ParkTable::Resumed> resumed = parks_.Resume(engine, args);
+    absl::StatusOr<ParkTable::Resumed> resumed = state_->parks().Resume(engine, args);
     if (!resumed.ok()) return resumed.status();
     resp->set_resumed_pages(resumed->resumed_pages);
     resp->set_parked_pages(resumed->parked_pages);
@@ -100,7 +102,7 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
   }
   return OnEngineWorker(ctx, req->engine_id(), [this, req, resp](const Engine& engine) {
     const std::vector<std::string> ids(req->request_ids().begin(), req->request_ids().end());
-    for (const std::optional<uint64_t>& freed : parks_.Release(engine.id, ids)) {
+    for (const std::optional<uint64_t>& freed : state_->parks().Release(engine.id, ids)) {
       v1::ItemResult* result = resp->add_results();
       if (!freed.has_value()) {
         result->set_code(v1::ITEM_CODE_NOT_FOUND);
@@ -134,7 +136,7 @@ grpc::ServerUnaryReactor* KvTierService::Pin(grpc::CallbackServerContext* ctx,
       req->has_ttl() ? DurationFromProto(req->ttl()) : options_.default_pin_ttl;
   return WithEngine(ctx, req->engine_id(), [&](const Engine& engine) {
     std::vector<dataplane::ItemResult> results;
-    SetTime(pins_.Pin(engine, hashes, ttl, &results), resp->mutable_expires_at());
+    SetTime(state_->pins().Pin(engine, hashes, ttl, &results), resp->mutable_expires_at());
     for (const dataplane::ItemResult& r : results) ItemResultToProto(r, resp->add_results());
     return absl::OkStatus();
   });
@@ -156,7 +158,7 @@ grpc::ServerUnaryReactor* KvTierService::Unpin(grpc::CallbackServerContext* ctx,
         SetItemResult(h.status(), result);
         continue;
       }
-      if (!pins_.Unpin(engine.id, *h)) {
+      if (!state_->pins().Unpin(engine.id, *h)) {
         result->set_code(v1::ITEM_CODE_FAILED_PRECONDITION);
         result->set_message("this engine holds no pin on the block");
       }
