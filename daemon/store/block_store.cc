@@ -96,7 +96,7 @@ void Emit(State& s, const StoreEvent& event) {
 
 // Reports that the fastest tier of a visible entry changes from `from` to FastestTier(*e).
 void EmitMoved(State& s, const Entry& e, Tier from) {
-  if (e.removed || e.writing || e.silent || s.events == nullptr) return;
+  if (e.removed() || e.writing() || e.silent || s.events == nullptr) return;
   StoreEvent event;
   event.kind = StoreEventKind::kMoved;
   event.ns = e.key.ns;
@@ -122,6 +122,46 @@ void EmitStored(State& s, const Entry& e, StoredBy by, bool durable, absl::strin
   Emit(s, event);
 }
 
+Entry* InsertWriting(State& s, const BlockKey& key, uint64_t size, uint64_t slot_size) {
+  auto entry = std::make_unique<Entry>();
+  Entry* e = entry.get();
+  e->key = key;
+  e->rec.size = static_cast<uint32_t>(size);
+  e->slot_size = slot_size;
+  s.map.emplace(key, std::move(entry));
+  s.namespaces[key.ns].used += slot_size;
+  return e;
+}
+
+void Publish(State& s, Entry* e, const PutOptions& options, uint64_t now_ms, Tier tier,
+             uint64_t bytes_in, bool durable) {
+  e->MoveTo(EntryState::kVisible);
+  s.changed_cv.SignalAll();  // MakeDurable callers may wait for this commit
+  e->rec.last_access_ms = now_ms;
+  if (options.parent.has_value()) {
+    e->rec.parent = *options.parent;
+    e->rec.flags |= index::kBlockFlagHasParent;
+  }
+  e->silent = options.silent;
+  if (tier == Tier::kGpu) {
+    s.gpu_lru.PushFront(e);
+  } else {
+    s.host_lru.PushFront(e);
+  }
+  NamespaceState& ns_state = s.namespaces[e->key.ns];
+  ns_state.lru.PushFront(e);
+  ns_state.last_access_ms = now_ms;
+  EmitStored(s, *e, StoredBy::kPut, durable, options.origin);
+  ++s.counters.puts;
+  s.counters.bytes_in[static_cast<int>(tier)] += bytes_in;
+}
+
+void RecordLatency(LatencyHistogram& histogram, std::chrono::steady_clock::time_point start) {
+  histogram.Record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count()));
+}
+
 void FreeHostCopy(State& s, Entry* e) {
   if (!e->host.has_value()) return;
   const Tier from = FastestTier(*e);
@@ -138,7 +178,7 @@ void FreeHostCopy(State& s, Entry* e) {
 void DropPin(State& s, Entry* e) {
   --e->pins;
   --s.pinned;
-  if (e->pins == 0 && !e->removed) {
+  if (e->pins == 0 && !e->removed()) {
     if (e->free_host_when_unpinned) FreeHostCopy(s, e);
     if (e->gpu.has_value() && e->host.has_value()) FreeGpuCopy(s, e);  // demoted while read
   }
@@ -165,7 +205,7 @@ std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t
   const absl::Time deadline = absl::Now() + absl::Milliseconds(wait_ms);
   ++waiters;
   s.work_cv.Signal();
-  auto gone = [&] { return s.stop || (e != nullptr && e->removed); };
+  auto gone = [&] { return s.stop || (e != nullptr && e->removed()); };
   while (!offset.has_value() && !gone()) {
     // No signal here: the background thread keeps working while there are waiters, and waking
     // it on every change would make the two threads ping-pong over the mutex.
@@ -182,7 +222,7 @@ std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t
 }
 
 void Detach(State& s, Entry* e, RemovedBy why) {
-  if (why != RemovedBy::kSilent && !e->writing && !e->silent && s.events != nullptr) {
+  if (why != RemovedBy::kSilent && !e->writing() && !e->silent && s.events != nullptr) {
     StoreEvent event;
     event.kind = StoreEventKind::kRemoved;
     event.ns = e->key.ns;
@@ -194,7 +234,7 @@ void Detach(State& s, Entry* e, RemovedBy why) {
   auto it = s.map.find(e->key);
   s.retired.emplace(e, std::move(it->second));
   s.map.erase(it);
-  e->removed = true;
+  e->MarkDetached();
   s.host_lru.Remove(e);
   s.gpu_lru.Remove(e);
   s.disk_lru.Remove(e);
@@ -211,7 +251,7 @@ void Detach(State& s, Entry* e, RemovedBy why) {
 }
 
 void MaybeRelease(State& s, Entry* e) {
-  if (!e->removed || e->pins > 0 || e->migrating) return;
+  if (!e->removed() || e->pins > 0 || e->migrating()) return;
   if (e->host.has_value() && e->delete_seq > s.committed_seq && s.arena->persistent()) {
     // A persistent host slot named by a record: reusable once the deletion is committed, or a
     // restart could find the record pointing at another block's bytes.
@@ -504,15 +544,8 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
     return absl::AlreadyExistsError("block is already stored");
   }
   s.host_used = s.host_alloc->used_bytes();
-  auto entry = std::make_unique<Entry>();
-  Entry* e = entry.get();
-  e->key = key;
-  e->rec.size = static_cast<uint32_t>(size);
-  e->slot_size = slot_size;
+  Entry* e = internal::InsertWriting(s, key, size, slot_size);
   e->host = *offset;
-  e->writing = true;
-  s.map.emplace(key, std::move(entry));
-  s.namespaces[key.ns].used += slot_size;
   if (s.host_used > options_.host_watermarks.high * static_cast<double>(s.arena->size())) {
     s.work_cv.Signal();
   }
@@ -537,7 +570,7 @@ absl::Status BlockStore::MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64
     Entry* e = ns.lru.back();
     while (ns.used + slot_size > ns.quota && e != nullptr) {
       Entry* prev = NsLru::Prev(e);
-      if (e->pins == 0 && !e->migrating) {
+      if (e->pins == 0 && !e->migrating()) {
         internal::Detach(s, e, RemovedBy::kEvicted);
         ++s.counters.quota_evictions;
       }
@@ -593,24 +626,11 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
     ++s.counters.put_rejected;
     return internal::IndexRefusal(s);
   }
-  e->writing = false;
-  s.changed_cv.SignalAll();  // MakeDurable callers may wait for this commit
   e->rec.checksum = *checksum;
   e->rec.codec = codec_id;
-  e->rec.last_access_ms = internal::NowMs(options_);
-  if (options.parent.has_value()) {
-    e->rec.parent = *options.parent;
-    e->rec.flags |= index::kBlockFlagHasParent;
-  }
   if (options.durable) e->rec.flags |= index::kBlockFlagDurable;
-  e->silent = options.silent;
-  s.host_lru.PushFront(e);
-  NamespaceState& ns_state = s.namespaces[e->key.ns];
-  ns_state.lru.PushFront(e);
-  ns_state.last_access_ms = e->rec.last_access_ms;
-  internal::EmitStored(s, *e, StoredBy::kPut, options.durable, options.origin);
-  ++s.counters.puts;
-  s.counters.bytes_in[static_cast<int>(Tier::kHost)] += e->rec.size;
+  internal::Publish(s, e, options, internal::NowMs(options_), Tier::kHost, e->rec.size,
+                    options.durable);
   if (s.arena->persistent()) {
     internal::QueuePut(s, *e);
     e->indexed = true;
@@ -622,9 +642,7 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
     s.write_through.push_back(e);
     s.work_cv.Signal();
   }
-  s.put_latency.Record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::steady_clock::now() - start)
-                                                 .count()));
+  internal::RecordLatency(s.put_latency, start);
   if (!options.wait_durable) return absl::OkStatus();
   ++e->pins;
   ++s.pinned;
@@ -730,17 +748,10 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
       return absl::OkStatus();
     }
     s.gpu_used = s.gpu->slots().used_bytes();
-    auto entry = std::make_unique<Entry>();
-    e = entry.get();
-    e->key = key;
-    e->rec.size = static_cast<uint32_t>(block_bytes);
+    e = internal::InsertWriting(s, key, block_bytes, slot_size);
     e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan).codec);
-    e->slot_size = slot_size;
     e->gpu = *offset;
     e->hot = codec;
-    e->writing = true;
-    s.map.emplace(key, std::move(entry));
-    s.namespaces[key.ns].used += slot_size;
   }
   // The copy runs outside the lock; the entry is invisible while `writing`.
   uint8_t* slot = s.gpu->data() + *e->gpu;
@@ -754,28 +765,13 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
     if (!copied.ok()) return copied;
     return absl::UnavailableError("the store is shutting down");
   }
-  e->writing = false;
-  s.changed_cv.SignalAll();
-  e->rec.last_access_ms = internal::NowMs(options_);
-  if (options.parent.has_value()) {
-    e->rec.parent = *options.parent;
-    e->rec.flags |= index::kBlockFlagHasParent;
-  }
-  e->silent = options.silent;
-  s.gpu_lru.PushFront(e);
-  NamespaceState& ns_state = s.namespaces[key.ns];
-  ns_state.lru.PushFront(e);
-  ns_state.last_access_ms = e->rec.last_access_ms;
-  internal::EmitStored(s, *e, StoredBy::kPut, /*durable=*/false, options.origin);
-  ++s.counters.puts;
-  s.counters.bytes_in[static_cast<int>(Tier::kGpu)] += e->hot->page_bytes;
+  internal::Publish(s, e, options, internal::NowMs(options_), Tier::kGpu, e->hot->page_bytes,
+                    /*durable=*/false);
   if (s.gpu_used >
       options_.gpu.watermarks.high * static_cast<double>(s.gpu->slots().capacity_bytes())) {
     s.work_cv.Signal();
   }
-  s.put_latency.Record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::steady_clock::now() - start)
-                                                 .count()));
+  internal::RecordLatency(s.put_latency, start);
   return absl::OkStatus();
 }
 
@@ -787,7 +783,7 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
     auto it = s.map.find(key);
     if (it == s.map.end()) return false;
     e = it->second.get();
-    if (!e->writing || s.stop) break;
+    if (!e->writing() || s.stop) break;
     s.changed_cv.Wait(&s.mu);  // another caller is storing it: wait for its commit or abort
   }
   if (s.stop) return absl::UnavailableError("the store is shutting down");
@@ -796,10 +792,10 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
   }
   e->rec.flags |= index::kBlockFlagDurable;
   auto durable = [&] {
-    return e->disk.has_value() && !e->migrating && e->put_seq <= s.committed_seq;
+    return e->disk.has_value() && !e->migrating() && e->put_seq <= s.committed_seq;
   };
   if (durable()) return true;
-  if (!e->migrating && !e->queued_write_through) {
+  if (!e->migrating() && !e->queued_write_through) {
     e->durable_result.reset();
     e->queued_write_through = true;
     s.write_through.push_back(e);
@@ -808,7 +804,7 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
   if (!wait) return true;
   ++e->pins;
   ++s.pinned;
-  while (!e->durable_result.has_value() && !durable() && !e->removed && !s.stop &&
+  while (!e->durable_result.has_value() && !durable() && !e->removed() && !s.stop &&
          s.index_writable) {
     s.changed_cv.WaitWithTimeout(&s.mu, absl::Milliseconds(100));
     internal::RefreshIndexHealth(s);  // as in Commit
@@ -816,7 +812,7 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
   absl::Status result = absl::OkStatus();
   if (e->durable_result.has_value() && !durable()) {
     result = *e->durable_result;
-  } else if (!durable() && !e->removed) {
+  } else if (!durable() && !e->removed()) {
     result = s.stop ? absl::UnavailableError("the store shut down before the block was durable")
                     : internal::IndexRefusal(s);
   }

@@ -53,7 +53,7 @@ BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
   usage.misses = it->second.misses;
   usage.last_access_ms = it->second.last_access_ms;
   for (Entry* e = it->second.lru.front(); e != nullptr; e = NsLru::Next(e)) {
-    if (e->writing || e->removed) continue;
+    if (e->writing() || e->removed()) continue;
     auto count = [&](index::Tier tier, uint64_t bytes) {
       ++usage.blocks[static_cast<int>(tier)];
       usage.bytes[static_cast<int>(tier)] += bytes;
@@ -74,7 +74,7 @@ absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify(const VerifyOptions&
   {
     absl::MutexLock lock(&s.mu);
     auto wanted = [&](const Entry& e) {
-      return !e.writing && !e.gpu.has_value() &&
+      return !e.writing() && !e.gpu.has_value() &&
              (!options.tier.has_value() ||
               (*options.tier == Tier::kHost ? e.host.has_value() : e.disk.has_value()));
     };
@@ -149,7 +149,7 @@ std::vector<BlockStore::BlockSummary> BlockStore::Snapshot(absl::Span<const Name
   absl::MutexLock lock(&s.mu);
   *event_position = s.events != nullptr ? s.events->Barrier() : 0;
   auto add = [&](const Entry& e) {
-    if (e.writing || e.removed || e.silent) return;
+    if (e.writing() || e.removed() || e.silent) return;
     out.push_back({e.key.ns, e.key.hash, internal::FastestTier(e), e.rec.size,
                    (e.rec.flags & index::kBlockFlagDurable) != 0});
   };
@@ -170,7 +170,7 @@ absl::StatusOr<bool> BlockStore::Remove(const BlockKey& key, RemovedBy why) {
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
-  if (it == s.map.end() || it->second->writing) return false;
+  if (it == s.map.end() || it->second->writing()) return false;
   internal::Detach(s, it->second.get(), why);
   ++s.counters.removed;
   return true;
@@ -204,7 +204,7 @@ absl::Status BlockStore::FlushToDisk() {
         const bool admitted =
             options_.admission == DiskAdmission::kAll ||
             (e->rec.flags & (index::kBlockFlagReused | index::kBlockFlagDurable)) != 0;
-        if (e->removed || e->writing || e->migrating || e->disk.has_value() ||
+        if (e->removed() || e->writing() || e->migrating() || e->disk.has_value() ||
             e->queued_write_through || !admitted) {
           continue;
         }
@@ -225,9 +225,9 @@ enum class EvictOutcome { kNotInTier, kBusy, kDropped, kDemoted };
 // Takes one block out of `tier` (nullopt: out of the cache). REQUIRES: s.mu held, e in the map.
 EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (e->writing) return EvictOutcome::kNotInTier;
+  if (e->writing()) return EvictOutcome::kNotInTier;
   if (!tier.has_value()) {
-    if (e->pins > 0 || e->migrating) return EvictOutcome::kBusy;
+    if (e->pins > 0 || e->migrating()) return EvictOutcome::kBusy;
     internal::Detach(s, e, RemovedBy::kRemoved);
     return EvictOutcome::kDropped;
   }
@@ -235,7 +235,7 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
                        : *tier == Tier::kHost ? e->host.has_value() && !e->gpu.has_value()
                                               : e->disk.has_value();
   if (!in_tier) return EvictOutcome::kNotInTier;
-  if (e->pins > 0 || e->migrating) return EvictOutcome::kBusy;
+  if (e->pins > 0 || e->migrating()) return EvictOutcome::kBusy;
   switch (*tier) {
     case Tier::kGpu:
       if (e->host.has_value()) {

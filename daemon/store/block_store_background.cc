@@ -159,7 +159,7 @@ uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host, bool* bounde
   while (e != nullptr && s.disk->used_bytes() - s.quarantined_bytes > target &&
          released < kMaxReleasesPerRound) {
     Entry* prev = DiskLru::Prev(e);
-    if (e->pins == 0 && !e->migrating) {
+    if (e->pins == 0 && !e->migrating()) {
       dropped += e->slot_size;
       internal::DropDiskCopy(s, e, persistent_host);
       ++s.counters.disk_dropped;
@@ -188,7 +188,7 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
   Entry* e = s.gpu_lru.back();
   while (e != nullptr && s.gpu_used - leaving > target && moves.size() < batch) {
     Entry* prev = GpuLru::Prev(e);
-    if (e->pins == 0 && !e->migrating && !e->host.has_value()) {
+    if (e->pins == 0 && !e->migrating() && !e->host.has_value()) {
       std::optional<uint64_t> slot = s.host_alloc->Allocate(e->rec.size);
       if (!slot.has_value()) {
         s.host_wanted_by_gpu = uint64_t{batch - moves.size()} * e->slot_size;
@@ -196,7 +196,7 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
         break;
       }
       s.host_used = s.host_alloc->used_bytes();
-      e->migrating = true;
+      e->MoveTo(EntryState::kMigrating);
       ++s.migrating;
       leaving += e->hot->page_bytes;
       moves.push_back(GpuMove{e, *slot, absl::OkStatus()});
@@ -224,9 +224,9 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
   size_t failed = 0;
   for (GpuMove& m : moves) {
     Entry* e = m.entry;
-    e->migrating = false;
+    e->EndMigration();
     --s.migrating;
-    if (!m.result.ok() || e->removed) {
+    if (!m.result.ok() || e->removed()) {
       absl::Status freed = s.host_alloc->Free(m.host, e->rec.size);
       if (!freed.ok()) KVTIER_LOG(kError, "host tier: ", freed.message());
       s.host_used = s.host_alloc->used_bytes();
@@ -236,7 +236,7 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
           KVTIER_LOG(kError, "store: encoding a GPU-tier page into the host tier failed: ",
                      m.result.message());
         }
-        if (!e->removed && e->pins == 0) internal::Detach(s, e, RemovedBy::kEvicted);
+        if (!e->removed() && e->pins == 0) internal::Detach(s, e, RemovedBy::kEvicted);
       }
       internal::MaybeRelease(s, e);
       continue;
@@ -373,7 +373,7 @@ void BlockStore::BackgroundLoop() {
     };
     while (disk_writes && !s.write_through.empty() && moves.size() < options_.demotion_batch) {
       Entry* e = s.write_through.front();
-      if (e->removed || e->migrating || e->disk.has_value() || !e->host.has_value()) {
+      if (e->removed() || e->migrating() || e->disk.has_value() || !e->host.has_value()) {
         s.write_through.pop_front();
         e->queued_write_through = false;
         if (!e->durable_result.has_value()) e->durable_result = absl::OkStatus();
@@ -397,7 +397,7 @@ void BlockStore::BackgroundLoop() {
       }
       s.write_through.pop_front();
       e->queued_write_through = false;
-      e->migrating = true;
+      e->MoveTo(EntryState::kMigrating);
       ++s.migrating;
       moves.push_back(Move{e, *slot, false, true, absl::OkStatus()});
     }
@@ -420,7 +420,7 @@ void BlockStore::BackgroundLoop() {
           break;
         }
         Entry* prev = HostLru::Prev(e);
-        if (e->pins == 0 && !e->migrating) {
+        if (e->pins == 0 && !e->migrating()) {
           const bool admitted =
               options_.admission == DiskAdmission::kAll ||
               (e->rec.flags & (index::kBlockFlagReused | index::kBlockFlagDurable)) != 0;
@@ -434,7 +434,7 @@ void BlockStore::BackgroundLoop() {
           } else if (disk_writes && admitted) {
             std::optional<DiskSlot> slot = allocate(e);
             if (!slot.has_value()) break;
-            e->migrating = true;
+            e->MoveTo(EntryState::kMigrating);
             ++s.migrating;
             leaving += e->slot_size;
             moves.push_back(Move{e, *slot, true, false, absl::OkStatus()});
@@ -516,11 +516,11 @@ void BlockStore::BackgroundLoop() {
         }
         absl::Status freed = s.disk->Free(m.slot, e->rec.size);
         if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
-        e->migrating = false;
+        e->EndMigration();
         --s.migrating;
         if (m.write_through) e->durable_result = m.result;
         e->evict_host_after_write = false;  // Evict's demotion failed: the block stays on host
-        if (!m.write_through && !e->removed && e->pins == 0) {
+        if (!m.write_through && !e->removed() && e->pins == 0) {
           // The host needs the room; a cache may drop a block.
           internal::Detach(s, e, RemovedBy::kEvicted);
           ++s.counters.host_dropped;
@@ -529,10 +529,10 @@ void BlockStore::BackgroundLoop() {
         }
         continue;
       }
-      if (e->removed) {
+      if (e->removed()) {
         absl::Status freed = s.disk->Free(m.slot, e->rec.size);
         if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
-        e->migrating = false;
+        e->EndMigration();
         --s.migrating;
         if (m.write_through) e->durable_result = absl::OkStatus();  // written; removed since
         m.entry = nullptr;
@@ -553,10 +553,10 @@ void BlockStore::BackgroundLoop() {
     for (Move& m : moves) {
       Entry* e = m.entry;
       if (e == nullptr || !m.result.ok()) continue;
-      e->migrating = false;
+      e->EndMigration();
       --s.migrating;
       if (m.write_through) e->durable_result = committed;
-      if (e->removed) {
+      if (e->removed()) {
         internal::MaybeRelease(s, e);
         continue;
       }

@@ -5,6 +5,7 @@
 #define KVTIER_DAEMON_STORE_BLOCK_STORE_INTERNAL_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -21,19 +22,26 @@
 #include "common/histogram.h"
 #include "daemon/index/block_index.h"
 #include "daemon/store/block_store.h"
+#include "daemon/store/entry_state.h"
 #include "daemon/store/gpu_tier.h"
 #include "daemon/store/intrusive_list.h"
 #include "daemon/store/slot_allocator.h"
 
 namespace kvtier::store {
 
-// One block. Its life: Reserve() creates it `writing`; Commit() makes it visible with a host copy
-// (or PutHot() with a GPU copy, a hot page that the background thread later encodes into a host
-// copy, `migrating` meanwhile; an entry never has a GPU copy and another at once);
-// the background thread may give it a disk copy (`migrating` while the write is in flight, a
+// One block. Its lifecycle is `state` (entry_state.h: the states, and the one table of legal
+// moves between them): Reserve() creates it kWriting; Commit() publishes it (kVisible) with a
+// host copy, or PutHot() with a GPU copy (a hot page that the background thread later encodes
+// into a host copy, kMigrating meanwhile; an entry never has a GPU copy and another at once);
+// the background thread may give it a disk copy (kMigrating while the write is in flight, a
 // transition the background thread alone owns) and later free the host copy; Remove() or an
-// eviction takes it out of the map (`removed`), and it is released (its slots freed) once no
-// reader pins it and no write is in flight.
+// eviction takes it out of the map (kDetached, or kDetachedMigrating until an in-flight copy
+// ends), and it is released (its slots freed) once no reader pins it and no copy is in flight.
+//
+// The boolean fields below are not states: each is a fact about one copy or one queue that holds
+// in several states at once and changes independently of the lifecycle (an entry may be silent
+// and indexed and queued for write-through while kVisible, kMigrating or detached), so folding
+// them into the enum would multiply its states without adding a rule.
 struct BlockStore::Entry {
   BlockKey key;
   index::BlockRecord rec;         // parent, flags, codec, checksum, size, last access
@@ -42,15 +50,14 @@ struct BlockStore::Entry {
   std::optional<DiskSlot> disk;   // disk copy whose index entry is written
   std::optional<uint64_t> gpu;    // GPU copy (a hot page): offset in the GPU tier
   const HotCodec* hot = nullptr;  // the layout of the GPU copy (owned by State::hot_codecs)
-  bool writing = true;
-  bool migrating = false;
-  bool removed = false;
+  EntryState state = EntryState::kWriting;
   bool indexed = false;         // an index record exists or is queued for it
   uint64_t delete_seq = 0;      // sequence of the queued deletion of its index record
   uint64_t put_seq = 0;         // sequence of the put that recorded its disk copy
   bool verify_on_read = false;  // recovered host copy: checked on its first read
+  // The host copy is on disk and was to be freed, but a reader held it: the last unpin frees it.
   bool free_host_when_unpinned = false;
-  bool queued_write_through = false;
+  bool queued_write_through = false;    // in State::write_through
   bool silent = false;                  // reports no events (PutOptions::silent)
   bool evict_host_after_write = false;  // Evict: free the host copy once the disk copy is written
   std::optional<absl::Status> durable_result;  // outcome of a write-through (durable puts)
@@ -59,6 +66,21 @@ struct BlockStore::Entry {
   ListHook<Entry> gpu_lru;
   ListHook<Entry> disk_lru;
   ListHook<Entry> ns_lru;
+
+  // Invisible to lookups until published.
+  bool writing() const { return state == EntryState::kWriting; }
+  // Out of the map (IsDetached).
+  bool removed() const { return IsDetached(state); }
+  // A copy into another tier is in flight (IsMigrating).
+  bool migrating() const { return IsMigrating(state); }
+  // Every change of `state` goes through here: an illegal one aborts (CheckedTransition).
+  void MoveTo(EntryState to) { state = CheckedTransition(state, to); }
+  // Out of the map: kDetached, or kDetachedMigrating while a copy is in flight.
+  void MarkDetached() {
+    MoveTo(migrating() ? EntryState::kDetachedMigrating : EntryState::kDetached);
+  }
+  // The background thread's copy ended: visible again, or detached when removed meanwhile.
+  void EndMigration() { MoveTo(removed() ? EntryState::kDetached : EntryState::kVisible); }
 };
 
 using HostLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::host_lru>;
@@ -194,6 +216,19 @@ inline Tier FastestTier(const Entry& e) {
 }
 // Reports a block that became visible. REQUIRES: s.mu held.
 void EmitStored(State& s, const Entry& e, StoredBy by, bool durable, absl::string_view origin);
+// A new kWriting entry for `key` in the map, its slot bytes counted in its namespace's usage (the
+// reserve half of Reserve and PutHot; the caller sets the copy it reserved). REQUIRES: s.mu held,
+// key not in the map.
+Entry* InsertWriting(State& s, const BlockKey& key, uint64_t size, uint64_t slot_size);
+// Makes a written entry visible: the one publish path of Commit and PutHot. Applies the put's
+// options (access time, parent, silent), puts the entry at the front of `tier`'s LRU list (kHost
+// or kGpu, the tier its only copy is in) and of its namespace's, reports it (kStored), and counts
+// the put and its `bytes_in`. Index and write-through work stays with the caller.
+// REQUIRES: s.mu held, e->writing().
+void Publish(State& s, Entry* e, const PutOptions& options, uint64_t now_ms, Tier tier,
+             uint64_t bytes_in, bool durable);
+// Records the microseconds since `start`.
+void RecordLatency(LatencyHistogram& histogram, std::chrono::steady_clock::time_point start);
 // Frees the slots of a detached entry once no reader pins it and no write is in flight.
 void MaybeRelease(State& s, Entry* e);
 // Frees the host copy of an entry that keeps its disk copy (or is detached).

@@ -36,7 +36,7 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
     }
     codec = hot->second;
     auto it = s.map.find(key);
-    if (it != s.map.end() && !it->second->writing && it->second->gpu.has_value()) {
+    if (it != s.map.end() && !it->second->writing() && it->second->gpu.has_value()) {
       e = it->second.get();
       if (e->hot->plan.fingerprint != codec->plan.fingerprint) {
         return absl::FailedPreconditionError(absl::StrFormat(
@@ -117,7 +117,7 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
     if (i >= kEntryAhead) {  // consume key j before its ring slot is reused for key i
       const size_t j = i - kEntryAhead;
       const Entry* e = found[j % kEntryAhead];
-      if (e == nullptr || e->writing) return j;
+      if (e == nullptr || e->writing()) return j;
       if (tiers != nullptr) {
         tiers->push_back(e->gpu ? Tier::kGpu : e->host ? Tier::kHost : Tier::kDisk);
       }
@@ -164,7 +164,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   };
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
-  if (it == s.map.end() || it->second->writing) {
+  if (it == s.map.end() || it->second->writing()) {
     if (touch) {
       ++s.counters.misses;
       internal::CountNamespaceRead(s, key.ns, false, 0);
@@ -200,7 +200,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     }
     --e->pins;
     --s.pinned;
-    if (!e->removed) {
+    if (!e->removed()) {
       internal::Detach(s, e, RemovedBy::kCorrupt);  // releases the entry when nothing else holds it
     } else {
       internal::MaybeRelease(s, e);
@@ -254,7 +254,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
       internal::AllocateWaiting(s, *s.host_alloc, size, options_.put_wait_ms, s.room_waiters, e);
   if (!staging.has_value()) {
     s.host_used = s.host_alloc->used_bytes();
-    const bool removed = e->removed;
+    const bool removed = e->removed();
     unpin();
     if (removed) {
       if (touch) {
@@ -351,7 +351,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Hold(const BlockKey& key)
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
-  if (it == s.map.end() || it->second->writing) return std::nullopt;
+  if (it == s.map.end() || it->second->writing()) return std::nullopt;
   Entry* e = it->second.get();
   ++e->pins;
   ++s.pinned;

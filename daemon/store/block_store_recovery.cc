@@ -67,7 +67,7 @@ absl::Status BlockStore::Recover() {
         e->key = key;
         e->rec = rec;
         e->slot_size = s.host_alloc->SlotSize(rec.size);
-        e->writing = false;
+        e->MoveTo(EntryState::kVisible);
         e->indexed = true;
         bool ok = rec.size > 0 && rec.size <= options_.max_block_bytes;
         if (rec.tier == Tier::kDisk) {
