@@ -165,9 +165,9 @@ void RecordLatency(LatencyHistogram& histogram, std::chrono::steady_clock::time_
 void FreeHostCopy(State& s, Entry* e) {
   if (!e->host.has_value()) return;
   const Tier from = FastestTier(*e);
-  absl::Status st = s.host_alloc->Free(*e->host, e->slot_size);
+  absl::Status st = s.host_tier->slots().Free(*e->host, e->slot_size);
   if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
-  s.host_used = s.host_alloc->used_bytes();
+  s.host_used = s.host_tier->slots().used_bytes();
   e->host.reset();
   e->free_host_when_unpinned = false;
   s.host_lru.Remove(e);
@@ -198,27 +198,27 @@ void FreeGpuCopy(State& s, Entry* e) {
   EmitMoved(s, *e, from);
 }
 
-std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t size,
+std::optional<TierSlot> AllocateWaiting(State& s, StorageTier& tier, uint64_t size,
                                         uint32_t wait_ms, uint32_t& waiters, const Entry* e) {
-  std::optional<uint64_t> offset = slots.Allocate(size);
-  if (offset.has_value()) return offset;
+  std::optional<TierSlot> slot = tier.Allocate(size);
+  if (slot.has_value()) return slot;
   const absl::Time deadline = absl::Now() + absl::Milliseconds(wait_ms);
   ++waiters;
   s.work_cv.Signal();
   auto gone = [&] { return s.stop || (e != nullptr && e->removed()); };
-  while (!offset.has_value() && !gone()) {
+  while (!slot.has_value() && !gone()) {
     // No signal here: the background thread keeps working while there are waiters, and waking
     // it on every change would make the two threads ping-pong over the mutex.
     const bool timed_out = s.changed_cv.WaitWithDeadline(&s.mu, deadline);
-    offset = slots.Allocate(size);
+    slot = tier.Allocate(size);
     if (timed_out) break;
   }
   --waiters;
-  if (offset.has_value() && gone()) {
-    (void)slots.Free(*offset, size);
+  if (slot.has_value() && gone()) {
+    (void)tier.Free(*slot, size);
     return std::nullopt;
   }
-  return offset;
+  return slot;
 }
 
 void Detach(State& s, Entry* e, RemovedBy why) {
@@ -252,7 +252,7 @@ void Detach(State& s, Entry* e, RemovedBy why) {
 
 void MaybeRelease(State& s, Entry* e) {
   if (!e->removed() || e->pins > 0 || e->migrating()) return;
-  if (e->host.has_value() && e->delete_seq > s.committed_seq && s.arena->persistent()) {
+  if (e->host.has_value() && e->delete_seq > s.committed_seq && s.host_tier->arena().persistent()) {
     // A persistent host slot named by a record: reusable once the deletion is committed, or a
     // restart could find the record pointing at another block's bytes.
     s.host_quarantine.push_back({*e->host, e->slot_size, e->delete_seq});
@@ -295,11 +295,11 @@ void ReleaseQuarantine(State& s) {
       ++it;
       continue;
     }
-    absl::Status st = s.host_alloc->Free(it->offset, it->size);
+    absl::Status st = s.host_tier->slots().Free(it->offset, it->size);
     if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
     it = s.host_quarantine.erase(it);
   }
-  s.host_used = s.host_alloc->used_bytes();
+  s.host_used = s.host_tier->slots().used_bytes();
 }
 
 }  // namespace internal
@@ -429,20 +429,26 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   }
   const auto index_opened = std::chrono::steady_clock::now();
   store->recovery_.index_open_seconds = std::chrono::duration<double>(index_opened - start).count();
-  KVTIER_ASSIGN_OR_RETURN(s.arena, HostArena::Create(options.host));
-  KVTIER_ASSIGN_OR_RETURN(SlotAllocator host_alloc,
-                          SlotAllocator::Create(s.arena->size(), options.host_chunk_bytes, 4096));
-  s.host_alloc.emplace(std::move(host_alloc));
-  KVTIER_ASSIGN_OR_RETURN(s.disk, DiskTier::Create(options.disk, {s.arena->span()}));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HostArena> arena, HostArena::Create(options.host));
+  KVTIER_ASSIGN_OR_RETURN(s.host_tier,
+                          HostTier::Create(std::move(arena), options.host_chunk_bytes));
+  KVTIER_ASSIGN_OR_RETURN(s.disk, DiskTier::Create(options.disk, {s.host_tier->arena().span()}));
   if (options.gpu.capacity_bytes > 0) {
     KVTIER_ASSIGN_OR_RETURN(s.gpu, GpuTier::Create(options.gpu.device, options.gpu.capacity_bytes,
                                                    options.gpu.chunk_bytes));
-    if (s.arena->pin_mechanism() != "cuda") {
+    if (s.host_tier->arena().pin_mechanism() != "cuda") {
       return absl::FailedPreconditionError(absl::StrCat(
           "the GPU tier encodes pages straight into the host tier, which must then be pinned with "
           "CUDA (host pin mode auto or cuda); it is pinned with: ",
-          s.arena->pin_mechanism()));
+          s.host_tier->arena().pin_mechanism()));
     }
+  }
+  for (StorageTier* tier :
+       {static_cast<StorageTier*>(s.gpu.get()), static_cast<StorageTier*>(s.host_tier.get()),
+        static_cast<StorageTier*>(s.disk.get())}) {
+    if (tier == nullptr) continue;
+    s.tiers.push_back(tier);
+    s.tier_by_id[static_cast<int>(tier->id())] = tier;
   }
   const auto tiers_opened = std::chrono::steady_clock::now();
   store->recovery_.tiers_open_seconds =
@@ -453,9 +459,10 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   store->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KVTIER_LOG(kInfo, "store: ", store->recovery_.ToString(), "; GPU tier ",
-             s.gpu ? s.gpu->slots().capacity_bytes() : 0, " bytes, host tier ", s.arena->size(),
-             " bytes (pinned: ", s.arena->pin_mechanism(), "), disk tier ",
-             s.disk->capacity_bytes(), " bytes in ", s.disk->file_count(), " files");
+             s.gpu ? s.gpu->slots().capacity_bytes() : 0, " bytes, host tier ",
+             s.host_tier->arena().size(), " bytes (pinned: ", s.host_tier->arena().pin_mechanism(),
+             "), disk tier ", s.disk->capacity_bytes(), " bytes in ", s.disk->file_count(),
+             " files");
   // Each chunk serves blocks of one slot size: a tier of few chunks cannot hold several sizes.
   auto warn_chunks = [](const char* tier, const char* field, uint64_t capacity, uint64_t chunk) {
     if (capacity == 0 || chunk == 0 || capacity / chunk >= kMinTierChunks) return;
@@ -465,7 +472,7 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
                "differ in size (layouts, codecs) evict each other's; give it at least ",
                kMinTierChunks, " chunks (a smaller ", field, " or a larger tier)");
   };
-  warn_chunks("host", "host.chunk", s.arena->size(), options.host_chunk_bytes);
+  warn_chunks("host", "host.chunk", s.host_tier->arena().size(), options.host_chunk_bytes);
   if (s.disk->capacity_bytes() > 0) {
     warn_chunks("disk", "disk.chunk", s.disk->capacity_bytes(), options.disk.chunk_bytes);
   }
@@ -523,37 +530,38 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
     return absl::InvalidArgumentError(
         absl::StrFormat("block size %d is outside 1..%d bytes", size, options_.max_block_bytes));
   }
-  const uint64_t slot_size = s.host_alloc->SlotSize(size);
+  const uint64_t slot_size = s.host_tier->slots().SlotSize(size);
   absl::MutexLock lock(&s.mu);
   if (s.stop) return absl::UnavailableError("the store is shutting down");
   if (s.map.contains(key)) return absl::AlreadyExistsError("block is already stored");
   KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, size, slot_size));
-  std::optional<uint64_t> offset = internal::AllocateWaiting(
-      s, *s.host_alloc, size, options_.put_wait_ms, s.room_waiters, nullptr);
-  if (!offset.has_value()) {
+  std::optional<TierSlot> slot = internal::AllocateWaiting(
+      s, *s.host_tier, size, options_.put_wait_ms, s.room_waiters, nullptr);
+  if (!slot.has_value()) {
     ++s.counters.put_rejected;
     if (s.stop) return absl::UnavailableError("the store is shutting down");
     return absl::ResourceExhaustedError(absl::StrFormat(
         "host tier full: no room for a %d-byte block within %d ms (%d of %d bytes used, %d "
         "blocks pinned, %d being written to disk)",
-        size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned,
-        s.migrating));
+        size, options_.put_wait_ms, s.host_tier->slots().used_bytes(), s.host_tier->arena().size(),
+        s.pinned, s.migrating));
   }
   if (s.map.contains(key)) {  // stored by another caller while this one waited
-    (void)s.host_alloc->Free(*offset, size);
+    (void)s.host_tier->Free(*slot, size);
     return absl::AlreadyExistsError("block is already stored");
   }
-  s.host_used = s.host_alloc->used_bytes();
+  s.host_used = s.host_tier->slots().used_bytes();
   Entry* e = internal::InsertWriting(s, key, size, slot_size);
-  e->host = *offset;
-  if (s.host_used > options_.host_watermarks.high * static_cast<double>(s.arena->size())) {
+  e->host = slot->offset;
+  if (s.host_used >
+      options_.host_watermarks.high * static_cast<double>(s.host_tier->arena().size())) {
     s.work_cv.Signal();
   }
   HostReservation r;
   r.store_ = this;
   r.entry_ = e;
   r.key_ = key;
-  r.bytes_ = absl::Span<uint8_t>(s.arena->data() + *offset, size);
+  r.bytes_ = absl::Span<uint8_t>(s.host_tier->data() + slot->offset, size);
   return r;
 }
 
@@ -631,7 +639,7 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
   if (options.durable) e->rec.flags |= index::kBlockFlagDurable;
   internal::Publish(s, e, options, internal::NowMs(options_), Tier::kHost, e->rec.size,
                     options.durable);
-  if (s.arena->persistent()) {
+  if (s.host_tier->arena().persistent()) {
     internal::QueuePut(s, *e);
     e->indexed = true;
   }
@@ -729,11 +737,11 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
       return absl::OkStatus();
     }
     const uint64_t block_bytes = codec->plan.block_bytes;
-    const uint64_t slot_size = s.host_alloc->SlotSize(block_bytes);
+    const uint64_t slot_size = s.host_tier->slots().SlotSize(block_bytes);
     KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, block_bytes, slot_size));
-    std::optional<uint64_t> offset = internal::AllocateWaiting(
-        s, s.gpu->slots(), codec->page_bytes, options_.put_wait_ms, s.gpu_room_waiters, nullptr);
-    if (!offset.has_value()) {
+    std::optional<TierSlot> slot = internal::AllocateWaiting(
+        s, *s.gpu, codec->page_bytes, options_.put_wait_ms, s.gpu_room_waiters, nullptr);
+    if (!slot.has_value()) {
       ++s.counters.put_rejected;
       if (s.stop) return absl::UnavailableError("the store is shutting down");
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -743,22 +751,22 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
           s.gpu->slots().capacity_bytes(), s.pinned + s.migrating));
     }
     if (s.map.contains(key)) {
-      (void)s.gpu->slots().Free(*offset, codec->page_bytes);
+      (void)s.gpu->Free(*slot, codec->page_bytes);
       ++s.counters.duplicate_puts;
       return absl::OkStatus();
     }
     s.gpu_used = s.gpu->slots().used_bytes();
     e = internal::InsertWriting(s, key, block_bytes, slot_size);
     e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan).codec);
-    e->gpu = *offset;
+    e->gpu = slot->offset;
     e->hot = codec;
   }
   // The copy runs outside the lock; the entry is invisible while `writing`.
-  uint8_t* slot = s.gpu->data() + *e->gpu;
-  absl::Status copied = kernels::UseDevice(s.gpu->device());
-  void* stream = kernels::PerThreadStream();
-  if (copied.ok()) copied = kernels::CopyAsync(slot, device_page, e->hot->page_bytes, stream);
-  if (copied.ok()) copied = kernels::SynchronizeStream(stream);
+  absl::Status copied;
+  s.gpu->SubmitWrite(
+      TierSlot{0, *e->gpu},
+      absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), e->hot->page_bytes),
+      [&copied](absl::Status st) { copied = std::move(st); });  // done before it returns
   absl::MutexLock lock(&s.mu);
   if (!copied.ok() || s.stop) {
     internal::Detach(s, e, RemovedBy::kSilent);
@@ -845,7 +853,7 @@ absl::Status BlockStore::Flush() {
 }
 
 bool BlockStore::HostTierDeviceAccessible() const {
-  return state_->arena->pin_mechanism() == "cuda";
+  return state_->host_tier->arena().pin_mechanism() == "cuda";
 }
 
 StoreStats BlockStore::Stats() const {
@@ -857,20 +865,14 @@ StoreStats BlockStore::Stats() const {
         s.map.capacity() * (sizeof(std::pair<const BlockKey, std::unique_ptr<Entry>>) + 1) +
         (s.map.size() + s.retired.size()) * sizeof(Entry);
     out.indexed_blocks = s.map.size();
-    TierStats& host = out.tiers[static_cast<int>(Tier::kHost)];
-    host.capacity_bytes = s.host_alloc->capacity_bytes();
-    host.used_bytes = s.host_alloc->used_bytes();
-    host.blocks = s.host_lru.size();
-    if (s.gpu) {
-      TierStats& gpu = out.tiers[static_cast<int>(Tier::kGpu)];
-      gpu.capacity_bytes = s.gpu->slots().capacity_bytes();
-      gpu.used_bytes = s.gpu->slots().used_bytes();
-      gpu.blocks = s.gpu_lru.size();
+    for (const StorageTier* tier : s.tiers) {
+      TierStats& stats = out.tiers[static_cast<int>(tier->id())];
+      stats.capacity_bytes = tier->capacity_bytes();
+      stats.used_bytes = tier->used_bytes();
     }
-    TierStats& disk = out.tiers[static_cast<int>(Tier::kDisk)];
-    disk.capacity_bytes = s.disk->capacity_bytes();
-    disk.used_bytes = s.disk->used_bytes();
-    disk.blocks = s.disk_lru.size();
+    out.tiers[static_cast<int>(Tier::kGpu)].blocks = s.gpu ? s.gpu_lru.size() : 0;
+    out.tiers[static_cast<int>(Tier::kHost)].blocks = s.host_lru.size();
+    out.tiers[static_cast<int>(Tier::kDisk)].blocks = s.disk_lru.size();
     out.pinned_blocks = s.pinned;
     out.migrating_blocks = s.migrating;
     out.unsynced_index_writes = s.queued_seq - s.committed_seq;

@@ -24,9 +24,9 @@ absl::StatusOr<BlockStore::ClearReport> BlockStore::ClearNamespace(NamespaceId i
   while (e != nullptr) {
     Entry* prev = NsLru::Prev(e);
     if (include_silent || !e->silent) {
-      report.bytes += (e->gpu.has_value() ? e->hot->page_bytes : 0) +
-                      (e->host.has_value() ? e->slot_size : 0) +
-                      (e->disk.has_value() ? s.disk->SlotSize(e->rec.size) : 0);
+      for (const StorageTier* tier : s.tiers) {
+        if (e->CopyIn(tier->id())) report.bytes += internal::CopyBytes(s, *e, tier->id());
+      }
       internal::Detach(s, e, RemovedBy::kSilent);
       ++report.blocks;
     }
@@ -54,13 +54,11 @@ BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
   usage.last_access_ms = it->second.last_access_ms;
   for (Entry* e = it->second.lru.front(); e != nullptr; e = NsLru::Next(e)) {
     if (e->writing() || e->removed()) continue;
-    auto count = [&](index::Tier tier, uint64_t bytes) {
-      ++usage.blocks[static_cast<int>(tier)];
-      usage.bytes[static_cast<int>(tier)] += bytes;
-    };
-    if (e->gpu.has_value()) count(index::Tier::kGpu, e->hot->page_bytes);
-    if (e->host.has_value()) count(index::Tier::kHost, e->slot_size);
-    if (e->disk.has_value()) count(index::Tier::kDisk, s.disk->SlotSize(e->rec.size));
+    for (const StorageTier* tier : s.tiers) {
+      if (!e->CopyIn(tier->id())) continue;
+      ++usage.blocks[static_cast<int>(tier->id())];
+      usage.bytes[static_cast<int>(tier->id())] += internal::CopyBytes(s, *e, tier->id());
+    }
   }
   return usage;
 }
@@ -268,7 +266,7 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
       return EvictOutcome::kDemoted;
     case Tier::kDisk:
       if (e->host.has_value()) {
-        internal::DropDiskCopy(s, e, s.arena->persistent());
+        internal::DropDiskCopy(s, e, s.host_tier->arena().persistent());
         return EvictOutcome::kDropped;
       }
       break;

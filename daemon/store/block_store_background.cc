@@ -189,13 +189,13 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
   while (e != nullptr && s.gpu_used - leaving > target && moves.size() < batch) {
     Entry* prev = GpuLru::Prev(e);
     if (e->pins == 0 && !e->migrating() && !e->host.has_value()) {
-      std::optional<uint64_t> slot = s.host_alloc->Allocate(e->rec.size);
+      std::optional<uint64_t> slot = s.host_tier->slots().Allocate(e->rec.size);
       if (!slot.has_value()) {
         s.host_wanted_by_gpu = uint64_t{batch - moves.size()} * e->slot_size;
         s.work_cv.Signal();
         break;
       }
-      s.host_used = s.host_alloc->used_bytes();
+      s.host_used = s.host_tier->slots().used_bytes();
       e->MoveTo(EntryState::kMigrating);
       ++s.migrating;
       leaving += e->hot->page_bytes;
@@ -212,13 +212,13 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
     m.result = ready;
     if (m.result.ok()) {
       m.result = m.entry->hot->EnqueueEncode(s.gpu->data() + *m.entry->gpu,
-                                             s.arena->data() + m.host, stream);
+                                             s.host_tier->data() + m.host, stream);
     }
   }
   if (ready.ok()) ready = kernels::SynchronizeStream(stream);
   for (GpuMove& m : moves) {
     if (m.result.ok()) m.result = ready;
-    if (m.result.ok()) m.entry->hot->Seal(s.arena->data() + m.host);
+    if (m.result.ok()) m.entry->hot->Seal(s.host_tier->data() + m.host);
   }
   s.mu.Lock();
   size_t failed = 0;
@@ -227,9 +227,9 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
     e->EndMigration();
     --s.migrating;
     if (!m.result.ok() || e->removed()) {
-      absl::Status freed = s.host_alloc->Free(m.host, e->rec.size);
+      absl::Status freed = s.host_tier->slots().Free(m.host, e->rec.size);
       if (!freed.ok()) KVTIER_LOG(kError, "host tier: ", freed.message());
-      s.host_used = s.host_alloc->used_bytes();
+      s.host_used = s.host_tier->slots().used_bytes();
       if (!m.result.ok()) {
         ++s.counters.gpu_dropped;
         if (failed++ == 0) {
@@ -241,7 +241,7 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
       internal::MaybeRelease(s, e);
       continue;
     }
-    const absl::Span<const uint8_t> block(s.arena->data() + m.host, e->rec.size);
+    const absl::Span<const uint8_t> block(s.host_tier->data() + m.host, e->rec.size);
     e->host = m.host;
     e->rec.checksum = codec::StoredHeaderChecksum(block);
     s.gpu_lru.Remove(e);
@@ -263,8 +263,8 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
 void BlockStore::BackgroundLoop() {
   State& s = *state_;
   const index::SyncPolicy policy = options_.sync;
-  const bool persistent_host = s.arena->persistent();
-  const double host_capacity = static_cast<double>(s.arena->size());
+  const bool persistent_host = s.host_tier->arena().persistent();
+  const double host_capacity = static_cast<double>(s.host_tier->arena().size());
   const double disk_capacity = static_cast<double>(s.disk->capacity_bytes());
   const double gpu_capacity = s.gpu ? static_cast<double>(s.gpu->slots().capacity_bytes()) : 0.0;
   absl::Time oldest_pending = absl::InfiniteFuture();
@@ -481,12 +481,9 @@ void BlockStore::BackgroundLoop() {
     {
       absl::BlockingCounter outstanding(static_cast<int>(moves.size()));
       for (Move& m : moves) {
-        io::IoRequest request;
-        request.kind = io::IoKind::kWrite;
-        request.offset = m.slot.offset;
-        request.buffer = s.arena->data() + *m.entry->host;
-        request.length = static_cast<uint32_t>(s.disk->SlotSize(m.entry->rec.size));
-        s.disk->file(m.slot.file).Submit(request, [&m, &outstanding](absl::Status st) {
+        const absl::Span<const uint8_t> src(s.host_tier->data() + *m.entry->host,
+                                            s.disk->SlotSize(m.entry->rec.size));
+        s.disk->SubmitWrite(m.slot, src, [&m, &outstanding](absl::Status st) {
           m.result = std::move(st);
           outstanding.DecrementCount();
         });
@@ -497,7 +494,7 @@ void BlockStore::BackgroundLoop() {
     bool any_ok = false;
     for (const Move& m : moves) any_ok |= m.result.ok();
     if (any_ok && policy != index::SyncPolicy::kNone) {
-      absl::Status synced = s.disk->SyncAll();
+      absl::Status synced = s.disk->Sync();
       if (!synced.ok()) {
         for (Move& m : moves) {
           if (m.result.ok()) m.result = synced;

@@ -24,8 +24,10 @@
 #include "daemon/store/block_store.h"
 #include "daemon/store/entry_state.h"
 #include "daemon/store/gpu_tier.h"
+#include "daemon/store/host_tier.h"
 #include "daemon/store/intrusive_list.h"
 #include "daemon/store/slot_allocator.h"
+#include "daemon/store/tier.h"
 
 namespace kvtier::store {
 
@@ -67,6 +69,20 @@ struct BlockStore::Entry {
   ListHook<Entry> disk_lru;
   ListHook<Entry> ns_lru;
 
+  // Its copy in `tier`, as that tier's slot; nullopt when it has none there.
+  std::optional<TierSlot> CopyIn(Tier tier) const {
+    switch (tier) {
+      case Tier::kGpu:
+        if (gpu.has_value()) return TierSlot{0, *gpu};
+        break;
+      case Tier::kHost:
+        if (host.has_value()) return TierSlot{0, *host};
+        break;
+      case Tier::kDisk:
+        return disk;
+    }
+    return std::nullopt;
+  }
   // Invisible to lookups until published.
   bool writing() const { return state == EntryState::kWriting; }
   // Out of the map (IsDetached).
@@ -113,10 +129,14 @@ struct Counters {
 
 struct BlockStore::State {
   std::unique_ptr<index::BlockIndex> index;
-  std::unique_ptr<HostArena> arena;
-  std::optional<SlotAllocator> host_alloc;
-  std::unique_ptr<DiskTier> disk;
-  std::unique_ptr<GpuTier> gpu;  // null: no GPU tier
+  std::unique_ptr<HostTier> host_tier;  // the host arena and its slots
+  std::unique_ptr<DiskTier> disk;       // no files: no disk tier
+  std::unique_ptr<GpuTier> gpu;         // null: no GPU tier
+  // The stack, fastest first: the GPU tier (when there is one), the host tier, the disk tier (a
+  // disk tier without files has no capacity). Code that treats every tier alike (statistics,
+  // recovery's slot marking) goes through these; the movement policy names its tiers.
+  std::vector<StorageTier*> tiers;
+  StorageTier* tier_by_id[index::kTierCount] = {};  // by index::Tier; null: absent
   StoreEventSink* events = nullptr;
 
   mutable absl::Mutex mu;
@@ -168,7 +188,7 @@ struct BlockStore::State {
   std::deque<QuarantinedHost> host_quarantine ABSL_GUARDED_BY(mu);
 
   uint64_t quarantined_bytes ABSL_GUARDED_BY(mu) = 0;
-  uint64_t host_used ABSL_GUARDED_BY(mu) = 0;  // mirrors host_alloc->used_bytes()
+  uint64_t host_used ABSL_GUARDED_BY(mu) = 0;  // mirrors host_tier->used_bytes()
   uint32_t room_waiters ABSL_GUARDED_BY(mu) = 0;
   uint64_t gpu_used ABSL_GUARDED_BY(mu) = 0;  // mirrors gpu->slots().used_bytes()
   uint32_t gpu_room_waiters ABSL_GUARDED_BY(mu) = 0;
@@ -210,9 +230,19 @@ index::BlockRecord RecordFor(const State& s, const Entry& e);
 // releases it when nothing holds it; reports the removal (unless `why` is kSilent or the entry
 // was never visible). REQUIRES: s.mu held, e in the map.
 void Detach(State& s, Entry* e, RemovedBy why);
-// The fastest tier holding a visible entry (what lookups report).
+// The fastest tier holding a visible entry (what lookups report): the first of the stack's order
+// (gpu, host, disk) in which it has a copy.
 inline Tier FastestTier(const Entry& e) {
-  return e.gpu ? Tier::kGpu : e.host ? Tier::kHost : Tier::kDisk;
+  for (Tier tier : {Tier::kGpu, Tier::kHost}) {
+    if (e.CopyIn(tier).has_value()) return tier;
+  }
+  return Tier::kDisk;
+}
+// The bytes of the entry's copy in `tier` as the statistics count them: a GPU copy's hot page,
+// else the tier's slot for the cold block. REQUIRES: e.CopyIn(tier), the tier present.
+inline uint64_t CopyBytes(const State& s, const Entry& e, Tier tier) {
+  if (tier == Tier::kGpu) return e.hot->page_bytes;
+  return s.tier_by_id[static_cast<int>(tier)]->SlotSize(e.rec.size);
 }
 // Reports a block that became visible. REQUIRES: s.mu held.
 void EmitStored(State& s, const Entry& e, StoredBy by, bool durable, absl::string_view origin);
@@ -239,10 +269,10 @@ void FreeHostCopy(State& s, Entry* e);
 void DropPin(State& s, Entry* e);
 // Frees the GPU copy of an entry that now has a host copy (or is detached).
 void FreeGpuCopy(State& s, Entry* e);
-// A slot of `size` bytes from `slots`, waiting up to wait_ms for the background thread to make
+// A slot of `size` bytes from `tier`, waiting up to wait_ms for the background thread to make
 // room (counted in `waiters`); nullopt when none came, the store stops, or `e` (when given) is
 // removed meanwhile. REQUIRES: s.mu held.
-std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t size,
+std::optional<TierSlot> AllocateWaiting(State& s, StorageTier& tier, uint64_t size,
                                         uint32_t wait_ms, uint32_t& waiters, const Entry* e);
 // Drops the disk copy of `e`; the block leaves the cache unless it has a host copy.
 // REQUIRES: s.mu held, e->disk, e->pins == 0, !e->migrating.

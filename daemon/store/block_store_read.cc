@@ -67,10 +67,10 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
     internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
     return std::optional<Tier>(Tier::kGpu);
   }
-  if (s.arena->pin_mechanism() != "cuda") {
+  if (s.host_tier->arena().pin_mechanism() != "cuda") {
     return absl::FailedPreconditionError(
         "ReadHot decodes from the host tier, which must be pinned with CUDA (it is pinned with: " +
-        s.arena->pin_mechanism() + ")");
+        s.host_tier->arena().pin_mechanism() + ")");
   }
   KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, Acquire(key));
   if (!pinned.has_value()) return std::optional<Tier>();
@@ -119,7 +119,7 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
       const Entry* e = found[j % kEntryAhead];
       if (e == nullptr || e->writing()) return j;
       if (tiers != nullptr) {
-        tiers->push_back(e->gpu ? Tier::kGpu : e->host ? Tier::kHost : Tier::kDisk);
+        tiers->push_back(internal::FastestTier(*e));
       }
     }
     if (i < n) {
@@ -208,7 +208,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     s.changed_cv.SignalAll();
   };
   if (e->host.has_value() && !(force_disk && e->disk.has_value())) {
-    const absl::Span<const uint8_t> bytes(s.arena->data() + *e->host, e->rec.size);
+    const absl::Span<const uint8_t> bytes(s.host_tier->data() + *e->host, e->rec.size);
     if (e->verify_on_read || verify_host) {
       const uint32_t expected = e->rec.checksum;
       s.mu.Unlock();
@@ -250,10 +250,13 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     }
   }
   const uint32_t size = e->rec.size;
-  std::optional<uint64_t> staging =
-      internal::AllocateWaiting(s, *s.host_alloc, size, options_.put_wait_ms, s.room_waiters, e);
+  std::optional<uint64_t> staging;
+  if (std::optional<TierSlot> slot = internal::AllocateWaiting(
+          s, *s.host_tier, size, options_.put_wait_ms, s.room_waiters, e)) {
+    staging = slot->offset;
+  }
   if (!staging.has_value()) {
-    s.host_used = s.host_alloc->used_bytes();
+    s.host_used = s.host_tier->slots().used_bytes();
     const bool removed = e->removed();
     unpin();
     if (removed) {
@@ -267,19 +270,20 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     return absl::UnavailableError(absl::StrFormat(
         "no host memory to stage a %d-byte block within %d ms (%d of %d bytes used, %d "
         "blocks pinned)",
-        size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned));
+        size, options_.put_wait_ms, s.host_tier->slots().used_bytes(), s.host_tier->arena().size(),
+        s.pinned));
   }
   if (from_gpu) {
-    s.host_used = s.host_alloc->used_bytes();
-    uint8_t* dst = s.arena->data() + *staging;
+    s.host_used = s.host_tier->slots().used_bytes();
+    uint8_t* dst = s.host_tier->data() + *staging;
     uint8_t* slot = s.gpu->data() + *e->gpu;  // stays: the pin keeps the GPU copy
     const HotCodec* hot = e->hot;
     s.mu.Unlock();
     absl::Status encoded = hot->EncodeToHost(s.gpu->device(), slot, dst);
     s.mu.Lock();
     if (!encoded.ok()) {
-      (void)s.host_alloc->Free(*staging, size);
-      s.host_used = s.host_alloc->used_bytes();
+      (void)s.host_tier->slots().Free(*staging, size);
+      s.host_used = s.host_tier->slots().used_bytes();
       unpin();
       return encoded;
     }
@@ -298,20 +302,19 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     record_latency();
     return std::optional<PinnedBlock>(std::move(pinned));
   }
-  s.host_used = s.host_alloc->used_bytes();
+  s.host_used = s.host_tier->slots().used_bytes();
   const DiskSlot slot = *e->disk;
   const uint32_t expected = e->rec.checksum;
   const uint64_t io_length = s.disk->SlotSize(size);
-  uint8_t* dst = s.arena->data() + *staging;
+  uint8_t* dst = s.host_tier->data() + *staging;
   s.mu.Unlock();
-  absl::Status read =
-      s.disk->file(slot.file).Read(slot.offset, absl::Span<uint8_t>(dst, io_length));
+  absl::Status read = s.disk->Read(slot, absl::Span<uint8_t>(dst, io_length));
   absl::StatusOr<uint32_t> crc =
       read.ok() ? codec::VerifyColdBlock({dst, size}) : absl::StatusOr<uint32_t>(read);
   s.mu.Lock();
   if (!crc.ok() || *crc != expected) {
-    (void)s.host_alloc->Free(*staging, size);
-    s.host_used = s.host_alloc->used_bytes();
+    (void)s.host_tier->slots().Free(*staging, size);
+    s.host_used = s.host_tier->slots().used_bytes();
     drop(!read.ok(), Tier::kDisk,
          absl::StrCat(
              "disk copy in file ", slot.file, " at offset ", slot.offset, ": ",
@@ -339,9 +342,9 @@ void BlockStore::Unpin(void* raw, std::optional<uint64_t> staging, uint64_t stag
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   if (staging.has_value()) {
-    absl::Status st = s.host_alloc->Free(*staging, staging_size);
+    absl::Status st = s.host_tier->slots().Free(*staging, staging_size);
     if (!st.ok()) KVTIER_LOG(kError, "host tier (staging): ", st.message());
-    s.host_used = s.host_alloc->used_bytes();
+    s.host_used = s.host_tier->slots().used_bytes();
   }
   if (Entry* e = static_cast<Entry*>(raw)) internal::DropPin(s, e);
   s.changed_cv.SignalAll();
@@ -358,7 +361,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Hold(const BlockKey& key)
   PinnedBlock held;
   held.store_ = this;
   held.entry_ = e;
-  held.served_from_ = e->gpu ? Tier::kGpu : e->host ? Tier::kHost : Tier::kDisk;
+  held.served_from_ = internal::FastestTier(*e);
   return std::optional<PinnedBlock>(std::move(held));
 }
 

@@ -6,7 +6,9 @@
 #define KVTIER_DAEMON_STORE_GPU_TIER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +16,7 @@
 #include "codec/cold_block.h"
 #include "codec/page_layout.h"
 #include "daemon/store/slot_allocator.h"
+#include "daemon/store/tier.h"
 #include "kernels/nvfp4_gpu_codec.h"
 
 namespace kvtier::store {
@@ -41,7 +44,7 @@ struct HotCodec {
   absl::Status EncodeToHost(int device, const uint8_t* page, uint8_t* block) const;
 };
 
-class GpuTier {
+class GpuTier final : public StorageTier {
  public:
   // `capacity_bytes` of device memory on `device`, cut into chunks of `chunk_bytes`.
   //   Unimplemented      built without CUDA;
@@ -50,7 +53,7 @@ class GpuTier {
   //   ResourceExhausted  the device has not that much free memory.
   static absl::StatusOr<std::unique_ptr<GpuTier>> Create(int device, uint64_t capacity_bytes,
                                                          uint64_t chunk_bytes);
-  ~GpuTier();
+  ~GpuTier() override;
   GpuTier(const GpuTier&) = delete;
   GpuTier& operator=(const GpuTier&) = delete;
 
@@ -59,6 +62,23 @@ class GpuTier {
   // Not thread-safe: the store serializes calls under its mutex.
   SlotAllocator& slots() { return slots_; }
   const SlotAllocator& slots() const { return slots_; }
+
+  // StorageTier: slots are offsets in the device allocation (file 0); bytes move by a copy on
+  // the calling thread's stream of the tier's device (host or device memory, unified addressing).
+  // Volatile: nothing in it outlives the process.
+  index::Tier id() const override { return index::Tier::kGpu; }
+  bool persistent() const override { return false; }
+  uint64_t SlotSize(uint64_t bytes) const override { return slots_.SlotSize(bytes); }
+  std::optional<TierSlot> Allocate(uint64_t bytes) override;
+  absl::Status Free(const TierSlot& slot, uint64_t bytes) override;
+  absl::Status MarkAllocated(const TierSlot& slot, uint64_t bytes) override;
+  void SubmitWrite(const TierSlot& slot, absl::Span<const uint8_t> src,
+                   std::function<void(absl::Status)> done) override;
+  absl::Status Read(const TierSlot& slot, absl::Span<uint8_t> dst) const override;
+  absl::Status Sync() override { return absl::OkStatus(); }
+  uint64_t capacity_bytes() const override { return slots_.capacity_bytes(); }
+  uint64_t used_bytes() const override { return slots_.used_bytes(); }
+  uint64_t chunk_bytes() const override { return slots_.chunk_bytes(); }
 
   static constexpr uint32_t kSlotAlignment = 256;
 
