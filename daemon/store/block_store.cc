@@ -36,10 +36,7 @@ uint64_t NowMs(const BlockStoreOptions& options) {
 }
 
 void CountNamespaceRead(State& s, NamespaceId ns, bool hit, uint64_t now_ms) {
-  auto it = s.namespaces.find(ns);
-  if (it == s.namespaces.end()) return;
-  ++(hit ? it->second.hits : it->second.misses);
-  if (hit) it->second.last_access_ms = now_ms;
+  s.namespaces.CountRead(ns, hit, now_ms);
 }
 
 index::BlockRecord RecordFor(const State& s, const Entry& e) {
@@ -129,7 +126,7 @@ Entry* InsertWriting(State& s, const BlockKey& key, uint64_t size, uint64_t slot
   e->rec.size = static_cast<uint32_t>(size);
   e->slot_size = slot_size;
   s.map.emplace(key, std::move(entry));
-  s.namespaces[key.ns].used += slot_size;
+  s.namespaces.Charge(key.ns, slot_size);
   return e;
 }
 
@@ -148,9 +145,8 @@ void Publish(State& s, Entry* e, const PutOptions& options, uint64_t now_ms, Tie
   } else {
     s.host_lru.PushFront(e);
   }
-  NamespaceState& ns_state = s.namespaces[e->key.ns];
-  ns_state.lru.PushFront(e);
-  ns_state.last_access_ms = now_ms;
+  s.namespaces.Link(e);
+  s.namespaces.MarkAccessed(e->key.ns, now_ms);
   EmitStored(s, *e, StoredBy::kPut, durable, options.origin);
   ++s.counters.puts;
   s.counters.bytes_in[static_cast<int>(tier)] += bytes_in;
@@ -167,7 +163,7 @@ void FreeHostCopy(State& s, Entry* e) {
   const Tier from = FastestTier(*e);
   absl::Status st = s.host_tier->slots().Free(*e->host, e->slot_size);
   if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
-  s.host_used = s.host_tier->slots().used_bytes();
+  s.host_used = s.host_tier->used_bytes();
   e->host.reset();
   e->free_host_when_unpinned = false;
   s.host_lru.Remove(e);
@@ -191,7 +187,7 @@ void FreeGpuCopy(State& s, Entry* e) {
   const Tier from = FastestTier(*e);
   absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes);
   if (!st.ok()) KVTIER_LOG(kError, "GPU tier: ", st.message());
-  s.gpu_used = s.gpu->slots().used_bytes();
+  s.gpu_used = s.gpu->used_bytes();
   e->gpu.reset();
   s.gpu_lru.Remove(e);
   s.changed_cv.SignalAll();
@@ -238,11 +234,7 @@ void Detach(State& s, Entry* e, RemovedBy why) {
   s.host_lru.Remove(e);
   s.gpu_lru.Remove(e);
   s.disk_lru.Remove(e);
-  auto ns = s.namespaces.find(e->key.ns);
-  if (ns != s.namespaces.end()) {
-    ns->second.lru.Remove(e);
-    ns->second.used -= e->slot_size;
-  }
+  s.namespaces.Release(e);
   if (e->indexed) {
     e->delete_seq = QueueDelete(s, e->key);
     e->indexed = false;
@@ -252,7 +244,7 @@ void Detach(State& s, Entry* e, RemovedBy why) {
 
 void MaybeRelease(State& s, Entry* e) {
   if (!e->removed() || e->pins > 0 || e->migrating()) return;
-  if (e->host.has_value() && e->delete_seq > s.committed_seq && s.host_tier->arena().persistent()) {
+  if (e->host.has_value() && e->delete_seq > s.committed_seq && s.host_tier->persistent()) {
     // A persistent host slot named by a record: reusable once the deletion is committed, or a
     // restart could find the record pointing at another block's bytes.
     s.host_quarantine.push_back({*e->host, e->slot_size, e->delete_seq});
@@ -299,7 +291,7 @@ void ReleaseQuarantine(State& s) {
     if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
     it = s.host_quarantine.erase(it);
   }
-  s.host_used = s.host_tier->slots().used_bytes();
+  s.host_used = s.host_tier->used_bytes();
 }
 
 }  // namespace internal
@@ -459,10 +451,9 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   store->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KVTIER_LOG(kInfo, "store: ", store->recovery_.ToString(), "; GPU tier ",
-             s.gpu ? s.gpu->slots().capacity_bytes() : 0, " bytes, host tier ",
-             s.host_tier->arena().size(), " bytes (pinned: ", s.host_tier->arena().pin_mechanism(),
-             "), disk tier ", s.disk->capacity_bytes(), " bytes in ", s.disk->file_count(),
-             " files");
+             s.gpu ? s.gpu->capacity_bytes() : 0, " bytes, host tier ", s.host_tier->arena().size(),
+             " bytes (pinned: ", s.host_tier->arena().pin_mechanism(), "), disk tier ",
+             s.disk->capacity_bytes(), " bytes in ", s.disk->file_count(), " files");
   // Each chunk serves blocks of one slot size: a tier of few chunks cannot hold several sizes.
   auto warn_chunks = [](const char* tier, const char* field, uint64_t capacity, uint64_t chunk) {
     if (capacity == 0 || chunk == 0 || capacity / chunk >= kMinTierChunks) return;
@@ -506,22 +497,14 @@ absl::Status BlockStore::PutNamespace(NamespaceId id, absl::string_view record,
   } else {
     state_->unsaved_namespaces.erase(id);
   }
-  NamespaceState& ns = state_->namespaces[id];
-  ns.record = std::string(record);
-  ns.quota = quota_bytes;
-  ns.registered = true;
+  state_->namespaces.Register(id, record, quota_bytes);
   return absl::OkStatus();
 }
 
 std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> BlockStore::Namespaces()
     const {
   absl::MutexLock lock(&state_->mu);
-  std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> out;
-  for (const auto& [id, ns] : state_->namespaces) {
-    if (ns.registered) out.push_back({id, {ns.record, ns.quota}});
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return state_->namespaces.Registered();
 }
 
 absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_t size) {
@@ -530,7 +513,7 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
     return absl::InvalidArgumentError(
         absl::StrFormat("block size %d is outside 1..%d bytes", size, options_.max_block_bytes));
   }
-  const uint64_t slot_size = s.host_tier->slots().SlotSize(size);
+  const uint64_t slot_size = s.host_tier->SlotSize(size);
   absl::MutexLock lock(&s.mu);
   if (s.stop) return absl::UnavailableError("the store is shutting down");
   if (s.map.contains(key)) return absl::AlreadyExistsError("block is already stored");
@@ -543,14 +526,14 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
     return absl::ResourceExhaustedError(absl::StrFormat(
         "host tier full: no room for a %d-byte block within %d ms (%d of %d bytes used, %d "
         "blocks pinned, %d being written to disk)",
-        size, options_.put_wait_ms, s.host_tier->slots().used_bytes(), s.host_tier->arena().size(),
+        size, options_.put_wait_ms, s.host_tier->used_bytes(), s.host_tier->arena().size(),
         s.pinned, s.migrating));
   }
   if (s.map.contains(key)) {  // stored by another caller while this one waited
     (void)s.host_tier->Free(*slot, size);
     return absl::AlreadyExistsError("block is already stored");
   }
-  s.host_used = s.host_tier->slots().used_bytes();
+  s.host_used = s.host_tier->used_bytes();
   Entry* e = internal::InsertWriting(s, key, size, slot_size);
   e->host = slot->offset;
   if (s.host_used >
@@ -567,7 +550,7 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
 
 absl::Status BlockStore::MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64_t slot_size) {
   State& s = *state_;
-  NamespaceState& ns = s.namespaces[id];
+  NamespaceState& ns = s.namespaces.GetOrCreate(id);
   if (ns.quota > 0) {
     if (slot_size > ns.quota) {
       ++s.counters.put_rejected;
@@ -576,7 +559,7 @@ absl::Status BlockStore::MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64
     }
     // Evict inside the namespace, least recently used first, skipping blocks in use.
     Entry* e = ns.lru.back();
-    while (ns.used + slot_size > ns.quota && e != nullptr) {
+    while (!NamespaceTable::Fits(ns, slot_size) && e != nullptr) {
       Entry* prev = NsLru::Prev(e);
       if (e->pins == 0 && !e->migrating()) {
         internal::Detach(s, e, RemovedBy::kEvicted);
@@ -584,7 +567,7 @@ absl::Status BlockStore::MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64
       }
       e = prev;
     }
-    if (ns.used + slot_size > ns.quota) {
+    if (!NamespaceTable::Fits(ns, slot_size)) {
       ++s.counters.put_rejected;
       return absl::ResourceExhaustedError(absl::StrFormat(
           "namespace %d is over its quota of %d bytes (%d used by blocks being read or written)",
@@ -639,7 +622,7 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
   if (options.durable) e->rec.flags |= index::kBlockFlagDurable;
   internal::Publish(s, e, options, internal::NowMs(options_), Tier::kHost, e->rec.size,
                     options.durable);
-  if (s.host_tier->arena().persistent()) {
+  if (s.host_tier->persistent()) {
     internal::QueuePut(s, *e);
     e->indexed = true;
   }
@@ -698,11 +681,11 @@ absl::Status BlockStore::SetHotLayout(NamespaceId ns, const codec::PageLayout& l
                         ns, hot->plan.block_bytes, options_.max_block_bytes));
   }
   State& s = *state_;
-  if (s.gpu && hot->page_bytes > s.gpu->slots().chunk_bytes()) {
+  if (s.gpu && hot->page_bytes > s.gpu->chunk_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "namespace %d: a hot page of this layout needs a %d-byte GPU slot, more than the GPU "
         "tier's chunk size (%d)",
-        ns, hot->page_bytes, s.gpu->slots().chunk_bytes()));
+        ns, hot->page_bytes, s.gpu->chunk_bytes()));
   }
   absl::MutexLock lock(&s.mu);
   s.hot[ns] = hot.get();
@@ -737,7 +720,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
       return absl::OkStatus();
     }
     const uint64_t block_bytes = codec->plan.block_bytes;
-    const uint64_t slot_size = s.host_tier->slots().SlotSize(block_bytes);
+    const uint64_t slot_size = s.host_tier->SlotSize(block_bytes);
     KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, block_bytes, slot_size));
     std::optional<TierSlot> slot = internal::AllocateWaiting(
         s, *s.gpu, codec->page_bytes, options_.put_wait_ms, s.gpu_room_waiters, nullptr);
@@ -747,15 +730,15 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
       return absl::ResourceExhaustedError(absl::StrFormat(
           "GPU tier full: no room for a %d-byte page within %d ms (%d of %d bytes used, %d "
           "pages pinned or being demoted)",
-          codec->page_bytes, options_.put_wait_ms, s.gpu->slots().used_bytes(),
-          s.gpu->slots().capacity_bytes(), s.pinned + s.migrating));
+          codec->page_bytes, options_.put_wait_ms, s.gpu->used_bytes(), s.gpu->capacity_bytes(),
+          s.pinned + s.migrating));
     }
     if (s.map.contains(key)) {
       (void)s.gpu->Free(*slot, codec->page_bytes);
       ++s.counters.duplicate_puts;
       return absl::OkStatus();
     }
-    s.gpu_used = s.gpu->slots().used_bytes();
+    s.gpu_used = s.gpu->used_bytes();
     e = internal::InsertWriting(s, key, block_bytes, slot_size);
     e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan).codec);
     e->gpu = slot->offset;
@@ -775,8 +758,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   }
   internal::Publish(s, e, options, internal::NowMs(options_), Tier::kGpu, e->hot->page_bytes,
                     /*durable=*/false);
-  if (s.gpu_used >
-      options_.gpu.watermarks.high * static_cast<double>(s.gpu->slots().capacity_bytes())) {
+  if (s.gpu_used > options_.gpu.watermarks.high * static_cast<double>(s.gpu->capacity_bytes())) {
     s.work_cv.Signal();
   }
   internal::RecordLatency(s.put_latency, start);

@@ -17,10 +17,10 @@ absl::StatusOr<BlockStore::ClearReport> BlockStore::ClearNamespace(NamespaceId i
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   ClearReport report;
-  auto it = s.namespaces.find(id);
-  if (it == s.namespaces.end()) return report;
+  NamespaceState* ns = s.namespaces.Find(id);
+  if (ns == nullptr) return report;
   // Least recently used first; Detach unlinks only the entry it is given.
-  Entry* e = it->second.lru.back();
+  Entry* e = ns->lru.back();
   while (e != nullptr) {
     Entry* prev = NsLru::Prev(e);
     if (include_silent || !e->silent) {
@@ -47,12 +47,12 @@ BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
   const State& s = *state_;
   NamespaceUsage usage;
   absl::MutexLock lock(&s.mu);
-  auto it = s.namespaces.find(id);
-  if (it == s.namespaces.end()) return usage;
-  usage.hits = it->second.hits;
-  usage.misses = it->second.misses;
-  usage.last_access_ms = it->second.last_access_ms;
-  for (Entry* e = it->second.lru.front(); e != nullptr; e = NsLru::Next(e)) {
+  const NamespaceState* ns = s.namespaces.Find(id);
+  if (ns == nullptr) return usage;
+  usage.hits = ns->hits;
+  usage.misses = ns->misses;
+  usage.last_access_ms = ns->last_access_ms;
+  for (Entry* e = ns->lru.front(); e != nullptr; e = NsLru::Next(e)) {
     if (e->writing() || e->removed()) continue;
     for (const StorageTier* tier : s.tiers) {
       if (!e->CopyIn(tier->id())) continue;
@@ -83,9 +83,9 @@ absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify(const VerifyOptions&
       }
     } else {
       for (NamespaceId id : options.namespaces) {
-        auto ns = s.namespaces.find(id);
-        if (ns == s.namespaces.end()) continue;
-        for (Entry* e = ns->second.lru.front(); e != nullptr; e = NsLru::Next(e)) {
+        const NamespaceState* ns = s.namespaces.Find(id);
+        if (ns == nullptr) continue;
+        for (Entry* e = ns->lru.front(); e != nullptr; e = NsLru::Next(e)) {
           if (wanted(*e)) keys.push_back(e->key);
         }
       }
@@ -157,9 +157,9 @@ std::vector<BlockStore::BlockSummary> BlockStore::Snapshot(absl::Span<const Name
     return out;
   }
   for (NamespaceId id : namespaces) {
-    auto it = s.namespaces.find(id);
-    if (it == s.namespaces.end()) continue;
-    for (Entry* e = it->second.lru.front(); e != nullptr; e = NsLru::Next(e)) add(*e);
+    const NamespaceState* ns = s.namespaces.Find(id);
+    if (ns == nullptr) continue;
+    for (Entry* e = ns->lru.front(); e != nullptr; e = NsLru::Next(e)) add(*e);
   }
   return out;
 }
@@ -266,7 +266,7 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
       return EvictOutcome::kDemoted;
     case Tier::kDisk:
       if (e->host.has_value()) {
-        internal::DropDiskCopy(s, e, s.host_tier->arena().persistent());
+        internal::DropDiskCopy(s, e, s.host_tier->persistent());
         return EvictOutcome::kDropped;
       }
       break;
@@ -324,10 +324,10 @@ absl::StatusOr<BlockStore::EvictReport> BlockStore::Evict(const EvictRequest& re
     return report;
   }
   for (NamespaceId id : req.namespaces) {
-    auto ns = s.namespaces.find(id);
-    if (ns == s.namespaces.end()) continue;
+    const NamespaceState* ns = s.namespaces.Find(id);
+    if (ns == nullptr) continue;
     // Least recently used first; Detach unlinks only the entry it is given.
-    Entry* e = ns->second.lru.back();
+    Entry* e = ns->lru.back();
     while (e != nullptr) {
       if ((req.max_blocks > 0 && report.evicted_blocks >= req.max_blocks) ||
           (req.max_bytes > 0 && report.evicted_bytes >= req.max_bytes)) {

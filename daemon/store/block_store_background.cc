@@ -195,7 +195,7 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
         s.work_cv.Signal();
         break;
       }
-      s.host_used = s.host_tier->slots().used_bytes();
+      s.host_used = s.host_tier->used_bytes();
       e->MoveTo(EntryState::kMigrating);
       ++s.migrating;
       leaving += e->hot->page_bytes;
@@ -229,7 +229,7 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
     if (!m.result.ok() || e->removed()) {
       absl::Status freed = s.host_tier->slots().Free(m.host, e->rec.size);
       if (!freed.ok()) KVTIER_LOG(kError, "host tier: ", freed.message());
-      s.host_used = s.host_tier->slots().used_bytes();
+      s.host_used = s.host_tier->used_bytes();
       if (!m.result.ok()) {
         ++s.counters.gpu_dropped;
         if (failed++ == 0) {
@@ -263,10 +263,10 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
 void BlockStore::BackgroundLoop() {
   State& s = *state_;
   const index::SyncPolicy policy = options_.sync;
-  const bool persistent_host = s.host_tier->arena().persistent();
+  const bool persistent_host = s.host_tier->persistent();
   const double host_capacity = static_cast<double>(s.host_tier->arena().size());
   const double disk_capacity = static_cast<double>(s.disk->capacity_bytes());
-  const double gpu_capacity = s.gpu ? static_cast<double>(s.gpu->slots().capacity_bytes()) : 0.0;
+  const double gpu_capacity = s.gpu ? static_cast<double>(s.gpu->capacity_bytes()) : 0.0;
   absl::Time oldest_pending = absl::InfiniteFuture();
   // Set when a round stopped at kMaxReleasesPerRound on its way down to a tier's low watermark:
   // the next rounds go on down to it although the tier is below its high watermark by then.
@@ -343,7 +343,7 @@ void BlockStore::BackgroundLoop() {
                             ? 0
                             : static_cast<uint64_t>(options_.gpu.watermarks.low * gpu_capacity);
       if (s.gpu_room_waiters > 0 && s.gpu_used <= target) {
-        target = s.gpu_used - std::min(s.gpu_used, s.gpu->slots().chunk_bytes());
+        target = s.gpu_used - std::min(s.gpu_used, s.gpu->chunk_bytes());
       }
       if (s.gpu_evict_target.has_value()) target = std::min(target, *s.gpu_evict_target);
       if (DemoteGpu(s, target, options_.demotion_batch, persistent_host)) continue;

@@ -49,7 +49,7 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
       e->rec.flags |= index::kBlockFlagReused;
       e->rec.last_access_ms = internal::NowMs(options_);
       s.gpu_lru.MoveToFront(e);
-      s.namespaces[key.ns].lru.MoveToFront(e);
+      s.namespaces.Touch(e);
     }
   }
   const int device = s.gpu ? s.gpu->device() : options_.gpu.device;
@@ -175,7 +175,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   if (touch) {
     e->rec.flags |= index::kBlockFlagReused;
     e->rec.last_access_ms = internal::NowMs(options_);
-    s.namespaces[key.ns].lru.MoveToFront(e);
+    s.namespaces.Touch(e);
   }
   // Every path below holds a pin while the lock is released, so the entry and its copies stay.
   ++e->pins;
@@ -256,7 +256,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     staging = slot->offset;
   }
   if (!staging.has_value()) {
-    s.host_used = s.host_tier->slots().used_bytes();
+    s.host_used = s.host_tier->used_bytes();
     const bool removed = e->removed();
     unpin();
     if (removed) {
@@ -270,11 +270,11 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     return absl::UnavailableError(absl::StrFormat(
         "no host memory to stage a %d-byte block within %d ms (%d of %d bytes used, %d "
         "blocks pinned)",
-        size, options_.put_wait_ms, s.host_tier->slots().used_bytes(), s.host_tier->arena().size(),
+        size, options_.put_wait_ms, s.host_tier->used_bytes(), s.host_tier->arena().size(),
         s.pinned));
   }
   if (from_gpu) {
-    s.host_used = s.host_tier->slots().used_bytes();
+    s.host_used = s.host_tier->used_bytes();
     uint8_t* dst = s.host_tier->data() + *staging;
     uint8_t* slot = s.gpu->data() + *e->gpu;  // stays: the pin keeps the GPU copy
     const HotCodec* hot = e->hot;
@@ -283,7 +283,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     s.mu.Lock();
     if (!encoded.ok()) {
       (void)s.host_tier->slots().Free(*staging, size);
-      s.host_used = s.host_tier->slots().used_bytes();
+      s.host_used = s.host_tier->used_bytes();
       unpin();
       return encoded;
     }
@@ -302,7 +302,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     record_latency();
     return std::optional<PinnedBlock>(std::move(pinned));
   }
-  s.host_used = s.host_tier->slots().used_bytes();
+  s.host_used = s.host_tier->used_bytes();
   const DiskSlot slot = *e->disk;
   const uint32_t expected = e->rec.checksum;
   const uint64_t io_length = s.disk->SlotSize(size);
@@ -314,7 +314,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   s.mu.Lock();
   if (!crc.ok() || *crc != expected) {
     (void)s.host_tier->slots().Free(*staging, size);
-    s.host_used = s.host_tier->slots().used_bytes();
+    s.host_used = s.host_tier->used_bytes();
     drop(!read.ok(), Tier::kDisk,
          absl::StrCat(
              "disk copy in file ", slot.file, " at offset ", slot.offset, ": ",
@@ -344,7 +344,7 @@ void BlockStore::Unpin(void* raw, std::optional<uint64_t> staging, uint64_t stag
   if (staging.has_value()) {
     absl::Status st = s.host_tier->slots().Free(*staging, staging_size);
     if (!st.ok()) KVTIER_LOG(kError, "host tier (staging): ", st.message());
-    s.host_used = s.host_tier->slots().used_bytes();
+    s.host_used = s.host_tier->used_bytes();
   }
   if (Entry* e = static_cast<Entry*>(raw)) internal::DropPin(s, e);
   s.changed_cv.SignalAll();

@@ -71,7 +71,8 @@ TEST_P(StorageTierTest, SlotsRoundTripTheirBytes) {
   ASSERT_TRUE(Write(*a, {src, slot_bytes}).ok());
   ASSERT_TRUE(tier_->Sync().ok());
   ASSERT_TRUE(tier_->Read(*a, {dst, slot_bytes}).ok());
-  EXPECT_EQ(std::vector<uint8_t>(src, src + slot_bytes), std::vector<uint8_t>(dst, dst + slot_bytes));
+  EXPECT_EQ(std::vector<uint8_t>(src, src + slot_bytes),
+            std::vector<uint8_t>(dst, dst + slot_bytes));
 
   ASSERT_TRUE(tier_->Free(*a, 10000).ok());
   EXPECT_FALSE(tier_->Free(*a, 10000).ok()) << "a double free is reported";
@@ -101,36 +102,35 @@ TEST_P(StorageTierTest, MarkAllocatedTakesTheSlotOnce) {
 
 INSTANTIATE_TEST_SUITE_P(
     Tiers, StorageTierTest,
-    ::testing::Values(
-        TierUnderTest{"host",
-                      [](HostArena&) -> std::unique_ptr<StorageTier> {
-                        auto tier = HostTier::Create(MakeArena(4 * kChunk), kChunk);
-                        EXPECT_TRUE(tier.ok()) << tier.status();
-                        if (!tier.ok()) return nullptr;
-                        EXPECT_EQ((*tier)->id(), index::Tier::kHost);
-                        EXPECT_FALSE((*tier)->persistent());
-                        return std::move(*tier);
-                      }},
-        TierUnderTest{"disk",
-                      [](HostArena& buffers) -> std::unique_ptr<StorageTier> {
-                        DiskTierOptions options;
-                        options.dirs = {"memory0", "memory1"};
-                        options.capacity_bytes = 4 * kChunk;
-                        options.chunk_bytes = kChunk;
-                        options.open_file = [](const io::BlockFileOptions& o)
-                            -> absl::StatusOr<std::unique_ptr<io::BlockFile>> {
-                          auto file =
-                              kvtier::testing::InMemoryBlockFile::Create(o.size_bytes, 4096);
-                          if (!file.ok()) return file.status();
-                          return std::unique_ptr<io::BlockFile>(std::move(*file));
-                        };
-                        auto tier = DiskTier::Create(options, {buffers.span()});
-                        EXPECT_TRUE(tier.ok()) << tier.status();
-                        if (!tier.ok()) return nullptr;
-                        EXPECT_EQ((*tier)->id(), index::Tier::kDisk);
-                        EXPECT_TRUE((*tier)->persistent());
-                        return std::move(*tier);
-                      }}),
+    ::testing::Values(TierUnderTest{"host",
+                                    [](HostArena&) -> std::unique_ptr<StorageTier> {
+                                      auto tier = HostTier::Create(MakeArena(4 * kChunk), kChunk);
+                                      EXPECT_TRUE(tier.ok()) << tier.status();
+                                      if (!tier.ok()) return nullptr;
+                                      EXPECT_EQ((*tier)->id(), index::Tier::kHost);
+                                      EXPECT_FALSE((*tier)->persistent());
+                                      return std::move(*tier);
+                                    }},
+                      TierUnderTest{"disk",
+                                    [](HostArena& buffers) -> std::unique_ptr<StorageTier> {
+                                      DiskTierOptions options;
+                                      options.dirs = {"memory0", "memory1"};
+                                      options.capacity_bytes = 4 * kChunk;
+                                      options.chunk_bytes = kChunk;
+                                      options.open_file = [](const io::BlockFileOptions& o)
+                                          -> absl::StatusOr<std::unique_ptr<io::BlockFile>> {
+                                        auto file = kvtier::testing::InMemoryBlockFile::Create(
+                                            o.size_bytes, 4096);
+                                        if (!file.ok()) return file.status();
+                                        return std::unique_ptr<io::BlockFile>(std::move(*file));
+                                      };
+                                      auto tier = DiskTier::Create(options, {buffers.span()});
+                                      EXPECT_TRUE(tier.ok()) << tier.status();
+                                      if (!tier.ok()) return nullptr;
+                                      EXPECT_EQ((*tier)->id(), index::Tier::kDisk);
+                                      EXPECT_TRUE((*tier)->persistent());
+                                      return std::move(*tier);
+                                    }}),
     [](const ::testing::TestParamInfo<TierUnderTest>& info) { return info.param.name; });
 
 }  // namespace
