@@ -247,7 +247,7 @@ void MaybeRelease(State& s, Entry* e) {
   if (e->host.has_value() && e->delete_seq > s.committed_seq && s.host_tier->persistent()) {
     // A persistent host slot named by a record: reusable once the deletion is committed, or a
     // restart could find the record pointing at another block's bytes.
-    s.host_quarantine.push_back({*e->host, e->slot_size, e->delete_seq});
+    Quarantine(s, *s.host_tier, TierSlot{0, *e->host}, e->slot_size, e->delete_seq);
     s.host_lru.Remove(e);
     e->host.reset();
   }
@@ -256,8 +256,7 @@ void MaybeRelease(State& s, Entry* e) {
   if (e->disk.has_value()) {
     if (e->delete_seq > s.committed_seq) {
       // The slot may be reused only once the index no longer points at it durably.
-      s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
-      s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
+      Quarantine(s, *s.disk, *e->disk, e->slot_size, e->delete_seq);
     } else {
       absl::Status st = s.disk->Free(*e->disk, e->slot_size);
       if (!st.ok()) KVTIER_LOG(kError, "disk tier: ", st.message());
@@ -271,25 +270,21 @@ void MaybeRelease(State& s, Entry* e) {
   s.retired.erase(e);
 }
 
+void Quarantine(State& s, StorageTier& tier, const TierSlot& slot, uint64_t size, uint64_t seq) {
+  s.quarantine.push_back({&tier, slot, size, seq});
+  s.quarantined_bytes[static_cast<int>(tier.id())] += tier.SlotSize(size);
+}
+
 void ReleaseQuarantine(State& s) {
   for (auto it = s.quarantine.begin(); it != s.quarantine.end();) {
     if (it->seq > s.committed_seq) {
       ++it;
       continue;
     }
-    absl::Status st = s.disk->Free(it->slot, it->size);
-    if (!st.ok()) KVTIER_LOG(kError, "disk tier: ", st.message());
-    s.quarantined_bytes -= s.disk->SlotSize(it->size);
+    absl::Status st = it->tier->Free(it->slot, it->size);
+    if (!st.ok()) KVTIER_LOG(kError, it->tier->name(), " tier: ", st.message());
+    s.quarantined_bytes[static_cast<int>(it->tier->id())] -= it->tier->SlotSize(it->size);
     it = s.quarantine.erase(it);
-  }
-  for (auto it = s.host_quarantine.begin(); it != s.host_quarantine.end();) {
-    if (it->seq > s.committed_seq) {
-      ++it;
-      continue;
-    }
-    absl::Status st = s.host_tier->slots().Free(it->offset, it->size);
-    if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
-    it = s.host_quarantine.erase(it);
   }
   s.host_used = s.host_tier->used_bytes();
 }
@@ -858,7 +853,7 @@ StoreStats BlockStore::Stats() const {
     out.pinned_blocks = s.pinned;
     out.migrating_blocks = s.migrating;
     out.unsynced_index_writes = s.queued_seq - s.committed_seq;
-    out.quarantined_slots = s.quarantine.size() + s.host_quarantine.size();
+    out.quarantined_slots = s.quarantine.size();
     out.index_commit_failures = s.commit_failures;
   }
   out.index_health = s.index->Health();

@@ -31,8 +31,7 @@ void DropDiskCopy(State& s, Entry* e, bool persistent_host) {
   }
   s.disk_lru.Remove(e);
   e->delete_seq = internal::QueueDelete(s, e->key);
-  s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
-  s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
+  internal::Quarantine(s, *s.disk, *e->disk, e->slot_size, e->delete_seq);
   e->disk.reset();
   e->indexed = false;
   if (persistent_host) {
@@ -156,7 +155,7 @@ uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host, bool* bounde
   uint64_t dropped = 0;
   size_t released = 0;
   Entry* e = s.disk_lru.back();
-  while (e != nullptr && s.disk->used_bytes() - s.quarantined_bytes > target &&
+  while (e != nullptr && s.disk->used_bytes() - s.quarantined(Tier::kDisk) > target &&
          released < kMaxReleasesPerRound) {
     Entry* prev = DiskLru::Prev(e);
     if (e->pins == 0 && !e->migrating()) {
@@ -283,7 +282,7 @@ void BlockStore::BackgroundLoop() {
     }
     const bool has_disk = s.disk->file_count() > 0;
     const bool disk_writes = has_disk && index_writable;  // new disk copies can be indexed
-    const uint64_t disk_live = s.disk->used_bytes() - s.quarantined_bytes;
+    const uint64_t disk_live = s.disk->used_bytes() - s.quarantined(Tier::kDisk);
     const bool gpu_pressure =
         s.gpu != nullptr && !s.gpu_lru.empty() &&
         (static_cast<double>(s.gpu_used) > options_.gpu.watermarks.high * gpu_capacity ||
@@ -363,8 +362,8 @@ void BlockStore::BackgroundLoop() {
             EvictDisk(s,
                       std::min<uint64_t>(
                           static_cast<uint64_t>(options_.disk_watermarks.low * disk_capacity),
-                          s.disk->used_bytes() - s.quarantined_bytes -
-                              std::min<uint64_t>(s.disk->used_bytes() - s.quarantined_bytes,
+                          s.disk->used_bytes() - s.quarantined(Tier::kDisk) -
+                              std::min<uint64_t>(s.disk->used_bytes() - s.quarantined(Tier::kDisk),
                                                  uint64_t{options_.demotion_batch} * e->slot_size)),
                       persistent_host);
         disk_full = true;
@@ -382,7 +381,7 @@ void BlockStore::BackgroundLoop() {
       }
       std::optional<DiskSlot> slot = allocate(e);
       if (!slot.has_value()) {
-        if (evicted == 0 && s.quarantine.empty() && moves.empty()) {
+        if (evicted == 0 && s.quarantined(Tier::kDisk) == 0 && moves.empty()) {
           // Nothing can make room (every disk block pinned or in motion, none of it this round's
           // writes, which can be evicted once done): fail the durable put.
           s.write_through.pop_front();
@@ -450,7 +449,7 @@ void BlockStore::BackgroundLoop() {
       }
       if (s.demote_all && !moved_any && moves.empty() && !disk_full) s.demote_all = false;
     }
-    if (disk_full && evicted == 0 && s.quarantine.empty()) {
+    if (disk_full && evicted == 0 && s.quarantined(Tier::kDisk) == 0) {
       s.demote_all = false;  // nothing can make room: DemoteAll moves what fits
     }
     if (moves.empty() && (host_unfinished || disk_unfinished)) {

@@ -90,22 +90,22 @@ struct BlockStore::State {
   bool index_writable ABSL_GUARDED_BY(mu) = true;
   absl::Status index_status ABSL_GUARDED_BY(mu);  // IndexHealth::ToStatus(): why not, when not
   absl::Time index_checked ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  // Freed disk slots, reusable once the index deletion queued with `seq` is committed.
+  // Freed slots of persistent tiers (the disk tier, a persistent host tier) that an index record
+  // may still name: reusable once the deletion queued with `seq` is committed, or a restart could
+  // find the record pointing at another block's bytes (Quarantine, ReleaseQuarantine).
   struct Quarantined {
-    DiskSlot slot;
-    uint64_t size;
+    StorageTier* tier;
+    TierSlot slot;
+    uint64_t size;  // the size it was allocated for
     uint64_t seq;
   };
   std::deque<Quarantined> quarantine ABSL_GUARDED_BY(mu);
-  // The same for host slots of a persistent host tier.
-  struct QuarantinedHost {
-    uint64_t offset;
-    uint64_t size;
-    uint64_t seq;
-  };
-  std::deque<QuarantinedHost> host_quarantine ABSL_GUARDED_BY(mu);
-
-  uint64_t quarantined_bytes ABSL_GUARDED_BY(mu) = 0;
+  // Their slot bytes, by index::Tier (the disk's are subtracted from its used bytes to get the
+  // live bytes its watermarks compare).
+  uint64_t quarantined_bytes[index::kTierCount] ABSL_GUARDED_BY(mu) = {};
+  uint64_t quarantined(Tier tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return quarantined_bytes[static_cast<int>(tier)];
+  }
   uint64_t host_used ABSL_GUARDED_BY(mu) = 0;  // mirrors host_tier->used_bytes()
   uint32_t room_waiters ABSL_GUARDED_BY(mu) = 0;
   uint64_t gpu_used ABSL_GUARDED_BY(mu) = 0;  // mirrors gpu->slots().used_bytes()
@@ -195,7 +195,10 @@ std::optional<TierSlot> AllocateWaiting(State& s, StorageTier& tier, uint64_t si
 // Drops the disk copy of `e`; the block leaves the cache unless it has a host copy.
 // REQUIRES: s.mu held, e->disk, e->pins == 0, !e->migrating.
 void DropDiskCopy(State& s, Entry* e, bool persistent_host);
-// Moves reusable quarantined disk and host slots back to their allocators.
+// Puts a freed slot of a persistent tier in quarantine until the index deletion `seq` commits.
+// REQUIRES: s.mu held.
+void Quarantine(State& s, StorageTier& tier, const TierSlot& slot, uint64_t size, uint64_t seq);
+// Returns the quarantined slots whose deletion is committed to their tiers.
 void ReleaseQuarantine(State& s);
 uint64_t NowMs(const BlockStoreOptions& options);
 // Counts a touching read of namespace `ns` (a namespace the store has never seen is not created).
