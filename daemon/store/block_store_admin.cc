@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "daemon/store/block_store.h"
 #include "daemon/store/block_store_internal.h"
+#include "daemon/store/scrubber.h"
 
 namespace kvtier::store {
 
@@ -66,78 +67,23 @@ BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
 absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() { return Verify(VerifyOptions()); }
 
 absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify(const VerifyOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  State& s = *state_;
-  std::vector<BlockKey> keys;
-  {
-    absl::MutexLock lock(&s.mu);
-    auto wanted = [&](const Entry& e) {
-      return !e.writing() && !e.gpu.has_value() &&
-             (!options.tier.has_value() ||
-              (*options.tier == Tier::kHost ? e.host.has_value() : e.disk.has_value()));
-    };
-    if (options.namespaces.empty()) {
-      keys.reserve(s.map.size());
-      for (const auto& [key, e] : s.map) {
-        if (wanted(*e)) keys.push_back(key);
-      }
-    } else {
-      for (NamespaceId id : options.namespaces) {
-        const NamespaceState* ns = s.namespaces.Find(id);
-        if (ns == nullptr) continue;
-        for (Entry* e = ns->lru.front(); e != nullptr; e = NsLru::Next(e)) {
-          if (wanted(*e)) keys.push_back(e->key);
-        }
-      }
-    }
-  }
-  VerifyReport report;
-  for (const BlockKey& key : keys) {
-    if (options.max_blocks > 0 && report.blocks >= options.max_blocks) {
-      report.complete = false;
-      break;
-    }
-    bool present, has_host, has_disk;
-    {
-      absl::MutexLock lock(&s.mu);
-      auto it = s.map.find(key);
-      present = it != s.map.end();
-      has_host = present && it->second->host.has_value();
-      has_disk = present && it->second->disk.has_value();
-    }
-    if (!present) continue;  // removed meanwhile
-    ++report.blocks;
-    // The host copy in place, the disk copy by a read (each when the tier asks for it).
-    for (Tier tier : {Tier::kHost, Tier::kDisk}) {
-      if ((tier == Tier::kHost ? !has_host : !has_disk) ||
-          (options.tier.has_value() && *options.tier != tier)) {
-        continue;
-      }
-      std::string failure;
-      bool io_error = false;
-      ReadMode mode;
-      mode.touch = false;
-      mode.verify_host = true;
-      mode.force_disk = tier == Tier::kDisk;
-      mode.keep_corrupt = options.report_only;
-      mode.failure = &failure;
-      mode.io_error = &io_error;
-      KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, AcquireImpl(key, mode));
-      if (pinned.has_value()) {
-        report.bytes += pinned->bytes().size();
-        continue;
-      }
-      if (failure.empty()) break;  // removed meanwhile
-      ++(io_error ? report.missing : report.failed);
-      if (!options.report_only) ++report.removed;
-      if (report.failures.size() < options.max_reported) {
-        report.failures.push_back({key, tier, std::move(failure)});
-      }
-      break;  // one failure per block
-    }
-  }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return report;
+  // The host copy in place, the disk copy by a read; neither counts as a read.
+  Scrubber scrubber(*state_,
+                    [this](const BlockKey& key, Tier tier, bool keep_corrupt, std::string* failure,
+                           bool* io_error) -> absl::StatusOr<std::optional<uint64_t>> {
+                      ReadMode mode;
+                      mode.touch = false;
+                      mode.verify_host = true;
+                      mode.force_disk = tier == Tier::kDisk;
+                      mode.keep_corrupt = keep_corrupt;
+                      mode.failure = failure;
+                      mode.io_error = io_error;
+                      KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned,
+                                              AcquireImpl(key, mode));
+                      if (!pinned.has_value()) return std::optional<uint64_t>();
+                      return std::optional<uint64_t>(pinned->bytes().size());
+                    });
+  return scrubber.Run(options);
 }
 
 std::vector<BlockStore::BlockSummary> BlockStore::Snapshot(absl::Span<const NamespaceId> namespaces,
