@@ -149,7 +149,7 @@ void DropPin(State& s, Entry* e) {
 void FreeGpuCopy(State& s, Entry* e) {
   if (!e->gpu.has_value()) return;
   const Tier from = FastestTier(*e);
-  absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes);
+  absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes());
   if (!st.ok()) KVTIER_LOG(kError, "GPU tier: ", st.message());
   s.gpu_used = s.gpu->slots().used_bytes();
   e->gpu.reset();
@@ -664,19 +664,21 @@ absl::Status BlockStore::Put(const BlockKey& key, absl::Span<const uint8_t> bloc
 
 absl::Status BlockStore::SetHotLayout(NamespaceId ns, const codec::PageLayout& layout,
                                       const codec::CodecSpec& spec) {
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HotCodec> hot, HotCodec::Create(layout, spec));
-  if (hot->plan.block_bytes > options_.max_block_bytes) {
+  KVTIER_ASSIGN_OR_RETURN(codec::BlockPlan plan, codec::MakeBlockPlan(layout, spec));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<kernels::GpuBlockCodec> hot,
+                          kernels::GpuBlockCodec::CreateFused(plan));
+  if (hot->plan().block_bytes > options_.max_block_bytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("namespace %d: a block of this layout has %d bytes, more than the "
                         "store's max_block_bytes (%d)",
-                        ns, hot->plan.block_bytes, options_.max_block_bytes));
+                        ns, hot->plan().block_bytes, options_.max_block_bytes));
   }
   State& s = *state_;
-  if (s.gpu && hot->page_bytes > s.gpu->slots().chunk_bytes()) {
+  if (s.gpu && hot->page_bytes() > s.gpu->slots().chunk_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "namespace %d: a hot page of this layout needs a %d-byte GPU slot, more than the GPU "
         "tier's chunk size (%d)",
-        ns, hot->page_bytes, s.gpu->slots().chunk_bytes()));
+        ns, hot->page_bytes(), s.gpu->slots().chunk_bytes()));
   }
   absl::MutexLock lock(&s.mu);
   s.hot[ns] = hot.get();
@@ -704,28 +706,28 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
       return absl::FailedPreconditionError(
           absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", key.ns));
     }
-    const HotCodec* codec = hot->second;
+    const kernels::GpuBlockCodec* codec = hot->second;
     if (s.stop) return absl::UnavailableError("the store is shutting down");
     if (s.map.contains(key)) {
       ++s.counters.duplicate_puts;
       return absl::OkStatus();
     }
-    const uint64_t block_bytes = codec->plan.block_bytes;
+    const uint64_t block_bytes = codec->plan().block_bytes;
     const uint64_t slot_size = s.host_alloc->SlotSize(block_bytes);
     KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, block_bytes, slot_size));
     std::optional<uint64_t> offset = internal::AllocateWaiting(
-        s, s.gpu->slots(), codec->page_bytes, options_.put_wait_ms, s.gpu_room_waiters, nullptr);
+        s, s.gpu->slots(), codec->page_bytes(), options_.put_wait_ms, s.gpu_room_waiters, nullptr);
     if (!offset.has_value()) {
       ++s.counters.put_rejected;
       if (s.stop) return absl::UnavailableError("the store is shutting down");
       return absl::ResourceExhaustedError(absl::StrFormat(
           "GPU tier full: no room for a %d-byte page within %d ms (%d of %d bytes used, %d "
           "pages pinned or being demoted)",
-          codec->page_bytes, options_.put_wait_ms, s.gpu->slots().used_bytes(),
+          codec->page_bytes(), options_.put_wait_ms, s.gpu->slots().used_bytes(),
           s.gpu->slots().capacity_bytes(), s.pinned + s.migrating));
     }
     if (s.map.contains(key)) {
-      (void)s.gpu->slots().Free(*offset, codec->page_bytes);
+      (void)s.gpu->slots().Free(*offset, codec->page_bytes());
       ++s.counters.duplicate_puts;
       return absl::OkStatus();
     }
@@ -734,7 +736,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
     e = entry.get();
     e->key = key;
     e->rec.size = static_cast<uint32_t>(block_bytes);
-    e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan).codec);
+    e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan()).codec);
     e->slot_size = slot_size;
     e->gpu = *offset;
     e->hot = codec;
@@ -746,7 +748,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   uint8_t* slot = s.gpu->data() + *e->gpu;
   absl::Status copied = kernels::UseDevice(s.gpu->device());
   void* stream = kernels::PerThreadStream();
-  if (copied.ok()) copied = kernels::CopyAsync(slot, device_page, e->hot->page_bytes, stream);
+  if (copied.ok()) copied = kernels::CopyAsync(slot, device_page, e->hot->page_bytes(), stream);
   if (copied.ok()) copied = kernels::SynchronizeStream(stream);
   absl::MutexLock lock(&s.mu);
   if (!copied.ok() || s.stop) {
@@ -768,7 +770,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   ns_state.last_access_ms = e->rec.last_access_ms;
   internal::EmitStored(s, *e, StoredBy::kPut, /*durable=*/false, options.origin);
   ++s.counters.puts;
-  s.counters.bytes_in[static_cast<int>(Tier::kGpu)] += e->hot->page_bytes;
+  s.counters.bytes_in[static_cast<int>(Tier::kGpu)] += e->hot->page_bytes();
   if (s.gpu_used >
       options_.gpu.watermarks.high * static_cast<double>(s.gpu->slots().capacity_bytes())) {
     s.work_cv.Signal();

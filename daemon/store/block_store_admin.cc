@@ -24,7 +24,7 @@ absl::StatusOr<BlockStore::ClearReport> BlockStore::ClearNamespace(NamespaceId i
   while (e != nullptr) {
     Entry* prev = NsLru::Prev(e);
     if (include_silent || !e->silent) {
-      report.bytes += (e->gpu.has_value() ? e->hot->page_bytes : 0) +
+      report.bytes += (e->gpu.has_value() ? e->hot->page_bytes() : 0) +
                       (e->host.has_value() ? e->slot_size : 0) +
                       (e->disk.has_value() ? s.disk->SlotSize(e->rec.size) : 0);
       internal::Detach(s, e, RemovedBy::kSilent);
@@ -58,7 +58,7 @@ BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
       ++usage.blocks[static_cast<int>(tier)];
       usage.bytes[static_cast<int>(tier)] += bytes;
     };
-    if (e->gpu.has_value()) count(index::Tier::kGpu, e->hot->page_bytes);
+    if (e->gpu.has_value()) count(index::Tier::kGpu, e->hot->page_bytes());
     if (e->host.has_value()) count(index::Tier::kHost, e->slot_size);
     if (e->disk.has_value()) count(index::Tier::kDisk, s.disk->SlotSize(e->rec.size));
   }
@@ -247,7 +247,7 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
       s.gpu_lru.MoveToBack(e);
       {
         const uint64_t target = std::min(s.gpu_evict_target.value_or(s.gpu_used), s.gpu_used);
-        s.gpu_evict_target = target - std::min(target, e->hot->page_bytes);
+        s.gpu_evict_target = target - std::min(target, e->hot->page_bytes());
       }
       s.work_cv.Signal();
       return EvictOutcome::kDemoted;

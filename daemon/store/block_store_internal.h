@@ -24,6 +24,7 @@
 #include "daemon/store/gpu_tier.h"
 #include "daemon/store/intrusive_list.h"
 #include "daemon/store/slot_allocator.h"
+#include "kernels/gpu_block_codec.h"
 
 namespace kvtier::store {
 
@@ -36,12 +37,13 @@ namespace kvtier::store {
 // reader pins it and no write is in flight.
 struct BlockStore::Entry {
   BlockKey key;
-  index::BlockRecord rec;         // parent, flags, codec, checksum, size, last access
-  uint64_t slot_size = 0;         // size rounded up to the slot alignment
-  std::optional<uint64_t> host;   // host copy: offset in the arena
-  std::optional<DiskSlot> disk;   // disk copy whose index entry is written
-  std::optional<uint64_t> gpu;    // GPU copy (a hot page): offset in the GPU tier
-  const HotCodec* hot = nullptr;  // the layout of the GPU copy (owned by State::hot_codecs)
+  index::BlockRecord rec;        // parent, flags, codec, checksum, size, last access
+  uint64_t slot_size = 0;        // size rounded up to the slot alignment
+  std::optional<uint64_t> host;  // host copy: offset in the arena
+  std::optional<DiskSlot> disk;  // disk copy whose index entry is written
+  std::optional<uint64_t> gpu;   // GPU copy (a hot page): offset in the GPU tier
+  // The layout of the GPU copy (owned by State::hot_codecs).
+  const kernels::GpuBlockCodec* hot = nullptr;
   bool writing = true;
   bool migrating = false;
   bool removed = false;
@@ -107,8 +109,8 @@ struct BlockStore::State {
   DiskLru disk_lru ABSL_GUARDED_BY(mu);
   GpuLru gpu_lru ABSL_GUARDED_BY(mu);
   // Hot layouts by namespace; every layout ever set stays in hot_codecs (entries point at theirs).
-  absl::flat_hash_map<NamespaceId, const HotCodec*> hot ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<HotCodec>> hot_codecs ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<NamespaceId, const kernels::GpuBlockCodec*> hot ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<kernels::GpuBlockCodec>> hot_codecs ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<NamespaceId, NamespaceState> namespaces ABSL_GUARDED_BY(mu);
   std::deque<Entry*> write_through ABSL_GUARDED_BY(mu);
 
