@@ -76,7 +76,7 @@ class DataPlane {
 
 // Shared-memory pools (Engine::pools) through the engine's CPU codec.
 std::unique_ptr<DataPlane> MakeHostDataPlane(store::BlockStore* store, DataPlaneTotals* totals);
-// A CUDA IPC pool (Engine::device_pool) through the engine's GpuPageCodec.
+// A CUDA IPC pool (Engine::device_pool) through the engine's GpuBlockCodec.
 std::unique_ptr<DataPlane> MakeGpuDataPlane(store::BlockStore* store, DataPlaneTotals* totals);
 
 }  // namespace kvtier::service

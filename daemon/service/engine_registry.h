@@ -24,6 +24,7 @@
 #include "daemon/service/gpu_pages.h"
 #include "daemon/service/host_pool.h"
 #include "daemon/store/block_store.h"
+#include "kernels/gpu_block_codec.h"
 
 namespace kvtier::service {
 
@@ -38,7 +39,7 @@ struct Engine {
   std::unique_ptr<codec::Codec> codec;
   std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index (host pools)
   std::unique_ptr<DevicePool> device_pool;       // or one GPU pool (flat layouts)
-  std::unique_ptr<GpuPageCodec> gpu;             // its kernels
+  std::unique_ptr<kernels::GpuBlockCodec> gpu;   // its kernels
   DataPlane* plane = nullptr;                    // the service's, for its kind of pools
   uint32_t slots = 0;                            // the smallest pool's slot count
   absl::Duration lease;

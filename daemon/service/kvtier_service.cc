@@ -19,6 +19,7 @@
 #include "daemon/service/proto_convert.h"
 #include "daemon/service/request_limits.h"
 #include "kernels/device.h"
+#include "kernels/gpu_block_codec.h"
 #include "kvtier/v1/namespace.pb.h"
 
 namespace kvtier::service {
@@ -367,8 +368,8 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
       absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Open(
           reg.name(), reg.cuda_ipc(), reg.slots(), engine->layout.pools[index].slot_bytes);
       if (!pool.ok()) return FinishWith(ctx, pool.status());
-      absl::StatusOr<std::unique_ptr<GpuPageCodec>> gpu =
-          GpuPageCodec::Create(engine->codec->plan(), (*pool)->device());
+      absl::StatusOr<std::unique_ptr<kernels::GpuBlockCodec>> gpu =
+          kernels::GpuBlockCodec::Create(engine->codec->plan(), (*pool)->device());
       if (!gpu.ok()) return FinishWith(ctx, gpu.status());
       engine->device_pool = std::move(*pool);
       engine->gpu = std::move(*gpu);

@@ -185,7 +185,7 @@ void DropPin(State& s, Entry* e) {
 void FreeGpuCopy(State& s, Entry* e) {
   if (!e->gpu.has_value()) return;
   const Tier from = FastestTier(*e);
-  absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes);
+  absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes());
   if (!st.ok()) KVTIER_LOG(kError, "GPU tier: ", st.message());
   s.gpu_used = s.gpu->used_bytes();
   e->gpu.reset();
@@ -668,19 +668,21 @@ absl::Status BlockStore::Put(const BlockKey& key, absl::Span<const uint8_t> bloc
 
 absl::Status BlockStore::SetHotLayout(NamespaceId ns, const codec::PageLayout& layout,
                                       const codec::CodecSpec& spec) {
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HotCodec> hot, HotCodec::Create(layout, spec));
-  if (hot->plan.block_bytes > options_.max_block_bytes) {
+  KVTIER_ASSIGN_OR_RETURN(codec::BlockPlan plan, codec::MakeBlockPlan(layout, spec));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<kernels::GpuBlockCodec> hot,
+                          kernels::GpuBlockCodec::CreateFused(plan));
+  if (hot->plan().block_bytes > options_.max_block_bytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("namespace %d: a block of this layout has %d bytes, more than the "
                         "store's max_block_bytes (%d)",
-                        ns, hot->plan.block_bytes, options_.max_block_bytes));
+                        ns, hot->plan().block_bytes, options_.max_block_bytes));
   }
   State& s = *state_;
-  if (s.gpu && hot->page_bytes > s.gpu->chunk_bytes()) {
+  if (s.gpu && hot->page_bytes() > s.gpu->chunk_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "namespace %d: a hot page of this layout needs a %d-byte GPU slot, more than the GPU "
         "tier's chunk size (%d)",
-        ns, hot->page_bytes, s.gpu->chunk_bytes()));
+        ns, hot->page_bytes(), s.gpu->chunk_bytes()));
   }
   absl::MutexLock lock(&s.mu);
   s.hot[ns] = hot.get();
@@ -708,34 +710,34 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
       return absl::FailedPreconditionError(
           absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", key.ns));
     }
-    const HotCodec* codec = hot->second;
+    const kernels::GpuBlockCodec* codec = hot->second;
     if (s.stop) return absl::UnavailableError("the store is shutting down");
     if (s.map.contains(key)) {
       ++s.counters.duplicate_puts;
       return absl::OkStatus();
     }
-    const uint64_t block_bytes = codec->plan.block_bytes;
+    const uint64_t block_bytes = codec->plan().block_bytes;
     const uint64_t slot_size = s.host_tier->SlotSize(block_bytes);
     KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, block_bytes, slot_size));
     std::optional<TierSlot> slot = internal::AllocateWaiting(
-        s, *s.gpu, codec->page_bytes, options_.put_wait_ms, s.gpu_room_waiters, nullptr);
+        s, *s.gpu, codec->page_bytes(), options_.put_wait_ms, s.gpu_room_waiters, nullptr);
     if (!slot.has_value()) {
       ++s.counters.put_rejected;
       if (s.stop) return absl::UnavailableError("the store is shutting down");
       return absl::ResourceExhaustedError(absl::StrFormat(
           "GPU tier full: no room for a %d-byte page within %d ms (%d of %d bytes used, %d "
           "pages pinned or being demoted)",
-          codec->page_bytes, options_.put_wait_ms, s.gpu->used_bytes(), s.gpu->capacity_bytes(),
+          codec->page_bytes(), options_.put_wait_ms, s.gpu->used_bytes(), s.gpu->capacity_bytes(),
           s.pinned + s.migrating));
     }
     if (s.map.contains(key)) {
-      (void)s.gpu->Free(*slot, codec->page_bytes);
+      (void)s.gpu->Free(*slot, codec->page_bytes());
       ++s.counters.duplicate_puts;
       return absl::OkStatus();
     }
     s.gpu_used = s.gpu->used_bytes();
     e = internal::InsertWriting(s, key, block_bytes, slot_size);
-    e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan).codec);
+    e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan()).codec);
     e->gpu = slot->offset;
     e->hot = codec;
   }
@@ -743,7 +745,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   absl::Status copied;
   s.gpu->SubmitWrite(
       TierSlot{0, *e->gpu},
-      absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), e->hot->page_bytes),
+      absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), e->hot->page_bytes()),
       [&copied](absl::Status st) { copied = std::move(st); });  // done before it returns
   absl::MutexLock lock(&s.mu);
   if (!copied.ok() || s.stop) {
@@ -751,7 +753,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
     if (!copied.ok()) return copied;
     return absl::UnavailableError("the store is shutting down");
   }
-  internal::Publish(s, e, options, internal::NowMs(options_), Tier::kGpu, e->hot->page_bytes,
+  internal::Publish(s, e, options, internal::NowMs(options_), Tier::kGpu, e->hot->page_bytes(),
                     /*durable=*/false);
   if (s.gpu_used > options_.gpu.watermarks.high * static_cast<double>(s.gpu->capacity_bytes())) {
     s.work_cv.Signal();

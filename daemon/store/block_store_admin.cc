@@ -191,7 +191,7 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
       s.gpu_lru.MoveToBack(e);
       {
         const uint64_t target = std::min(s.gpu_evict_target.value_or(s.gpu_used), s.gpu_used);
-        s.gpu_evict_target = target - std::min(target, e->hot->page_bytes);
+        s.gpu_evict_target = target - std::min(target, e->hot->page_bytes());
       }
       s.work_cv.Signal();
       return EvictOutcome::kDemoted;

@@ -197,7 +197,7 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
       s.host_used = s.host_tier->used_bytes();
       e->MoveTo(EntryState::kMigrating);
       ++s.migrating;
-      leaving += e->hot->page_bytes;
+      leaving += e->hot->page_bytes();
       moves.push_back(GpuMove{e, *slot, absl::OkStatus()});
     }
     e = prev;

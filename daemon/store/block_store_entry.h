@@ -14,6 +14,7 @@
 #include "daemon/store/gpu_tier.h"
 #include "daemon/store/intrusive_list.h"
 #include "daemon/store/tier.h"
+#include "kernels/gpu_block_codec.h"
 
 namespace kvtier::store {
 
@@ -32,12 +33,13 @@ namespace kvtier::store {
 // them into the enum would multiply its states without adding a rule.
 struct BlockStore::Entry {
   BlockKey key;
-  index::BlockRecord rec;         // parent, flags, codec, checksum, size, last access
-  uint64_t slot_size = 0;         // size rounded up to the slot alignment
-  std::optional<uint64_t> host;   // host copy: offset in the arena
-  std::optional<DiskSlot> disk;   // disk copy whose index entry is written
-  std::optional<uint64_t> gpu;    // GPU copy (a hot page): offset in the GPU tier
-  const HotCodec* hot = nullptr;  // the layout of the GPU copy (owned by State::hot_codecs)
+  index::BlockRecord rec;        // parent, flags, codec, checksum, size, last access
+  uint64_t slot_size = 0;        // size rounded up to the slot alignment
+  std::optional<uint64_t> host;  // host copy: offset in the arena
+  std::optional<DiskSlot> disk;  // disk copy whose index entry is written
+  std::optional<uint64_t> gpu;   // GPU copy (a hot page): offset in the GPU tier
+  // The layout of the GPU copy (owned by State::hot_codecs).
+  const kernels::GpuBlockCodec* hot = nullptr;
   EntryState state = EntryState::kWriting;
   bool indexed = false;         // an index record exists or is queued for it
   uint64_t delete_seq = 0;      // sequence of the queued deletion of its index record

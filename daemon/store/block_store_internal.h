@@ -30,6 +30,7 @@
 #include "daemon/store/namespace_table.h"
 #include "daemon/store/slot_allocator.h"
 #include "daemon/store/tier.h"
+#include "kernels/gpu_block_codec.h"
 
 namespace kvtier::store {
 
@@ -67,8 +68,8 @@ struct BlockStore::State {
   DiskLru disk_lru ABSL_GUARDED_BY(mu);
   GpuLru gpu_lru ABSL_GUARDED_BY(mu);
   // Hot layouts by namespace; every layout ever set stays in hot_codecs (entries point at theirs).
-  absl::flat_hash_map<NamespaceId, const HotCodec*> hot ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<HotCodec>> hot_codecs ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<NamespaceId, const kernels::GpuBlockCodec*> hot ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<kernels::GpuBlockCodec>> hot_codecs ABSL_GUARDED_BY(mu);
   NamespaceTable namespaces ABSL_GUARDED_BY(mu);
   std::deque<Entry*> write_through ABSL_GUARDED_BY(mu);
 
@@ -159,7 +160,7 @@ inline Tier FastestTier(const Entry& e) {
 // The bytes of the entry's copy in `tier` as the statistics count them: a GPU copy's hot page,
 // else the tier's slot for the cold block. REQUIRES: e.CopyIn(tier), the tier present.
 inline uint64_t CopyBytes(const State& s, const Entry& e, Tier tier) {
-  if (tier == Tier::kGpu) return e.hot->page_bytes;
+  if (tier == Tier::kGpu) return e.hot->page_bytes();
   return s.tier_by_id[static_cast<int>(tier)]->SlotSize(e.rec.size);
 }
 // Reports a block that became visible. REQUIRES: s.mu held.

@@ -25,7 +25,7 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
                                                         void* stream) {
   State& s = *state_;
   if (device_dst == nullptr) return absl::InvalidArgumentError("null device destination");
-  const HotCodec* codec = nullptr;
+  const kernels::GpuBlockCodec* codec = nullptr;
   Entry* e = nullptr;
   {
     absl::MutexLock lock(&s.mu);
@@ -38,11 +38,11 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
     auto it = s.map.find(key);
     if (it != s.map.end() && !it->second->writing() && it->second->gpu.has_value()) {
       e = it->second.get();
-      if (e->hot->plan.fingerprint != codec->plan.fingerprint) {
+      if (e->hot->plan().fingerprint != codec->plan().fingerprint) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "the page was stored under another layout of namespace %d (fingerprint %016x, the "
             "namespace's is now %016x)",
-            key.ns, e->hot->plan.fingerprint, codec->plan.fingerprint));
+            key.ns, e->hot->plan().fingerprint, codec->plan().fingerprint));
       }
       ++e->pins;
       ++s.pinned;
@@ -57,13 +57,13 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
   if (stream == nullptr) stream = kernels::PerThreadStream();
   if (e != nullptr) {  // a GPU hit: the page as stored
     absl::Status st =
-        kernels::CopyAsync(device_dst, s.gpu->data() + *e->gpu, codec->page_bytes, stream);
+        kernels::CopyAsync(device_dst, s.gpu->data() + *e->gpu, codec->page_bytes(), stream);
     if (st.ok()) st = kernels::SynchronizeStream(stream);
     absl::MutexLock lock(&s.mu);
     internal::DropPin(s, e);
     if (!st.ok()) return st;
     ++s.counters.hits[static_cast<int>(Tier::kGpu)];
-    s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += codec->page_bytes;
+    s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += codec->page_bytes();
     internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
     return std::optional<Tier>(Tier::kGpu);
   }
@@ -76,16 +76,16 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
   if (!pinned.has_value()) return std::optional<Tier>();
   KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header,
                           codec::ParseColdBlockHeader(pinned->bytes()));
-  if (header.layout_fingerprint != codec->plan.fingerprint ||
-      pinned->bytes().size() != codec->plan.block_bytes) {
+  if (header.layout_fingerprint != codec->plan().fingerprint ||
+      pinned->bytes().size() != codec->plan().block_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the block was stored under another layout than namespace %d's hot layout (fingerprint "
         "%016x, %d bytes; expected %016x, %d bytes)",
-        key.ns, header.layout_fingerprint, pinned->bytes().size(), codec->plan.fingerprint,
-        codec->plan.block_bytes));
+        key.ns, header.layout_fingerprint, pinned->bytes().size(), codec->plan().fingerprint,
+        codec->plan().block_bytes));
   }
-  KVTIER_RETURN_IF_ERROR(codec->codec->Decode(pinned->bytes().data(), codec->plan.block_bytes,
-                                              device_dst, codec->page_bytes, 1, stream));
+  KVTIER_RETURN_IF_ERROR(
+      codec->EnqueueDecode(pinned->bytes().data(), static_cast<uint8_t*>(device_dst), stream));
   KVTIER_RETURN_IF_ERROR(kernels::SynchronizeStream(stream));
   return std::optional<Tier>(pinned->served_from());
 }
@@ -277,7 +277,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     s.host_used = s.host_tier->used_bytes();
     uint8_t* dst = s.host_tier->data() + *staging;
     uint8_t* slot = s.gpu->data() + *e->gpu;  // stays: the pin keeps the GPU copy
-    const HotCodec* hot = e->hot;
+    const kernels::GpuBlockCodec* hot = e->hot;
     s.mu.Unlock();
     absl::Status encoded = hot->EncodeToHost(s.gpu->device(), slot, dst);
     s.mu.Lock();
@@ -290,7 +290,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     unpin();
     if (touch) {
       ++s.counters.hits[static_cast<int>(Tier::kGpu)];
-      s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += hot->page_bytes;
+      s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += hot->page_bytes();
       internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
     }
     PinnedBlock pinned;

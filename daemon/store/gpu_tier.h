@@ -1,7 +1,7 @@
 // GpuTier: daemon-owned device memory holding hot pages (the engine's own format, flat), sliced
-// into slots by a SlotAllocator; and HotCodec, a namespace's hot-page layout with the fused NVFP4
-// kernels that turn a GPU slot into a cold block in the host tier. The tier is volatile: nothing
-// in it is indexed durably. Only builds with CUDA have one. See docs/ARCHITECTURE.md, "GPU tier".
+// into slots by a SlotAllocator. A namespace's kernels::GpuBlockCodec (BlockStore::SetHotLayout)
+// turns a GPU slot into a cold block in the host tier. The tier is volatile: nothing in it is
+// indexed durably. Only builds with CUDA have one. See docs/ARCHITECTURE.md, "GPU tier".
 #ifndef KVTIER_DAEMON_STORE_GPU_TIER_H_
 #define KVTIER_DAEMON_STORE_GPU_TIER_H_
 
@@ -12,37 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "codec/codec_spec.h"
-#include "codec/cold_block.h"
-#include "codec/page_layout.h"
 #include "daemon/store/slot_allocator.h"
 #include "daemon/store/tier.h"
-#include "kernels/nvfp4_gpu_codec.h"
 
 namespace kvtier::store {
-
-// A namespace's hot-page layout on the GPU: the block plan and the fused kernels for it. A GPU
-// slot holds one flat page. Immutable once made; thread-safe.
-struct HotCodec {
-  codec::BlockPlan plan;
-  std::unique_ptr<kernels::GpuNvfp4Codec> codec;
-  uint64_t page_bytes = 0;  // codec::FlatPageBytes(plan.layout): the size of a GPU slot
-
-  // InvalidArgument for a layout or codec the plan rejects; Unimplemented without CUDA or for a
-  // codec the GPU kernels do not implement (they do nvfp4, nvfp4+rope and nvfp4x2).
-  static absl::StatusOr<std::unique_ptr<HotCodec>> Create(const codec::PageLayout& layout,
-                                                          const codec::CodecSpec& spec);
-
-  // Enqueues on `stream` the encode of the hot page at `page` (device memory) into the block at
-  // `block` (plan.block_bytes of host memory registered with kernels::PinHostMemory): every
-  // payload byte, and the buffers' scale exponents into the block's first bytes, where Seal
-  // finds them before it writes the header over them. Internal with the CUDA error.
-  absl::Status EnqueueEncode(const uint8_t* page, uint8_t* block, void* stream) const;
-  // After the stream has finished the encode: writes the header and checksums.
-  void Seal(uint8_t* block) const;
-  // Both, on the calling thread's stream of `device`, waiting in between.
-  absl::Status EncodeToHost(int device, const uint8_t* page, uint8_t* block) const;
-};
 
 class GpuTier final : public StorageTier {
  public:

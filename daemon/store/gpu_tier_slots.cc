@@ -1,5 +1,5 @@
-// GpuTier's StorageTier side: its slots and the copies in and out of them. (HotCodec, the fused
-// encode out of the tier, is in gpu_tier.cc.)
+// GpuTier's StorageTier side: its slots and the copies in and out of them. (The fused encode out
+// of the tier is the namespace's kernels::GpuBlockCodec.)
 #include <utility>
 
 #include "absl/strings/str_cat.h"
