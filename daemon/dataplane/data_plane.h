@@ -151,7 +151,7 @@ class DataPlane {
 
 // Shared-memory pools (EnginePages::pools) through the engine's CPU codec.
 std::unique_ptr<DataPlane> MakeHostDataPlane(store::BlockStore* store, DataPlaneTotals* totals);
-// A CUDA IPC pool (EnginePages::device_pool) through the engine's GpuPageCodec.
+// A CUDA IPC pool (EnginePages::device_pool) through the engine's GpuBlockCodec.
 std::unique_ptr<DataPlane> MakeGpuDataPlane(store::BlockStore* store, DataPlaneTotals* totals);
 
 }  // namespace kvtier::dataplane

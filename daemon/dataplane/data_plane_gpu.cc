@@ -1,4 +1,4 @@
-// GpuDataPlane: offload and onboard of engines' GPU pools (CUDA IPC) through GpuPageCodec: the
+// GpuDataPlane: offload and onboard of engines' GPU pools (CUDA IPC) through GpuBlockCodec: the
 // fused kernels between the engine's pages and the daemon's CUDA-pinned host tier, with the host
 // sealing blocks while the GPU works (offload) and pinning blocks while it decodes (onboard).
 #include <algorithm>

@@ -1,8 +1,8 @@
 // EnginePages: what the data plane needs of a registered engine: its id (the blocks' origin),
 // its namespace, layout and codec, and the pools it moves pages between (host pools through the
-// CPU codec, or one GPU pool through GpuPageCodec). The service's Engine extends it with the
-// registration's bookkeeping (name, tenant, lease, peer). Immutable once registered; read from any
-// thread.
+// CPU codec, or one GPU pool through kernels::GpuBlockCodec). The service's Engine extends it with
+// the registration's bookkeeping (name, tenant, lease, peer). Immutable once registered; read from
+// any thread.
 #ifndef KVTIER_DAEMON_DATAPLANE_ENGINE_PAGES_H_
 #define KVTIER_DAEMON_DATAPLANE_ENGINE_PAGES_H_
 
@@ -16,6 +16,7 @@
 #include "daemon/dataplane/gpu_pages.h"
 #include "daemon/dataplane/host_pool.h"
 #include "daemon/store/block_store.h"
+#include "kernels/gpu_block_codec.h"
 
 namespace kvtier::dataplane {
 
@@ -26,7 +27,7 @@ struct EnginePages {
   std::unique_ptr<codec::Codec> codec;
   std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index (host pools)
   std::unique_ptr<DevicePool> device_pool;       // or one GPU pool (flat layouts)
-  std::unique_ptr<GpuPageCodec> gpu;             // its kernels
+  std::unique_ptr<kernels::GpuBlockCodec> gpu;   // its kernels
   uint32_t slots = 0;                            // the smallest pool's slot count
   uint64_t hot_page_bytes = 0;
 

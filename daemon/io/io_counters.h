@@ -1,14 +1,17 @@
 // IoCounters: the lock-free counters and latency histograms behind BlockFile::stats(), shared by
-// every implementation so that each reports the same numbers the same way. All methods are
-// thread-safe and wait-free except for the max_in_flight update (a short compare-exchange loop).
+// every implementation so that each reports the same numbers the same way, and AcceptIo, the
+// admission every Submit() starts with. All methods are thread-safe and wait-free except for the
+// max_in_flight update (a short compare-exchange loop).
 #ifndef KVTIER_DAEMON_IO_IO_COUNTERS_H_
 #define KVTIER_DAEMON_IO_IO_COUNTERS_H_
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/histogram.h"
 #include "daemon/io/block_file.h"
 
@@ -101,6 +104,30 @@ class IoCounters {
   LatencyHistogram read_latency_;
   LatencyHistogram write_latency_;
 };
+
+// What every implementation keeps of a request between Submit() and its completion.
+struct SubmittedIo {
+  IoRequest request;
+  IoCallback done;
+  IoCounters::Clock::time_point submitted;
+};
+
+// Submit()'s first step in every implementation: a request ValidateIoRequest rejects is counted
+// and `done` runs at once with the error (false); otherwise `op` takes the request, the callback
+// and the submission time (true).
+inline bool AcceptIo(const IoRequest& request, IoCallback& done, uint64_t size_bytes,
+                     uint32_t alignment, absl::string_view path, IoCounters& counters,
+                     SubmittedIo* op) {
+  if (absl::Status valid = ValidateIoRequest(request, size_bytes, alignment, path); !valid.ok()) {
+    counters.OnRejected(request.kind);
+    done(std::move(valid));
+    return false;
+  }
+  op->request = request;
+  op->done = std::move(done);
+  op->submitted = IoCounters::Clock::now();
+  return true;
+}
 
 }  // namespace kvtier::io
 

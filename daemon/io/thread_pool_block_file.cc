@@ -25,11 +25,7 @@ constexpr uint32_t kMaxRetriesPerRequest = 1000;
 
 }  // namespace
 
-struct ThreadPoolBlockFile::Op {
-  IoRequest request;
-  IoCallback done;
-  IoCounters::Clock::time_point submitted;
-};
+struct ThreadPoolBlockFile::Op : SubmittedIo {};
 
 ThreadPoolBlockFile::ThreadPoolBlockFile(int fd, const BlockFileOptions& options)
     : fd_(fd),
@@ -65,16 +61,8 @@ ThreadPoolBlockFile::~ThreadPoolBlockFile() {
 }
 
 void ThreadPoolBlockFile::Submit(const IoRequest& request, IoCallback done) {
-  if (absl::Status valid = ValidateIoRequest(request, size_bytes_, alignment_, path_);
-      !valid.ok()) {
-    counters_.OnRejected(request.kind);
-    done(std::move(valid));
-    return;
-  }
   auto op = std::make_unique<Op>();
-  op->request = request;
-  op->done = std::move(done);
-  op->submitted = IoCounters::Clock::now();
+  if (!AcceptIo(request, done, size_bytes_, alignment_, path_, counters_, op.get())) return;
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {

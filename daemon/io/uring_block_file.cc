@@ -68,10 +68,7 @@ constexpr uint64_t kMaxRegisteredIovec = uint64_t{1} << 30;
 
 }  // namespace
 
-struct UringBlockFile::Op {
-  IoRequest request;
-  IoCallback done;
-  IoCounters::Clock::time_point submitted;
+struct UringBlockFile::Op : SubmittedIo {
   uint64_t transferred = 0;
   uint32_t retries = 0;
 };
@@ -439,16 +436,8 @@ void UringBlockFile::WakeRingThread() {
 }
 
 void UringBlockFile::Submit(const IoRequest& request, IoCallback done) {
-  if (absl::Status valid = ValidateIoRequest(request, size_bytes_, alignment_, path_);
-      !valid.ok()) {
-    counters_.OnRejected(request.kind);
-    done(std::move(valid));
-    return;
-  }
   auto op = std::make_unique<Op>();
-  op->request = request;
-  op->done = std::move(done);
-  op->submitted = IoCounters::Clock::now();
+  if (!AcceptIo(request, done, size_bytes_, alignment_, path_, counters_, op.get())) return;
   bool wake = false;
   {
     absl::MutexLock lock(&mu_);

@@ -19,6 +19,7 @@
 #include "daemon/service/proto_convert.h"
 #include "daemon/service/request_limits.h"
 #include "kernels/device.h"
+#include "kernels/gpu_block_codec.h"
 #include "kvtier/v1/namespace.pb.h"
 
 namespace kvtier::service {
@@ -331,8 +332,8 @@ absl::Status KvTierService::DoRegister(const v1::RegisterEngineRequest& request,
           dataplane::DevicePool::Open(reg.name(), CudaIpcMemoryFromProto(reg.cuda_ipc()),
                                       reg.slots(), engine->layout.pools[index].slot_bytes);
       if (!pool.ok()) return pool.status();
-      absl::StatusOr<std::unique_ptr<dataplane::GpuPageCodec>> gpu =
-          dataplane::GpuPageCodec::Create(engine->codec->plan(), (*pool)->device());
+      absl::StatusOr<std::unique_ptr<kernels::GpuBlockCodec>> gpu =
+          kernels::GpuBlockCodec::Create(engine->codec->plan(), (*pool)->device());
       if (!gpu.ok()) return gpu.status();
       engine->device_pool = std::move(*pool);
       engine->gpu = std::move(*gpu);

@@ -17,7 +17,7 @@
 namespace kvtier::service {
 
 struct ServiceOptions {
-  std::vector<std::string> pool_dirs = {"/dev/shm"}; // where host pools may live
+  std::vector<std::string> pool_dirs = {"/dev/shm"};  // where host pools may live
   codec::CodecSpec default_codec;                     // nvfp4
   uint32_t max_items_per_request = 4096;
   uint32_t max_request_bytes = 4u << 20;
@@ -61,7 +61,7 @@ struct ServiceOptions {
   // incarnation is drawn at random.
   EventLog* events = nullptr;
 };
- 
+
 }  // namespace kvtier::service
 
 #endif  // KVTIER_DAEMON_SERVICE_SERVICE_OPTIONS_H_

@@ -36,10 +36,7 @@ uint64_t NowMs(const BlockStoreOptions& options) {
 }
 
 void CountNamespaceRead(State& s, NamespaceId ns, bool hit, uint64_t now_ms) {
-  auto it = s.namespaces.find(ns);
-  if (it == s.namespaces.end()) return;
-  ++(hit ? it->second.hits : it->second.misses);
-  if (hit) it->second.last_access_ms = now_ms;
+  s.namespaces.CountRead(ns, hit, now_ms);
 }
 
 index::BlockRecord RecordFor(const State& s, const Entry& e) {
@@ -96,7 +93,7 @@ void Emit(State& s, const StoreEvent& event) {
 
 // Reports that the fastest tier of a visible entry changes from `from` to FastestTier(*e).
 void EmitMoved(State& s, const Entry& e, Tier from) {
-  if (e.removed || e.writing || e.silent || s.events == nullptr) return;
+  if (e.removed() || e.writing() || e.silent || s.events == nullptr) return;
   StoreEvent event;
   event.kind = StoreEventKind::kMoved;
   event.ns = e.key.ns;
@@ -122,12 +119,51 @@ void EmitStored(State& s, const Entry& e, StoredBy by, bool durable, absl::strin
   Emit(s, event);
 }
 
+Entry* InsertWriting(State& s, const BlockKey& key, uint64_t size, uint64_t slot_size) {
+  auto entry = std::make_unique<Entry>();
+  Entry* e = entry.get();
+  e->key = key;
+  e->rec.size = static_cast<uint32_t>(size);
+  e->slot_size = slot_size;
+  s.map.emplace(key, std::move(entry));
+  s.namespaces.Charge(key.ns, slot_size);
+  return e;
+}
+
+void Publish(State& s, Entry* e, const PutOptions& options, uint64_t now_ms, Tier tier,
+             uint64_t bytes_in, bool durable) {
+  e->MoveTo(EntryState::kVisible);
+  s.changed_cv.SignalAll();  // MakeDurable callers may wait for this commit
+  e->rec.last_access_ms = now_ms;
+  if (options.parent.has_value()) {
+    e->rec.parent = *options.parent;
+    e->rec.flags |= index::kBlockFlagHasParent;
+  }
+  e->silent = options.silent;
+  if (tier == Tier::kGpu) {
+    s.gpu_lru.PushFront(e);
+  } else {
+    s.host_lru.PushFront(e);
+  }
+  s.namespaces.Link(e);
+  s.namespaces.MarkAccessed(e->key.ns, now_ms);
+  EmitStored(s, *e, StoredBy::kPut, durable, options.origin);
+  ++s.counters.puts;
+  s.counters.bytes_in[static_cast<int>(tier)] += bytes_in;
+}
+
+void RecordLatency(LatencyHistogram& histogram, std::chrono::steady_clock::time_point start) {
+  histogram.Record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count()));
+}
+
 void FreeHostCopy(State& s, Entry* e) {
   if (!e->host.has_value()) return;
   const Tier from = FastestTier(*e);
-  absl::Status st = s.host_alloc->Free(*e->host, e->slot_size);
+  absl::Status st = s.host_tier->slots().Free(*e->host, e->slot_size);
   if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
-  s.host_used = s.host_alloc->used_bytes();
+  s.host_used = s.host_tier->used_bytes();
   e->host.reset();
   e->free_host_when_unpinned = false;
   s.host_lru.Remove(e);
@@ -138,7 +174,7 @@ void FreeHostCopy(State& s, Entry* e) {
 void DropPin(State& s, Entry* e) {
   --e->pins;
   --s.pinned;
-  if (e->pins == 0 && !e->removed) {
+  if (e->pins == 0 && !e->removed()) {
     if (e->free_host_when_unpinned) FreeHostCopy(s, e);
     if (e->gpu.has_value() && e->host.has_value()) FreeGpuCopy(s, e);  // demoted while read
   }
@@ -149,40 +185,40 @@ void DropPin(State& s, Entry* e) {
 void FreeGpuCopy(State& s, Entry* e) {
   if (!e->gpu.has_value()) return;
   const Tier from = FastestTier(*e);
-  absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes);
+  absl::Status st = s.gpu->slots().Free(*e->gpu, e->hot->page_bytes());
   if (!st.ok()) KVTIER_LOG(kError, "GPU tier: ", st.message());
-  s.gpu_used = s.gpu->slots().used_bytes();
+  s.gpu_used = s.gpu->used_bytes();
   e->gpu.reset();
   s.gpu_lru.Remove(e);
   s.changed_cv.SignalAll();
   EmitMoved(s, *e, from);
 }
 
-std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t size,
+std::optional<TierSlot> AllocateWaiting(State& s, StorageTier& tier, uint64_t size,
                                         uint32_t wait_ms, uint32_t& waiters, const Entry* e) {
-  std::optional<uint64_t> offset = slots.Allocate(size);
-  if (offset.has_value()) return offset;
+  std::optional<TierSlot> slot = tier.Allocate(size);
+  if (slot.has_value()) return slot;
   const absl::Time deadline = absl::Now() + absl::Milliseconds(wait_ms);
   ++waiters;
   s.work_cv.Signal();
-  auto gone = [&] { return s.stop || (e != nullptr && e->removed); };
-  while (!offset.has_value() && !gone()) {
+  auto gone = [&] { return s.stop || (e != nullptr && e->removed()); };
+  while (!slot.has_value() && !gone()) {
     // No signal here: the background thread keeps working while there are waiters, and waking
     // it on every change would make the two threads ping-pong over the mutex.
     const bool timed_out = s.changed_cv.WaitWithDeadline(&s.mu, deadline);
-    offset = slots.Allocate(size);
+    slot = tier.Allocate(size);
     if (timed_out) break;
   }
   --waiters;
-  if (offset.has_value() && gone()) {
-    (void)slots.Free(*offset, size);
+  if (slot.has_value() && gone()) {
+    (void)tier.Free(*slot, size);
     return std::nullopt;
   }
-  return offset;
+  return slot;
 }
 
 void Detach(State& s, Entry* e, RemovedBy why) {
-  if (why != RemovedBy::kSilent && !e->writing && !e->silent && s.events != nullptr) {
+  if (why != RemovedBy::kSilent && !e->writing() && !e->silent && s.events != nullptr) {
     StoreEvent event;
     event.kind = StoreEventKind::kRemoved;
     event.ns = e->key.ns;
@@ -194,15 +230,11 @@ void Detach(State& s, Entry* e, RemovedBy why) {
   auto it = s.map.find(e->key);
   s.retired.emplace(e, std::move(it->second));
   s.map.erase(it);
-  e->removed = true;
+  e->MarkDetached();
   s.host_lru.Remove(e);
   s.gpu_lru.Remove(e);
   s.disk_lru.Remove(e);
-  auto ns = s.namespaces.find(e->key.ns);
-  if (ns != s.namespaces.end()) {
-    ns->second.lru.Remove(e);
-    ns->second.used -= e->slot_size;
-  }
+  s.namespaces.Release(e);
   if (e->indexed) {
     e->delete_seq = QueueDelete(s, e->key);
     e->indexed = false;
@@ -211,11 +243,11 @@ void Detach(State& s, Entry* e, RemovedBy why) {
 }
 
 void MaybeRelease(State& s, Entry* e) {
-  if (!e->removed || e->pins > 0 || e->migrating) return;
-  if (e->host.has_value() && e->delete_seq > s.committed_seq && s.arena->persistent()) {
+  if (!e->removed() || e->pins > 0 || e->migrating()) return;
+  if (e->host.has_value() && e->delete_seq > s.committed_seq && s.host_tier->persistent()) {
     // A persistent host slot named by a record: reusable once the deletion is committed, or a
     // restart could find the record pointing at another block's bytes.
-    s.host_quarantine.push_back({*e->host, e->slot_size, e->delete_seq});
+    Quarantine(s, *s.host_tier, TierSlot{0, *e->host}, e->slot_size, e->delete_seq);
     s.host_lru.Remove(e);
     e->host.reset();
   }
@@ -224,8 +256,7 @@ void MaybeRelease(State& s, Entry* e) {
   if (e->disk.has_value()) {
     if (e->delete_seq > s.committed_seq) {
       // The slot may be reused only once the index no longer points at it durably.
-      s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
-      s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
+      Quarantine(s, *s.disk, *e->disk, e->slot_size, e->delete_seq);
     } else {
       absl::Status st = s.disk->Free(*e->disk, e->slot_size);
       if (!st.ok()) KVTIER_LOG(kError, "disk tier: ", st.message());
@@ -239,27 +270,23 @@ void MaybeRelease(State& s, Entry* e) {
   s.retired.erase(e);
 }
 
+void Quarantine(State& s, StorageTier& tier, const TierSlot& slot, uint64_t size, uint64_t seq) {
+  s.quarantine.push_back({&tier, slot, size, seq});
+  s.quarantined_bytes[static_cast<int>(tier.id())] += tier.SlotSize(size);
+}
+
 void ReleaseQuarantine(State& s) {
   for (auto it = s.quarantine.begin(); it != s.quarantine.end();) {
     if (it->seq > s.committed_seq) {
       ++it;
       continue;
     }
-    absl::Status st = s.disk->Free(it->slot, it->size);
-    if (!st.ok()) KVTIER_LOG(kError, "disk tier: ", st.message());
-    s.quarantined_bytes -= s.disk->SlotSize(it->size);
+    absl::Status st = it->tier->Free(it->slot, it->size);
+    if (!st.ok()) KVTIER_LOG(kError, it->tier->name(), " tier: ", st.message());
+    s.quarantined_bytes[static_cast<int>(it->tier->id())] -= it->tier->SlotSize(it->size);
     it = s.quarantine.erase(it);
   }
-  for (auto it = s.host_quarantine.begin(); it != s.host_quarantine.end();) {
-    if (it->seq > s.committed_seq) {
-      ++it;
-      continue;
-    }
-    absl::Status st = s.host_alloc->Free(it->offset, it->size);
-    if (!st.ok()) KVTIER_LOG(kError, "host tier: ", st.message());
-    it = s.host_quarantine.erase(it);
-  }
-  s.host_used = s.host_alloc->used_bytes();
+  s.host_used = s.host_tier->used_bytes();
 }
 
 }  // namespace internal
@@ -389,20 +416,26 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   }
   const auto index_opened = std::chrono::steady_clock::now();
   store->recovery_.index_open_seconds = std::chrono::duration<double>(index_opened - start).count();
-  KVTIER_ASSIGN_OR_RETURN(s.arena, HostArena::Create(options.host));
-  KVTIER_ASSIGN_OR_RETURN(SlotAllocator host_alloc,
-                          SlotAllocator::Create(s.arena->size(), options.host_chunk_bytes, 4096));
-  s.host_alloc.emplace(std::move(host_alloc));
-  KVTIER_ASSIGN_OR_RETURN(s.disk, DiskTier::Create(options.disk, {s.arena->span()}));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HostArena> arena, HostArena::Create(options.host));
+  KVTIER_ASSIGN_OR_RETURN(s.host_tier,
+                          HostTier::Create(std::move(arena), options.host_chunk_bytes));
+  KVTIER_ASSIGN_OR_RETURN(s.disk, DiskTier::Create(options.disk, {s.host_tier->arena().span()}));
   if (options.gpu.capacity_bytes > 0) {
     KVTIER_ASSIGN_OR_RETURN(s.gpu, GpuTier::Create(options.gpu.device, options.gpu.capacity_bytes,
                                                    options.gpu.chunk_bytes));
-    if (s.arena->pin_mechanism() != "cuda") {
+    if (s.host_tier->arena().pin_mechanism() != "cuda") {
       return absl::FailedPreconditionError(absl::StrCat(
           "the GPU tier encodes pages straight into the host tier, which must then be pinned with "
           "CUDA (host pin mode auto or cuda); it is pinned with: ",
-          s.arena->pin_mechanism()));
+          s.host_tier->arena().pin_mechanism()));
     }
+  }
+  for (StorageTier* tier :
+       {static_cast<StorageTier*>(s.gpu.get()), static_cast<StorageTier*>(s.host_tier.get()),
+        static_cast<StorageTier*>(s.disk.get())}) {
+    if (tier == nullptr) continue;
+    s.tiers.push_back(tier);
+    s.tier_by_id[static_cast<int>(tier->id())] = tier;
   }
   const auto tiers_opened = std::chrono::steady_clock::now();
   store->recovery_.tiers_open_seconds =
@@ -413,8 +446,8 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   store->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KVTIER_LOG(kInfo, "store: ", store->recovery_.ToString(), "; GPU tier ",
-             s.gpu ? s.gpu->slots().capacity_bytes() : 0, " bytes, host tier ", s.arena->size(),
-             " bytes (pinned: ", s.arena->pin_mechanism(), "), disk tier ",
+             s.gpu ? s.gpu->capacity_bytes() : 0, " bytes, host tier ", s.host_tier->arena().size(),
+             " bytes (pinned: ", s.host_tier->arena().pin_mechanism(), "), disk tier ",
              s.disk->capacity_bytes(), " bytes in ", s.disk->file_count(), " files");
   // Each chunk serves blocks of one slot size: a tier of few chunks cannot hold several sizes.
   auto warn_chunks = [](const char* tier, const char* field, uint64_t capacity, uint64_t chunk) {
@@ -425,7 +458,7 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
                "differ in size (layouts, codecs) evict each other's; give it at least ",
                kMinTierChunks, " chunks (a smaller ", field, " or a larger tier)");
   };
-  warn_chunks("host", "host.chunk", s.arena->size(), options.host_chunk_bytes);
+  warn_chunks("host", "host.chunk", s.host_tier->arena().size(), options.host_chunk_bytes);
   if (s.disk->capacity_bytes() > 0) {
     warn_chunks("disk", "disk.chunk", s.disk->capacity_bytes(), options.disk.chunk_bytes);
   }
@@ -459,22 +492,14 @@ absl::Status BlockStore::PutNamespace(NamespaceId id, absl::string_view record,
   } else {
     state_->unsaved_namespaces.erase(id);
   }
-  NamespaceState& ns = state_->namespaces[id];
-  ns.record = std::string(record);
-  ns.quota = quota_bytes;
-  ns.registered = true;
+  state_->namespaces.Register(id, record, quota_bytes);
   return absl::OkStatus();
 }
 
 std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> BlockStore::Namespaces()
     const {
   absl::MutexLock lock(&state_->mu);
-  std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> out;
-  for (const auto& [id, ns] : state_->namespaces) {
-    if (ns.registered) out.push_back({id, {ns.record, ns.quota}});
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return state_->namespaces.Registered();
 }
 
 absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_t size) {
@@ -483,50 +508,44 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
     return absl::InvalidArgumentError(
         absl::StrFormat("block size %d is outside 1..%d bytes", size, options_.max_block_bytes));
   }
-  const uint64_t slot_size = s.host_alloc->SlotSize(size);
+  const uint64_t slot_size = s.host_tier->SlotSize(size);
   absl::MutexLock lock(&s.mu);
   if (s.stop) return absl::UnavailableError("the store is shutting down");
   if (s.map.contains(key)) return absl::AlreadyExistsError("block is already stored");
   KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, size, slot_size));
-  std::optional<uint64_t> offset = internal::AllocateWaiting(
-      s, *s.host_alloc, size, options_.put_wait_ms, s.room_waiters, nullptr);
-  if (!offset.has_value()) {
+  std::optional<TierSlot> slot = internal::AllocateWaiting(
+      s, *s.host_tier, size, options_.put_wait_ms, s.room_waiters, nullptr);
+  if (!slot.has_value()) {
     ++s.counters.put_rejected;
     if (s.stop) return absl::UnavailableError("the store is shutting down");
     return absl::ResourceExhaustedError(absl::StrFormat(
         "host tier full: no room for a %d-byte block within %d ms (%d of %d bytes used, %d "
         "blocks pinned, %d being written to disk)",
-        size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned,
-        s.migrating));
+        size, options_.put_wait_ms, s.host_tier->used_bytes(), s.host_tier->arena().size(),
+        s.pinned, s.migrating));
   }
   if (s.map.contains(key)) {  // stored by another caller while this one waited
-    (void)s.host_alloc->Free(*offset, size);
+    (void)s.host_tier->Free(*slot, size);
     return absl::AlreadyExistsError("block is already stored");
   }
-  s.host_used = s.host_alloc->used_bytes();
-  auto entry = std::make_unique<Entry>();
-  Entry* e = entry.get();
-  e->key = key;
-  e->rec.size = static_cast<uint32_t>(size);
-  e->slot_size = slot_size;
-  e->host = *offset;
-  e->writing = true;
-  s.map.emplace(key, std::move(entry));
-  s.namespaces[key.ns].used += slot_size;
-  if (s.host_used > options_.host_watermarks.high * static_cast<double>(s.arena->size())) {
+  s.host_used = s.host_tier->used_bytes();
+  Entry* e = internal::InsertWriting(s, key, size, slot_size);
+  e->host = slot->offset;
+  if (s.host_used >
+      options_.host_watermarks.high * static_cast<double>(s.host_tier->arena().size())) {
     s.work_cv.Signal();
   }
   HostReservation r;
   r.store_ = this;
   r.entry_ = e;
   r.key_ = key;
-  r.bytes_ = absl::Span<uint8_t>(s.arena->data() + *offset, size);
+  r.bytes_ = absl::Span<uint8_t>(s.host_tier->data() + slot->offset, size);
   return r;
 }
 
 absl::Status BlockStore::MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64_t slot_size) {
   State& s = *state_;
-  NamespaceState& ns = s.namespaces[id];
+  NamespaceState& ns = s.namespaces.GetOrCreate(id);
   if (ns.quota > 0) {
     if (slot_size > ns.quota) {
       ++s.counters.put_rejected;
@@ -535,15 +554,15 @@ absl::Status BlockStore::MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64
     }
     // Evict inside the namespace, least recently used first, skipping blocks in use.
     Entry* e = ns.lru.back();
-    while (ns.used + slot_size > ns.quota && e != nullptr) {
+    while (!NamespaceTable::Fits(ns, slot_size) && e != nullptr) {
       Entry* prev = NsLru::Prev(e);
-      if (e->pins == 0 && !e->migrating) {
+      if (e->pins == 0 && !e->migrating()) {
         internal::Detach(s, e, RemovedBy::kEvicted);
         ++s.counters.quota_evictions;
       }
       e = prev;
     }
-    if (ns.used + slot_size > ns.quota) {
+    if (!NamespaceTable::Fits(ns, slot_size)) {
       ++s.counters.put_rejected;
       return absl::ResourceExhaustedError(absl::StrFormat(
           "namespace %d is over its quota of %d bytes (%d used by blocks being read or written)",
@@ -593,25 +612,12 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
     ++s.counters.put_rejected;
     return internal::IndexRefusal(s);
   }
-  e->writing = false;
-  s.changed_cv.SignalAll();  // MakeDurable callers may wait for this commit
   e->rec.checksum = *checksum;
   e->rec.codec = codec_id;
-  e->rec.last_access_ms = internal::NowMs(options_);
-  if (options.parent.has_value()) {
-    e->rec.parent = *options.parent;
-    e->rec.flags |= index::kBlockFlagHasParent;
-  }
   if (options.durable) e->rec.flags |= index::kBlockFlagDurable;
-  e->silent = options.silent;
-  s.host_lru.PushFront(e);
-  NamespaceState& ns_state = s.namespaces[e->key.ns];
-  ns_state.lru.PushFront(e);
-  ns_state.last_access_ms = e->rec.last_access_ms;
-  internal::EmitStored(s, *e, StoredBy::kPut, options.durable, options.origin);
-  ++s.counters.puts;
-  s.counters.bytes_in[static_cast<int>(Tier::kHost)] += e->rec.size;
-  if (s.arena->persistent()) {
+  internal::Publish(s, e, options, internal::NowMs(options_), Tier::kHost, e->rec.size,
+                    options.durable);
+  if (s.host_tier->persistent()) {
     internal::QueuePut(s, *e);
     e->indexed = true;
   }
@@ -622,9 +628,7 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
     s.write_through.push_back(e);
     s.work_cv.Signal();
   }
-  s.put_latency.Record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::steady_clock::now() - start)
-                                                 .count()));
+  internal::RecordLatency(s.put_latency, start);
   if (!options.wait_durable) return absl::OkStatus();
   ++e->pins;
   ++s.pinned;
@@ -664,19 +668,21 @@ absl::Status BlockStore::Put(const BlockKey& key, absl::Span<const uint8_t> bloc
 
 absl::Status BlockStore::SetHotLayout(NamespaceId ns, const codec::PageLayout& layout,
                                       const codec::CodecSpec& spec) {
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HotCodec> hot, HotCodec::Create(layout, spec));
-  if (hot->plan.block_bytes > options_.max_block_bytes) {
+  KVTIER_ASSIGN_OR_RETURN(codec::BlockPlan plan, codec::MakeBlockPlan(layout, spec));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<kernels::GpuBlockCodec> hot,
+                          kernels::GpuBlockCodec::CreateFused(plan));
+  if (hot->plan().block_bytes > options_.max_block_bytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("namespace %d: a block of this layout has %d bytes, more than the "
                         "store's max_block_bytes (%d)",
-                        ns, hot->plan.block_bytes, options_.max_block_bytes));
+                        ns, hot->plan().block_bytes, options_.max_block_bytes));
   }
   State& s = *state_;
-  if (s.gpu && hot->page_bytes > s.gpu->slots().chunk_bytes()) {
+  if (s.gpu && hot->page_bytes() > s.gpu->chunk_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "namespace %d: a hot page of this layout needs a %d-byte GPU slot, more than the GPU "
         "tier's chunk size (%d)",
-        ns, hot->page_bytes, s.gpu->slots().chunk_bytes()));
+        ns, hot->page_bytes(), s.gpu->chunk_bytes()));
   }
   absl::MutexLock lock(&s.mu);
   s.hot[ns] = hot.get();
@@ -704,78 +710,55 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
       return absl::FailedPreconditionError(
           absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", key.ns));
     }
-    const HotCodec* codec = hot->second;
+    const kernels::GpuBlockCodec* codec = hot->second;
     if (s.stop) return absl::UnavailableError("the store is shutting down");
     if (s.map.contains(key)) {
       ++s.counters.duplicate_puts;
       return absl::OkStatus();
     }
-    const uint64_t block_bytes = codec->plan.block_bytes;
-    const uint64_t slot_size = s.host_alloc->SlotSize(block_bytes);
+    const uint64_t block_bytes = codec->plan().block_bytes;
+    const uint64_t slot_size = s.host_tier->SlotSize(block_bytes);
     KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, block_bytes, slot_size));
-    std::optional<uint64_t> offset = internal::AllocateWaiting(
-        s, s.gpu->slots(), codec->page_bytes, options_.put_wait_ms, s.gpu_room_waiters, nullptr);
-    if (!offset.has_value()) {
+    std::optional<TierSlot> slot = internal::AllocateWaiting(
+        s, *s.gpu, codec->page_bytes(), options_.put_wait_ms, s.gpu_room_waiters, nullptr);
+    if (!slot.has_value()) {
       ++s.counters.put_rejected;
       if (s.stop) return absl::UnavailableError("the store is shutting down");
       return absl::ResourceExhaustedError(absl::StrFormat(
           "GPU tier full: no room for a %d-byte page within %d ms (%d of %d bytes used, %d "
           "pages pinned or being demoted)",
-          codec->page_bytes, options_.put_wait_ms, s.gpu->slots().used_bytes(),
-          s.gpu->slots().capacity_bytes(), s.pinned + s.migrating));
+          codec->page_bytes(), options_.put_wait_ms, s.gpu->used_bytes(), s.gpu->capacity_bytes(),
+          s.pinned + s.migrating));
     }
     if (s.map.contains(key)) {
-      (void)s.gpu->slots().Free(*offset, codec->page_bytes);
+      (void)s.gpu->Free(*slot, codec->page_bytes());
       ++s.counters.duplicate_puts;
       return absl::OkStatus();
     }
-    s.gpu_used = s.gpu->slots().used_bytes();
-    auto entry = std::make_unique<Entry>();
-    e = entry.get();
-    e->key = key;
-    e->rec.size = static_cast<uint32_t>(block_bytes);
-    e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan).codec);
-    e->slot_size = slot_size;
-    e->gpu = *offset;
+    s.gpu_used = s.gpu->used_bytes();
+    e = internal::InsertWriting(s, key, block_bytes, slot_size);
+    e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan()).codec);
+    e->gpu = slot->offset;
     e->hot = codec;
-    e->writing = true;
-    s.map.emplace(key, std::move(entry));
-    s.namespaces[key.ns].used += slot_size;
   }
   // The copy runs outside the lock; the entry is invisible while `writing`.
-  uint8_t* slot = s.gpu->data() + *e->gpu;
-  absl::Status copied = kernels::UseDevice(s.gpu->device());
-  void* stream = kernels::PerThreadStream();
-  if (copied.ok()) copied = kernels::CopyAsync(slot, device_page, e->hot->page_bytes, stream);
-  if (copied.ok()) copied = kernels::SynchronizeStream(stream);
+  absl::Status copied;
+  s.gpu->SubmitWrite(
+      TierSlot{0, *e->gpu},
+      absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), e->hot->page_bytes()),
+      [&copied](absl::Status st) { copied = std::move(st); });  // done before it returns
   absl::MutexLock lock(&s.mu);
   if (!copied.ok() || s.stop) {
     internal::Detach(s, e, RemovedBy::kSilent);
     if (!copied.ok()) return copied;
     return absl::UnavailableError("the store is shutting down");
   }
-  e->writing = false;
-  s.changed_cv.SignalAll();
-  e->rec.last_access_ms = internal::NowMs(options_);
-  if (options.parent.has_value()) {
-    e->rec.parent = *options.parent;
-    e->rec.flags |= index::kBlockFlagHasParent;
-  }
-  e->silent = options.silent;
-  s.gpu_lru.PushFront(e);
-  NamespaceState& ns_state = s.namespaces[key.ns];
-  ns_state.lru.PushFront(e);
-  ns_state.last_access_ms = e->rec.last_access_ms;
-  internal::EmitStored(s, *e, StoredBy::kPut, /*durable=*/false, options.origin);
-  ++s.counters.puts;
-  s.counters.bytes_in[static_cast<int>(Tier::kGpu)] += e->hot->page_bytes;
-  if (s.gpu_used >
-      options_.gpu.watermarks.high * static_cast<double>(s.gpu->slots().capacity_bytes())) {
+  internal::Publish(s, e, options, internal::NowMs(options_), Tier::kGpu, e->hot->page_bytes(),
+                    /*durable=*/false);
+  if (s.gpu_used > options_.gpu.watermarks.high * static_cast<double>(s.gpu->capacity_bytes())) {
     s.work_cv.Signal();
   }
-  s.put_latency.Record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::steady_clock::now() - start)
-                                                 .count()));
+  internal::RecordLatency(s.put_latency, start);
   return absl::OkStatus();
 }
 
@@ -787,7 +770,7 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
     auto it = s.map.find(key);
     if (it == s.map.end()) return false;
     e = it->second.get();
-    if (!e->writing || s.stop) break;
+    if (!e->writing() || s.stop) break;
     s.changed_cv.Wait(&s.mu);  // another caller is storing it: wait for its commit or abort
   }
   if (s.stop) return absl::UnavailableError("the store is shutting down");
@@ -796,10 +779,10 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
   }
   e->rec.flags |= index::kBlockFlagDurable;
   auto durable = [&] {
-    return e->disk.has_value() && !e->migrating && e->put_seq <= s.committed_seq;
+    return e->disk.has_value() && !e->migrating() && e->put_seq <= s.committed_seq;
   };
   if (durable()) return true;
-  if (!e->migrating && !e->queued_write_through) {
+  if (!e->migrating() && !e->queued_write_through) {
     e->durable_result.reset();
     e->queued_write_through = true;
     s.write_through.push_back(e);
@@ -808,7 +791,7 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
   if (!wait) return true;
   ++e->pins;
   ++s.pinned;
-  while (!e->durable_result.has_value() && !durable() && !e->removed && !s.stop &&
+  while (!e->durable_result.has_value() && !durable() && !e->removed() && !s.stop &&
          s.index_writable) {
     s.changed_cv.WaitWithTimeout(&s.mu, absl::Milliseconds(100));
     internal::RefreshIndexHealth(s);  // as in Commit
@@ -816,7 +799,7 @@ absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {
   absl::Status result = absl::OkStatus();
   if (e->durable_result.has_value() && !durable()) {
     result = *e->durable_result;
-  } else if (!durable() && !e->removed) {
+  } else if (!durable() && !e->removed()) {
     result = s.stop ? absl::UnavailableError("the store shut down before the block was durable")
                     : internal::IndexRefusal(s);
   }
@@ -849,7 +832,7 @@ absl::Status BlockStore::Flush() {
 }
 
 bool BlockStore::HostTierDeviceAccessible() const {
-  return state_->arena->pin_mechanism() == "cuda";
+  return state_->host_tier->arena().pin_mechanism() == "cuda";
 }
 
 StoreStats BlockStore::Stats() const {
@@ -861,24 +844,18 @@ StoreStats BlockStore::Stats() const {
         s.map.capacity() * (sizeof(std::pair<const BlockKey, std::unique_ptr<Entry>>) + 1) +
         (s.map.size() + s.retired.size()) * sizeof(Entry);
     out.indexed_blocks = s.map.size();
-    TierStats& host = out.tiers[static_cast<int>(Tier::kHost)];
-    host.capacity_bytes = s.host_alloc->capacity_bytes();
-    host.used_bytes = s.host_alloc->used_bytes();
-    host.blocks = s.host_lru.size();
-    if (s.gpu) {
-      TierStats& gpu = out.tiers[static_cast<int>(Tier::kGpu)];
-      gpu.capacity_bytes = s.gpu->slots().capacity_bytes();
-      gpu.used_bytes = s.gpu->slots().used_bytes();
-      gpu.blocks = s.gpu_lru.size();
+    for (const StorageTier* tier : s.tiers) {
+      TierStats& stats = out.tiers[static_cast<int>(tier->id())];
+      stats.capacity_bytes = tier->capacity_bytes();
+      stats.used_bytes = tier->used_bytes();
     }
-    TierStats& disk = out.tiers[static_cast<int>(Tier::kDisk)];
-    disk.capacity_bytes = s.disk->capacity_bytes();
-    disk.used_bytes = s.disk->used_bytes();
-    disk.blocks = s.disk_lru.size();
+    out.tiers[static_cast<int>(Tier::kGpu)].blocks = s.gpu ? s.gpu_lru.size() : 0;
+    out.tiers[static_cast<int>(Tier::kHost)].blocks = s.host_lru.size();
+    out.tiers[static_cast<int>(Tier::kDisk)].blocks = s.disk_lru.size();
     out.pinned_blocks = s.pinned;
     out.migrating_blocks = s.migrating;
     out.unsynced_index_writes = s.queued_seq - s.committed_seq;
-    out.quarantined_slots = s.quarantine.size() + s.host_quarantine.size();
+    out.quarantined_slots = s.quarantine.size();
     out.index_commit_failures = s.commit_failures;
   }
   out.index_health = s.index->Health();

@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "daemon/store/block_store.h"
 #include "daemon/store/block_store_internal.h"
+#include "daemon/store/scrubber.h"
 
 namespace kvtier::store {
 
@@ -17,16 +18,16 @@ absl::StatusOr<BlockStore::ClearReport> BlockStore::ClearNamespace(NamespaceId i
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   ClearReport report;
-  auto it = s.namespaces.find(id);
-  if (it == s.namespaces.end()) return report;
+  NamespaceState* ns = s.namespaces.Find(id);
+  if (ns == nullptr) return report;
   // Least recently used first; Detach unlinks only the entry it is given.
-  Entry* e = it->second.lru.back();
+  Entry* e = ns->lru.back();
   while (e != nullptr) {
     Entry* prev = NsLru::Prev(e);
     if (include_silent || !e->silent) {
-      report.bytes += (e->gpu.has_value() ? e->hot->page_bytes : 0) +
-                      (e->host.has_value() ? e->slot_size : 0) +
-                      (e->disk.has_value() ? s.disk->SlotSize(e->rec.size) : 0);
+      for (const StorageTier* tier : s.tiers) {
+        if (e->CopyIn(tier->id())) report.bytes += internal::CopyBytes(s, *e, tier->id());
+      }
       internal::Detach(s, e, RemovedBy::kSilent);
       ++report.blocks;
     }
@@ -47,20 +48,18 @@ BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
   const State& s = *state_;
   NamespaceUsage usage;
   absl::MutexLock lock(&s.mu);
-  auto it = s.namespaces.find(id);
-  if (it == s.namespaces.end()) return usage;
-  usage.hits = it->second.hits;
-  usage.misses = it->second.misses;
-  usage.last_access_ms = it->second.last_access_ms;
-  for (Entry* e = it->second.lru.front(); e != nullptr; e = NsLru::Next(e)) {
-    if (e->writing || e->removed) continue;
-    auto count = [&](index::Tier tier, uint64_t bytes) {
-      ++usage.blocks[static_cast<int>(tier)];
-      usage.bytes[static_cast<int>(tier)] += bytes;
-    };
-    if (e->gpu.has_value()) count(index::Tier::kGpu, e->hot->page_bytes);
-    if (e->host.has_value()) count(index::Tier::kHost, e->slot_size);
-    if (e->disk.has_value()) count(index::Tier::kDisk, s.disk->SlotSize(e->rec.size));
+  const NamespaceState* ns = s.namespaces.Find(id);
+  if (ns == nullptr) return usage;
+  usage.hits = ns->hits;
+  usage.misses = ns->misses;
+  usage.last_access_ms = ns->last_access_ms;
+  for (Entry* e = ns->lru.front(); e != nullptr; e = NsLru::Next(e)) {
+    if (e->writing() || e->removed()) continue;
+    for (const StorageTier* tier : s.tiers) {
+      if (!e->CopyIn(tier->id())) continue;
+      ++usage.blocks[static_cast<int>(tier->id())];
+      usage.bytes[static_cast<int>(tier->id())] += internal::CopyBytes(s, *e, tier->id());
+    }
   }
   return usage;
 }
@@ -68,78 +67,23 @@ BlockStore::NamespaceUsage BlockStore::UsageOf(NamespaceId id) const {
 absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify() { return Verify(VerifyOptions()); }
 
 absl::StatusOr<BlockStore::VerifyReport> BlockStore::Verify(const VerifyOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  State& s = *state_;
-  std::vector<BlockKey> keys;
-  {
-    absl::MutexLock lock(&s.mu);
-    auto wanted = [&](const Entry& e) {
-      return !e.writing && !e.gpu.has_value() &&
-             (!options.tier.has_value() ||
-              (*options.tier == Tier::kHost ? e.host.has_value() : e.disk.has_value()));
-    };
-    if (options.namespaces.empty()) {
-      keys.reserve(s.map.size());
-      for (const auto& [key, e] : s.map) {
-        if (wanted(*e)) keys.push_back(key);
-      }
-    } else {
-      for (NamespaceId id : options.namespaces) {
-        auto ns = s.namespaces.find(id);
-        if (ns == s.namespaces.end()) continue;
-        for (Entry* e = ns->second.lru.front(); e != nullptr; e = NsLru::Next(e)) {
-          if (wanted(*e)) keys.push_back(e->key);
-        }
-      }
-    }
-  }
-  VerifyReport report;
-  for (const BlockKey& key : keys) {
-    if (options.max_blocks > 0 && report.blocks >= options.max_blocks) {
-      report.complete = false;
-      break;
-    }
-    bool present, has_host, has_disk;
-    {
-      absl::MutexLock lock(&s.mu);
-      auto it = s.map.find(key);
-      present = it != s.map.end();
-      has_host = present && it->second->host.has_value();
-      has_disk = present && it->second->disk.has_value();
-    }
-    if (!present) continue;  // removed meanwhile
-    ++report.blocks;
-    // The host copy in place, the disk copy by a read (each when the tier asks for it).
-    for (Tier tier : {Tier::kHost, Tier::kDisk}) {
-      if ((tier == Tier::kHost ? !has_host : !has_disk) ||
-          (options.tier.has_value() && *options.tier != tier)) {
-        continue;
-      }
-      std::string failure;
-      bool io_error = false;
-      ReadMode mode;
-      mode.touch = false;
-      mode.verify_host = true;
-      mode.force_disk = tier == Tier::kDisk;
-      mode.keep_corrupt = options.report_only;
-      mode.failure = &failure;
-      mode.io_error = &io_error;
-      KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, AcquireImpl(key, mode));
-      if (pinned.has_value()) {
-        report.bytes += pinned->bytes().size();
-        continue;
-      }
-      if (failure.empty()) break;  // removed meanwhile
-      ++(io_error ? report.missing : report.failed);
-      if (!options.report_only) ++report.removed;
-      if (report.failures.size() < options.max_reported) {
-        report.failures.push_back({key, tier, std::move(failure)});
-      }
-      break;  // one failure per block
-    }
-  }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return report;
+  // The host copy in place, the disk copy by a read; neither counts as a read.
+  Scrubber scrubber(*state_,
+                    [this](const BlockKey& key, Tier tier, bool keep_corrupt, std::string* failure,
+                           bool* io_error) -> absl::StatusOr<std::optional<uint64_t>> {
+                      ReadMode mode;
+                      mode.touch = false;
+                      mode.verify_host = true;
+                      mode.force_disk = tier == Tier::kDisk;
+                      mode.keep_corrupt = keep_corrupt;
+                      mode.failure = failure;
+                      mode.io_error = io_error;
+                      KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned,
+                                              AcquireImpl(key, mode));
+                      if (!pinned.has_value()) return std::optional<uint64_t>();
+                      return std::optional<uint64_t>(pinned->bytes().size());
+                    });
+  return scrubber.Run(options);
 }
 
 std::vector<BlockStore::BlockSummary> BlockStore::Snapshot(absl::Span<const NamespaceId> namespaces,
@@ -149,7 +93,7 @@ std::vector<BlockStore::BlockSummary> BlockStore::Snapshot(absl::Span<const Name
   absl::MutexLock lock(&s.mu);
   *event_position = s.events != nullptr ? s.events->Barrier() : 0;
   auto add = [&](const Entry& e) {
-    if (e.writing || e.removed || e.silent) return;
+    if (e.writing() || e.removed() || e.silent) return;
     out.push_back({e.key.ns, e.key.hash, internal::FastestTier(e), e.rec.size,
                    (e.rec.flags & index::kBlockFlagDurable) != 0});
   };
@@ -159,9 +103,9 @@ std::vector<BlockStore::BlockSummary> BlockStore::Snapshot(absl::Span<const Name
     return out;
   }
   for (NamespaceId id : namespaces) {
-    auto it = s.namespaces.find(id);
-    if (it == s.namespaces.end()) continue;
-    for (Entry* e = it->second.lru.front(); e != nullptr; e = NsLru::Next(e)) add(*e);
+    const NamespaceState* ns = s.namespaces.Find(id);
+    if (ns == nullptr) continue;
+    for (Entry* e = ns->lru.front(); e != nullptr; e = NsLru::Next(e)) add(*e);
   }
   return out;
 }
@@ -170,7 +114,7 @@ absl::StatusOr<bool> BlockStore::Remove(const BlockKey& key, RemovedBy why) {
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
-  if (it == s.map.end() || it->second->writing) return false;
+  if (it == s.map.end() || it->second->writing()) return false;
   internal::Detach(s, it->second.get(), why);
   ++s.counters.removed;
   return true;
@@ -204,7 +148,7 @@ absl::Status BlockStore::FlushToDisk() {
         const bool admitted =
             options_.admission == DiskAdmission::kAll ||
             (e->rec.flags & (index::kBlockFlagReused | index::kBlockFlagDurable)) != 0;
-        if (e->removed || e->writing || e->migrating || e->disk.has_value() ||
+        if (e->removed() || e->writing() || e->migrating() || e->disk.has_value() ||
             e->queued_write_through || !admitted) {
           continue;
         }
@@ -225,9 +169,9 @@ enum class EvictOutcome { kNotInTier, kBusy, kDropped, kDemoted };
 // Takes one block out of `tier` (nullopt: out of the cache). REQUIRES: s.mu held, e in the map.
 EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (e->writing) return EvictOutcome::kNotInTier;
+  if (e->writing()) return EvictOutcome::kNotInTier;
   if (!tier.has_value()) {
-    if (e->pins > 0 || e->migrating) return EvictOutcome::kBusy;
+    if (e->pins > 0 || e->migrating()) return EvictOutcome::kBusy;
     internal::Detach(s, e, RemovedBy::kRemoved);
     return EvictOutcome::kDropped;
   }
@@ -235,7 +179,7 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
                        : *tier == Tier::kHost ? e->host.has_value() && !e->gpu.has_value()
                                               : e->disk.has_value();
   if (!in_tier) return EvictOutcome::kNotInTier;
-  if (e->pins > 0 || e->migrating) return EvictOutcome::kBusy;
+  if (e->pins > 0 || e->migrating()) return EvictOutcome::kBusy;
   switch (*tier) {
     case Tier::kGpu:
       if (e->host.has_value()) {
@@ -247,7 +191,7 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
       s.gpu_lru.MoveToBack(e);
       {
         const uint64_t target = std::min(s.gpu_evict_target.value_or(s.gpu_used), s.gpu_used);
-        s.gpu_evict_target = target - std::min(target, e->hot->page_bytes);
+        s.gpu_evict_target = target - std::min(target, e->hot->page_bytes());
       }
       s.work_cv.Signal();
       return EvictOutcome::kDemoted;
@@ -268,7 +212,7 @@ EvictOutcome EvictOne(State& s, Entry* e, std::optional<Tier> tier, bool drop)
       return EvictOutcome::kDemoted;
     case Tier::kDisk:
       if (e->host.has_value()) {
-        internal::DropDiskCopy(s, e, s.arena->persistent());
+        internal::DropDiskCopy(s, e, s.host_tier->persistent());
         return EvictOutcome::kDropped;
       }
       break;
@@ -326,10 +270,10 @@ absl::StatusOr<BlockStore::EvictReport> BlockStore::Evict(const EvictRequest& re
     return report;
   }
   for (NamespaceId id : req.namespaces) {
-    auto ns = s.namespaces.find(id);
-    if (ns == s.namespaces.end()) continue;
+    const NamespaceState* ns = s.namespaces.Find(id);
+    if (ns == nullptr) continue;
     // Least recently used first; Detach unlinks only the entry it is given.
-    Entry* e = ns->second.lru.back();
+    Entry* e = ns->lru.back();
     while (e != nullptr) {
       if ((req.max_blocks > 0 && report.evicted_blocks >= req.max_blocks) ||
           (req.max_bytes > 0 && report.evicted_bytes >= req.max_bytes)) {

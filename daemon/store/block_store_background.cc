@@ -31,8 +31,7 @@ void DropDiskCopy(State& s, Entry* e, bool persistent_host) {
   }
   s.disk_lru.Remove(e);
   e->delete_seq = internal::QueueDelete(s, e->key);
-  s.quarantine.push_back({*e->disk, e->slot_size, e->delete_seq});
-  s.quarantined_bytes += s.disk->SlotSize(e->slot_size);
+  internal::Quarantine(s, *s.disk, *e->disk, e->slot_size, e->delete_seq);
   e->disk.reset();
   e->indexed = false;
   if (persistent_host) {
@@ -156,10 +155,10 @@ uint64_t EvictDisk(State& s, uint64_t target, bool persistent_host, bool* bounde
   uint64_t dropped = 0;
   size_t released = 0;
   Entry* e = s.disk_lru.back();
-  while (e != nullptr && s.disk->used_bytes() - s.quarantined_bytes > target &&
+  while (e != nullptr && s.disk->used_bytes() - s.quarantined(Tier::kDisk) > target &&
          released < kMaxReleasesPerRound) {
     Entry* prev = DiskLru::Prev(e);
-    if (e->pins == 0 && !e->migrating) {
+    if (e->pins == 0 && !e->migrating()) {
       dropped += e->slot_size;
       internal::DropDiskCopy(s, e, persistent_host);
       ++s.counters.disk_dropped;
@@ -188,17 +187,17 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
   Entry* e = s.gpu_lru.back();
   while (e != nullptr && s.gpu_used - leaving > target && moves.size() < batch) {
     Entry* prev = GpuLru::Prev(e);
-    if (e->pins == 0 && !e->migrating && !e->host.has_value()) {
-      std::optional<uint64_t> slot = s.host_alloc->Allocate(e->rec.size);
+    if (e->pins == 0 && !e->migrating() && !e->host.has_value()) {
+      std::optional<uint64_t> slot = s.host_tier->slots().Allocate(e->rec.size);
       if (!slot.has_value()) {
         s.host_wanted_by_gpu = uint64_t{batch - moves.size()} * e->slot_size;
         s.work_cv.Signal();
         break;
       }
-      s.host_used = s.host_alloc->used_bytes();
-      e->migrating = true;
+      s.host_used = s.host_tier->used_bytes();
+      e->MoveTo(EntryState::kMigrating);
       ++s.migrating;
-      leaving += e->hot->page_bytes;
+      leaving += e->hot->page_bytes();
       moves.push_back(GpuMove{e, *slot, absl::OkStatus()});
     }
     e = prev;
@@ -212,36 +211,36 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
     m.result = ready;
     if (m.result.ok()) {
       m.result = m.entry->hot->EnqueueEncode(s.gpu->data() + *m.entry->gpu,
-                                             s.arena->data() + m.host, stream);
+                                             s.host_tier->data() + m.host, stream);
     }
   }
   if (ready.ok()) ready = kernels::SynchronizeStream(stream);
   for (GpuMove& m : moves) {
     if (m.result.ok()) m.result = ready;
-    if (m.result.ok()) m.entry->hot->Seal(s.arena->data() + m.host);
+    if (m.result.ok()) m.entry->hot->Seal(s.host_tier->data() + m.host);
   }
   s.mu.Lock();
   size_t failed = 0;
   for (GpuMove& m : moves) {
     Entry* e = m.entry;
-    e->migrating = false;
+    e->EndMigration();
     --s.migrating;
-    if (!m.result.ok() || e->removed) {
-      absl::Status freed = s.host_alloc->Free(m.host, e->rec.size);
+    if (!m.result.ok() || e->removed()) {
+      absl::Status freed = s.host_tier->slots().Free(m.host, e->rec.size);
       if (!freed.ok()) KVTIER_LOG(kError, "host tier: ", freed.message());
-      s.host_used = s.host_alloc->used_bytes();
+      s.host_used = s.host_tier->used_bytes();
       if (!m.result.ok()) {
         ++s.counters.gpu_dropped;
         if (failed++ == 0) {
           KVTIER_LOG(kError, "store: encoding a GPU-tier page into the host tier failed: ",
                      m.result.message());
         }
-        if (!e->removed && e->pins == 0) internal::Detach(s, e, RemovedBy::kEvicted);
+        if (!e->removed() && e->pins == 0) internal::Detach(s, e, RemovedBy::kEvicted);
       }
       internal::MaybeRelease(s, e);
       continue;
     }
-    const absl::Span<const uint8_t> block(s.arena->data() + m.host, e->rec.size);
+    const absl::Span<const uint8_t> block(s.host_tier->data() + m.host, e->rec.size);
     e->host = m.host;
     e->rec.checksum = codec::StoredHeaderChecksum(block);
     s.gpu_lru.Remove(e);
@@ -263,10 +262,10 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
 void BlockStore::BackgroundLoop() {
   State& s = *state_;
   const index::SyncPolicy policy = options_.sync;
-  const bool persistent_host = s.arena->persistent();
-  const double host_capacity = static_cast<double>(s.arena->size());
+  const bool persistent_host = s.host_tier->persistent();
+  const double host_capacity = static_cast<double>(s.host_tier->arena().size());
   const double disk_capacity = static_cast<double>(s.disk->capacity_bytes());
-  const double gpu_capacity = s.gpu ? static_cast<double>(s.gpu->slots().capacity_bytes()) : 0.0;
+  const double gpu_capacity = s.gpu ? static_cast<double>(s.gpu->capacity_bytes()) : 0.0;
   absl::Time oldest_pending = absl::InfiniteFuture();
   // Set when a round stopped at kMaxReleasesPerRound on its way down to a tier's low watermark:
   // the next rounds go on down to it although the tier is below its high watermark by then.
@@ -283,7 +282,7 @@ void BlockStore::BackgroundLoop() {
     }
     const bool has_disk = s.disk->file_count() > 0;
     const bool disk_writes = has_disk && index_writable;  // new disk copies can be indexed
-    const uint64_t disk_live = s.disk->used_bytes() - s.quarantined_bytes;
+    const uint64_t disk_live = s.disk->used_bytes() - s.quarantined(Tier::kDisk);
     const bool gpu_pressure =
         s.gpu != nullptr && !s.gpu_lru.empty() &&
         (static_cast<double>(s.gpu_used) > options_.gpu.watermarks.high * gpu_capacity ||
@@ -343,7 +342,7 @@ void BlockStore::BackgroundLoop() {
                             ? 0
                             : static_cast<uint64_t>(options_.gpu.watermarks.low * gpu_capacity);
       if (s.gpu_room_waiters > 0 && s.gpu_used <= target) {
-        target = s.gpu_used - std::min(s.gpu_used, s.gpu->slots().chunk_bytes());
+        target = s.gpu_used - std::min(s.gpu_used, s.gpu->chunk_bytes());
       }
       if (s.gpu_evict_target.has_value()) target = std::min(target, *s.gpu_evict_target);
       if (DemoteGpu(s, target, options_.demotion_batch, persistent_host)) continue;
@@ -363,8 +362,8 @@ void BlockStore::BackgroundLoop() {
             EvictDisk(s,
                       std::min<uint64_t>(
                           static_cast<uint64_t>(options_.disk_watermarks.low * disk_capacity),
-                          s.disk->used_bytes() - s.quarantined_bytes -
-                              std::min<uint64_t>(s.disk->used_bytes() - s.quarantined_bytes,
+                          s.disk->used_bytes() - s.quarantined(Tier::kDisk) -
+                              std::min<uint64_t>(s.disk->used_bytes() - s.quarantined(Tier::kDisk),
                                                  uint64_t{options_.demotion_batch} * e->slot_size)),
                       persistent_host);
         disk_full = true;
@@ -373,7 +372,7 @@ void BlockStore::BackgroundLoop() {
     };
     while (disk_writes && !s.write_through.empty() && moves.size() < options_.demotion_batch) {
       Entry* e = s.write_through.front();
-      if (e->removed || e->migrating || e->disk.has_value() || !e->host.has_value()) {
+      if (e->removed() || e->migrating() || e->disk.has_value() || !e->host.has_value()) {
         s.write_through.pop_front();
         e->queued_write_through = false;
         if (!e->durable_result.has_value()) e->durable_result = absl::OkStatus();
@@ -382,7 +381,7 @@ void BlockStore::BackgroundLoop() {
       }
       std::optional<DiskSlot> slot = allocate(e);
       if (!slot.has_value()) {
-        if (evicted == 0 && s.quarantine.empty() && moves.empty()) {
+        if (evicted == 0 && s.quarantined(Tier::kDisk) == 0 && moves.empty()) {
           // Nothing can make room (every disk block pinned or in motion, none of it this round's
           // writes, which can be evicted once done): fail the durable put.
           s.write_through.pop_front();
@@ -397,7 +396,7 @@ void BlockStore::BackgroundLoop() {
       }
       s.write_through.pop_front();
       e->queued_write_through = false;
-      e->migrating = true;
+      e->MoveTo(EntryState::kMigrating);
       ++s.migrating;
       moves.push_back(Move{e, *slot, false, true, absl::OkStatus()});
     }
@@ -420,7 +419,7 @@ void BlockStore::BackgroundLoop() {
           break;
         }
         Entry* prev = HostLru::Prev(e);
-        if (e->pins == 0 && !e->migrating) {
+        if (e->pins == 0 && !e->migrating()) {
           const bool admitted =
               options_.admission == DiskAdmission::kAll ||
               (e->rec.flags & (index::kBlockFlagReused | index::kBlockFlagDurable)) != 0;
@@ -434,7 +433,7 @@ void BlockStore::BackgroundLoop() {
           } else if (disk_writes && admitted) {
             std::optional<DiskSlot> slot = allocate(e);
             if (!slot.has_value()) break;
-            e->migrating = true;
+            e->MoveTo(EntryState::kMigrating);
             ++s.migrating;
             leaving += e->slot_size;
             moves.push_back(Move{e, *slot, true, false, absl::OkStatus()});
@@ -450,7 +449,7 @@ void BlockStore::BackgroundLoop() {
       }
       if (s.demote_all && !moved_any && moves.empty() && !disk_full) s.demote_all = false;
     }
-    if (disk_full && evicted == 0 && s.quarantine.empty()) {
+    if (disk_full && evicted == 0 && s.quarantined(Tier::kDisk) == 0) {
       s.demote_all = false;  // nothing can make room: DemoteAll moves what fits
     }
     if (moves.empty() && (host_unfinished || disk_unfinished)) {
@@ -481,12 +480,9 @@ void BlockStore::BackgroundLoop() {
     {
       absl::BlockingCounter outstanding(static_cast<int>(moves.size()));
       for (Move& m : moves) {
-        io::IoRequest request;
-        request.kind = io::IoKind::kWrite;
-        request.offset = m.slot.offset;
-        request.buffer = s.arena->data() + *m.entry->host;
-        request.length = static_cast<uint32_t>(s.disk->SlotSize(m.entry->rec.size));
-        s.disk->file(m.slot.file).Submit(request, [&m, &outstanding](absl::Status st) {
+        const absl::Span<const uint8_t> src(s.host_tier->data() + *m.entry->host,
+                                            s.disk->SlotSize(m.entry->rec.size));
+        s.disk->SubmitWrite(m.slot, src, [&m, &outstanding](absl::Status st) {
           m.result = std::move(st);
           outstanding.DecrementCount();
         });
@@ -497,7 +493,7 @@ void BlockStore::BackgroundLoop() {
     bool any_ok = false;
     for (const Move& m : moves) any_ok |= m.result.ok();
     if (any_ok && policy != index::SyncPolicy::kNone) {
-      absl::Status synced = s.disk->SyncAll();
+      absl::Status synced = s.disk->Sync();
       if (!synced.ok()) {
         for (Move& m : moves) {
           if (m.result.ok()) m.result = synced;
@@ -516,11 +512,11 @@ void BlockStore::BackgroundLoop() {
         }
         absl::Status freed = s.disk->Free(m.slot, e->rec.size);
         if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
-        e->migrating = false;
+        e->EndMigration();
         --s.migrating;
         if (m.write_through) e->durable_result = m.result;
         e->evict_host_after_write = false;  // Evict's demotion failed: the block stays on host
-        if (!m.write_through && !e->removed && e->pins == 0) {
+        if (!m.write_through && !e->removed() && e->pins == 0) {
           // The host needs the room; a cache may drop a block.
           internal::Detach(s, e, RemovedBy::kEvicted);
           ++s.counters.host_dropped;
@@ -529,10 +525,10 @@ void BlockStore::BackgroundLoop() {
         }
         continue;
       }
-      if (e->removed) {
+      if (e->removed()) {
         absl::Status freed = s.disk->Free(m.slot, e->rec.size);
         if (!freed.ok()) KVTIER_LOG(kError, "disk tier: ", freed.message());
-        e->migrating = false;
+        e->EndMigration();
         --s.migrating;
         if (m.write_through) e->durable_result = absl::OkStatus();  // written; removed since
         m.entry = nullptr;
@@ -553,10 +549,10 @@ void BlockStore::BackgroundLoop() {
     for (Move& m : moves) {
       Entry* e = m.entry;
       if (e == nullptr || !m.result.ok()) continue;
-      e->migrating = false;
+      e->EndMigration();
       --s.migrating;
       if (m.write_through) e->durable_result = committed;
-      if (e->removed) {
+      if (e->removed()) {
         internal::MaybeRelease(s, e);
         continue;
       }

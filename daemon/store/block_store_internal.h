@@ -1,10 +1,11 @@
-// Internal to the store: the in-memory entry of a block and the shared state of BlockStore's
-// implementation files (block_store.cc, block_store_background.cc, block_store_recovery.cc).
+// Internal to the store: the shared state of BlockStore's implementation files (block_store*.cc)
+// and the helpers they share; the entry of a block is in block_store_entry.h.
 // Everything here is guarded by State::mu unless a comment says otherwise.
 #ifndef KVTIER_DAEMON_STORE_BLOCK_STORE_INTERNAL_H_
 #define KVTIER_DAEMON_STORE_BLOCK_STORE_INTERNAL_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -21,61 +22,17 @@
 #include "common/histogram.h"
 #include "daemon/index/block_index.h"
 #include "daemon/store/block_store.h"
+#include "daemon/store/block_store_entry.h"
+#include "daemon/store/entry_state.h"
 #include "daemon/store/gpu_tier.h"
+#include "daemon/store/host_tier.h"
 #include "daemon/store/intrusive_list.h"
+#include "daemon/store/namespace_table.h"
 #include "daemon/store/slot_allocator.h"
+#include "daemon/store/tier.h"
+#include "kernels/gpu_block_codec.h"
 
 namespace kvtier::store {
-
-// One block. Its life: Reserve() creates it `writing`; Commit() makes it visible with a host copy
-// (or PutHot() with a GPU copy, a hot page that the background thread later encodes into a host
-// copy, `migrating` meanwhile; an entry never has a GPU copy and another at once);
-// the background thread may give it a disk copy (`migrating` while the write is in flight, a
-// transition the background thread alone owns) and later free the host copy; Remove() or an
-// eviction takes it out of the map (`removed`), and it is released (its slots freed) once no
-// reader pins it and no write is in flight.
-struct BlockStore::Entry {
-  BlockKey key;
-  index::BlockRecord rec;         // parent, flags, codec, checksum, size, last access
-  uint64_t slot_size = 0;         // size rounded up to the slot alignment
-  std::optional<uint64_t> host;   // host copy: offset in the arena
-  std::optional<DiskSlot> disk;   // disk copy whose index entry is written
-  std::optional<uint64_t> gpu;    // GPU copy (a hot page): offset in the GPU tier
-  const HotCodec* hot = nullptr;  // the layout of the GPU copy (owned by State::hot_codecs)
-  bool writing = true;
-  bool migrating = false;
-  bool removed = false;
-  bool indexed = false;         // an index record exists or is queued for it
-  uint64_t delete_seq = 0;      // sequence of the queued deletion of its index record
-  uint64_t put_seq = 0;         // sequence of the put that recorded its disk copy
-  bool verify_on_read = false;  // recovered host copy: checked on its first read
-  bool free_host_when_unpinned = false;
-  bool queued_write_through = false;
-  bool silent = false;                  // reports no events (PutOptions::silent)
-  bool evict_host_after_write = false;  // Evict: free the host copy once the disk copy is written
-  std::optional<absl::Status> durable_result;  // outcome of a write-through (durable puts)
-  uint32_t pins = 0;
-  ListHook<Entry> host_lru;
-  ListHook<Entry> gpu_lru;
-  ListHook<Entry> disk_lru;
-  ListHook<Entry> ns_lru;
-};
-
-using HostLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::host_lru>;
-using GpuLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::gpu_lru>;
-using DiskLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::disk_lru>;
-using NsLru = IntrusiveList<BlockStore::Entry, &BlockStore::Entry::ns_lru>;
-
-struct NamespaceState {
-  std::string record;
-  uint64_t quota = 0;  // 0: none
-  bool registered = false;
-  uint64_t used = 0;  // slot bytes of its blocks
-  NsLru lru;
-  uint64_t hits = 0;            // touching reads served (every tier)
-  uint64_t misses = 0;          // touching reads of blocks it does not hold
-  uint64_t last_access_ms = 0;  // last store or touching read; 0: never
-};
 
 struct Counters {
   std::atomic<uint64_t> hits[3] = {};
@@ -91,10 +48,14 @@ struct Counters {
 
 struct BlockStore::State {
   std::unique_ptr<index::BlockIndex> index;
-  std::unique_ptr<HostArena> arena;
-  std::optional<SlotAllocator> host_alloc;
-  std::unique_ptr<DiskTier> disk;
-  std::unique_ptr<GpuTier> gpu;  // null: no GPU tier
+  std::unique_ptr<HostTier> host_tier;  // the host arena and its slots
+  std::unique_ptr<DiskTier> disk;       // no files: no disk tier
+  std::unique_ptr<GpuTier> gpu;         // null: no GPU tier
+  // The stack, fastest first: the GPU tier (when there is one), the host tier, the disk tier (a
+  // disk tier without files has no capacity). Code that treats every tier alike (statistics,
+  // recovery's slot marking) goes through these; the movement policy names its tiers.
+  std::vector<StorageTier*> tiers;
+  StorageTier* tier_by_id[index::kTierCount] = {};  // by index::Tier; null: absent
   StoreEventSink* events = nullptr;
 
   mutable absl::Mutex mu;
@@ -107,9 +68,9 @@ struct BlockStore::State {
   DiskLru disk_lru ABSL_GUARDED_BY(mu);
   GpuLru gpu_lru ABSL_GUARDED_BY(mu);
   // Hot layouts by namespace; every layout ever set stays in hot_codecs (entries point at theirs).
-  absl::flat_hash_map<NamespaceId, const HotCodec*> hot ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<HotCodec>> hot_codecs ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<NamespaceId, NamespaceState> namespaces ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<NamespaceId, const kernels::GpuBlockCodec*> hot ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<kernels::GpuBlockCodec>> hot_codecs ABSL_GUARDED_BY(mu);
+  NamespaceTable namespaces ABSL_GUARDED_BY(mu);
   std::deque<Entry*> write_through ABSL_GUARDED_BY(mu);
 
   // Index writes, in the order the in-memory state changed; applied by the background thread
@@ -130,23 +91,23 @@ struct BlockStore::State {
   bool index_writable ABSL_GUARDED_BY(mu) = true;
   absl::Status index_status ABSL_GUARDED_BY(mu);  // IndexHealth::ToStatus(): why not, when not
   absl::Time index_checked ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  // Freed disk slots, reusable once the index deletion queued with `seq` is committed.
+  // Freed slots of persistent tiers (the disk tier, a persistent host tier) that an index record
+  // may still name: reusable once the deletion queued with `seq` is committed, or a restart could
+  // find the record pointing at another block's bytes (Quarantine, ReleaseQuarantine).
   struct Quarantined {
-    DiskSlot slot;
-    uint64_t size;
+    StorageTier* tier;
+    TierSlot slot;
+    uint64_t size;  // the size it was allocated for
     uint64_t seq;
   };
   std::deque<Quarantined> quarantine ABSL_GUARDED_BY(mu);
-  // The same for host slots of a persistent host tier.
-  struct QuarantinedHost {
-    uint64_t offset;
-    uint64_t size;
-    uint64_t seq;
-  };
-  std::deque<QuarantinedHost> host_quarantine ABSL_GUARDED_BY(mu);
-
-  uint64_t quarantined_bytes ABSL_GUARDED_BY(mu) = 0;
-  uint64_t host_used ABSL_GUARDED_BY(mu) = 0;  // mirrors host_alloc->used_bytes()
+  // Their slot bytes, by index::Tier (the disk's are subtracted from its used bytes to get the
+  // live bytes its watermarks compare).
+  uint64_t quarantined_bytes[index::kTierCount] ABSL_GUARDED_BY(mu) = {};
+  uint64_t quarantined(Tier tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return quarantined_bytes[static_cast<int>(tier)];
+  }
+  uint64_t host_used ABSL_GUARDED_BY(mu) = 0;  // mirrors host_tier->used_bytes()
   uint32_t room_waiters ABSL_GUARDED_BY(mu) = 0;
   uint64_t gpu_used ABSL_GUARDED_BY(mu) = 0;  // mirrors gpu->slots().used_bytes()
   uint32_t gpu_room_waiters ABSL_GUARDED_BY(mu) = 0;
@@ -188,12 +149,35 @@ index::BlockRecord RecordFor(const State& s, const Entry& e);
 // releases it when nothing holds it; reports the removal (unless `why` is kSilent or the entry
 // was never visible). REQUIRES: s.mu held, e in the map.
 void Detach(State& s, Entry* e, RemovedBy why);
-// The fastest tier holding a visible entry (what lookups report).
+// The fastest tier holding a visible entry (what lookups report): the first of the stack's order
+// (gpu, host, disk) in which it has a copy.
 inline Tier FastestTier(const Entry& e) {
-  return e.gpu ? Tier::kGpu : e.host ? Tier::kHost : Tier::kDisk;
+  for (Tier tier : {Tier::kGpu, Tier::kHost}) {
+    if (e.CopyIn(tier).has_value()) return tier;
+  }
+  return Tier::kDisk;
+}
+// The bytes of the entry's copy in `tier` as the statistics count them: a GPU copy's hot page,
+// else the tier's slot for the cold block. REQUIRES: e.CopyIn(tier), the tier present.
+inline uint64_t CopyBytes(const State& s, const Entry& e, Tier tier) {
+  if (tier == Tier::kGpu) return e.hot->page_bytes();
+  return s.tier_by_id[static_cast<int>(tier)]->SlotSize(e.rec.size);
 }
 // Reports a block that became visible. REQUIRES: s.mu held.
 void EmitStored(State& s, const Entry& e, StoredBy by, bool durable, absl::string_view origin);
+// A new kWriting entry for `key` in the map, its slot bytes counted in its namespace's usage (the
+// reserve half of Reserve and PutHot; the caller sets the copy it reserved). REQUIRES: s.mu held,
+// key not in the map.
+Entry* InsertWriting(State& s, const BlockKey& key, uint64_t size, uint64_t slot_size);
+// Makes a written entry visible: the one publish path of Commit and PutHot. Applies the put's
+// options (access time, parent, silent), puts the entry at the front of `tier`'s LRU list (kHost
+// or kGpu, the tier its only copy is in) and of its namespace's, reports it (kStored), and counts
+// the put and its `bytes_in`. Index and write-through work stays with the caller.
+// REQUIRES: s.mu held, e->writing().
+void Publish(State& s, Entry* e, const PutOptions& options, uint64_t now_ms, Tier tier,
+             uint64_t bytes_in, bool durable);
+// Records the microseconds since `start`.
+void RecordLatency(LatencyHistogram& histogram, std::chrono::steady_clock::time_point start);
 // Frees the slots of a detached entry once no reader pins it and no write is in flight.
 void MaybeRelease(State& s, Entry* e);
 // Frees the host copy of an entry that keeps its disk copy (or is detached).
@@ -204,15 +188,18 @@ void FreeHostCopy(State& s, Entry* e);
 void DropPin(State& s, Entry* e);
 // Frees the GPU copy of an entry that now has a host copy (or is detached).
 void FreeGpuCopy(State& s, Entry* e);
-// A slot of `size` bytes from `slots`, waiting up to wait_ms for the background thread to make
+// A slot of `size` bytes from `tier`, waiting up to wait_ms for the background thread to make
 // room (counted in `waiters`); nullopt when none came, the store stops, or `e` (when given) is
 // removed meanwhile. REQUIRES: s.mu held.
-std::optional<uint64_t> AllocateWaiting(State& s, SlotAllocator& slots, uint64_t size,
+std::optional<TierSlot> AllocateWaiting(State& s, StorageTier& tier, uint64_t size,
                                         uint32_t wait_ms, uint32_t& waiters, const Entry* e);
 // Drops the disk copy of `e`; the block leaves the cache unless it has a host copy.
 // REQUIRES: s.mu held, e->disk, e->pins == 0, !e->migrating.
 void DropDiskCopy(State& s, Entry* e, bool persistent_host);
-// Moves reusable quarantined disk and host slots back to their allocators.
+// Puts a freed slot of a persistent tier in quarantine until the index deletion `seq` commits.
+// REQUIRES: s.mu held.
+void Quarantine(State& s, StorageTier& tier, const TierSlot& slot, uint64_t size, uint64_t seq);
+// Returns the quarantined slots whose deletion is committed to their tiers.
 void ReleaseQuarantine(State& s);
 uint64_t NowMs(const BlockStoreOptions& options);
 // Counts a touching read of namespace `ns` (a namespace the store has never seen is not created).

@@ -25,7 +25,7 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
                                                         void* stream) {
   State& s = *state_;
   if (device_dst == nullptr) return absl::InvalidArgumentError("null device destination");
-  const HotCodec* codec = nullptr;
+  const kernels::GpuBlockCodec* codec = nullptr;
   Entry* e = nullptr;
   {
     absl::MutexLock lock(&s.mu);
@@ -36,20 +36,20 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
     }
     codec = hot->second;
     auto it = s.map.find(key);
-    if (it != s.map.end() && !it->second->writing && it->second->gpu.has_value()) {
+    if (it != s.map.end() && !it->second->writing() && it->second->gpu.has_value()) {
       e = it->second.get();
-      if (e->hot->plan.fingerprint != codec->plan.fingerprint) {
+      if (e->hot->plan().fingerprint != codec->plan().fingerprint) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "the page was stored under another layout of namespace %d (fingerprint %016x, the "
             "namespace's is now %016x)",
-            key.ns, e->hot->plan.fingerprint, codec->plan.fingerprint));
+            key.ns, e->hot->plan().fingerprint, codec->plan().fingerprint));
       }
       ++e->pins;
       ++s.pinned;
       e->rec.flags |= index::kBlockFlagReused;
       e->rec.last_access_ms = internal::NowMs(options_);
       s.gpu_lru.MoveToFront(e);
-      s.namespaces[key.ns].lru.MoveToFront(e);
+      s.namespaces.Touch(e);
     }
   }
   const int device = s.gpu ? s.gpu->device() : options_.gpu.device;
@@ -57,35 +57,35 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
   if (stream == nullptr) stream = kernels::PerThreadStream();
   if (e != nullptr) {  // a GPU hit: the page as stored
     absl::Status st =
-        kernels::CopyAsync(device_dst, s.gpu->data() + *e->gpu, codec->page_bytes, stream);
+        kernels::CopyAsync(device_dst, s.gpu->data() + *e->gpu, codec->page_bytes(), stream);
     if (st.ok()) st = kernels::SynchronizeStream(stream);
     absl::MutexLock lock(&s.mu);
     internal::DropPin(s, e);
     if (!st.ok()) return st;
     ++s.counters.hits[static_cast<int>(Tier::kGpu)];
-    s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += codec->page_bytes;
+    s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += codec->page_bytes();
     internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
     return std::optional<Tier>(Tier::kGpu);
   }
-  if (s.arena->pin_mechanism() != "cuda") {
+  if (s.host_tier->arena().pin_mechanism() != "cuda") {
     return absl::FailedPreconditionError(
         "ReadHot decodes from the host tier, which must be pinned with CUDA (it is pinned with: " +
-        s.arena->pin_mechanism() + ")");
+        s.host_tier->arena().pin_mechanism() + ")");
   }
   KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, Acquire(key));
   if (!pinned.has_value()) return std::optional<Tier>();
   KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header,
                           codec::ParseColdBlockHeader(pinned->bytes()));
-  if (header.layout_fingerprint != codec->plan.fingerprint ||
-      pinned->bytes().size() != codec->plan.block_bytes) {
+  if (header.layout_fingerprint != codec->plan().fingerprint ||
+      pinned->bytes().size() != codec->plan().block_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the block was stored under another layout than namespace %d's hot layout (fingerprint "
         "%016x, %d bytes; expected %016x, %d bytes)",
-        key.ns, header.layout_fingerprint, pinned->bytes().size(), codec->plan.fingerprint,
-        codec->plan.block_bytes));
+        key.ns, header.layout_fingerprint, pinned->bytes().size(), codec->plan().fingerprint,
+        codec->plan().block_bytes));
   }
-  KVTIER_RETURN_IF_ERROR(codec->codec->Decode(pinned->bytes().data(), codec->plan.block_bytes,
-                                              device_dst, codec->page_bytes, 1, stream));
+  KVTIER_RETURN_IF_ERROR(
+      codec->EnqueueDecode(pinned->bytes().data(), static_cast<uint8_t*>(device_dst), stream));
   KVTIER_RETURN_IF_ERROR(kernels::SynchronizeStream(stream));
   return std::optional<Tier>(pinned->served_from());
 }
@@ -117,9 +117,9 @@ size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain
     if (i >= kEntryAhead) {  // consume key j before its ring slot is reused for key i
       const size_t j = i - kEntryAhead;
       const Entry* e = found[j % kEntryAhead];
-      if (e == nullptr || e->writing) return j;
+      if (e == nullptr || e->writing()) return j;
       if (tiers != nullptr) {
-        tiers->push_back(e->gpu ? Tier::kGpu : e->host ? Tier::kHost : Tier::kDisk);
+        tiers->push_back(internal::FastestTier(*e));
       }
     }
     if (i < n) {
@@ -164,7 +164,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   };
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
-  if (it == s.map.end() || it->second->writing) {
+  if (it == s.map.end() || it->second->writing()) {
     if (touch) {
       ++s.counters.misses;
       internal::CountNamespaceRead(s, key.ns, false, 0);
@@ -175,7 +175,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   if (touch) {
     e->rec.flags |= index::kBlockFlagReused;
     e->rec.last_access_ms = internal::NowMs(options_);
-    s.namespaces[key.ns].lru.MoveToFront(e);
+    s.namespaces.Touch(e);
   }
   // Every path below holds a pin while the lock is released, so the entry and its copies stay.
   ++e->pins;
@@ -200,7 +200,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     }
     --e->pins;
     --s.pinned;
-    if (!e->removed) {
+    if (!e->removed()) {
       internal::Detach(s, e, RemovedBy::kCorrupt);  // releases the entry when nothing else holds it
     } else {
       internal::MaybeRelease(s, e);
@@ -208,7 +208,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     s.changed_cv.SignalAll();
   };
   if (e->host.has_value() && !(force_disk && e->disk.has_value())) {
-    const absl::Span<const uint8_t> bytes(s.arena->data() + *e->host, e->rec.size);
+    const absl::Span<const uint8_t> bytes(s.host_tier->data() + *e->host, e->rec.size);
     if (e->verify_on_read || verify_host) {
       const uint32_t expected = e->rec.checksum;
       s.mu.Unlock();
@@ -250,11 +250,14 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     }
   }
   const uint32_t size = e->rec.size;
-  std::optional<uint64_t> staging =
-      internal::AllocateWaiting(s, *s.host_alloc, size, options_.put_wait_ms, s.room_waiters, e);
+  std::optional<uint64_t> staging;
+  if (std::optional<TierSlot> slot = internal::AllocateWaiting(
+          s, *s.host_tier, size, options_.put_wait_ms, s.room_waiters, e)) {
+    staging = slot->offset;
+  }
   if (!staging.has_value()) {
-    s.host_used = s.host_alloc->used_bytes();
-    const bool removed = e->removed;
+    s.host_used = s.host_tier->used_bytes();
+    const bool removed = e->removed();
     unpin();
     if (removed) {
       if (touch) {
@@ -267,26 +270,27 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     return absl::UnavailableError(absl::StrFormat(
         "no host memory to stage a %d-byte block within %d ms (%d of %d bytes used, %d "
         "blocks pinned)",
-        size, options_.put_wait_ms, s.host_alloc->used_bytes(), s.arena->size(), s.pinned));
+        size, options_.put_wait_ms, s.host_tier->used_bytes(), s.host_tier->arena().size(),
+        s.pinned));
   }
   if (from_gpu) {
-    s.host_used = s.host_alloc->used_bytes();
-    uint8_t* dst = s.arena->data() + *staging;
+    s.host_used = s.host_tier->used_bytes();
+    uint8_t* dst = s.host_tier->data() + *staging;
     uint8_t* slot = s.gpu->data() + *e->gpu;  // stays: the pin keeps the GPU copy
-    const HotCodec* hot = e->hot;
+    const kernels::GpuBlockCodec* hot = e->hot;
     s.mu.Unlock();
     absl::Status encoded = hot->EncodeToHost(s.gpu->device(), slot, dst);
     s.mu.Lock();
     if (!encoded.ok()) {
-      (void)s.host_alloc->Free(*staging, size);
-      s.host_used = s.host_alloc->used_bytes();
+      (void)s.host_tier->slots().Free(*staging, size);
+      s.host_used = s.host_tier->used_bytes();
       unpin();
       return encoded;
     }
     unpin();
     if (touch) {
       ++s.counters.hits[static_cast<int>(Tier::kGpu)];
-      s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += hot->page_bytes;
+      s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += hot->page_bytes();
       internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
     }
     PinnedBlock pinned;
@@ -298,20 +302,19 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
     record_latency();
     return std::optional<PinnedBlock>(std::move(pinned));
   }
-  s.host_used = s.host_alloc->used_bytes();
+  s.host_used = s.host_tier->used_bytes();
   const DiskSlot slot = *e->disk;
   const uint32_t expected = e->rec.checksum;
   const uint64_t io_length = s.disk->SlotSize(size);
-  uint8_t* dst = s.arena->data() + *staging;
+  uint8_t* dst = s.host_tier->data() + *staging;
   s.mu.Unlock();
-  absl::Status read =
-      s.disk->file(slot.file).Read(slot.offset, absl::Span<uint8_t>(dst, io_length));
+  absl::Status read = s.disk->Read(slot, absl::Span<uint8_t>(dst, io_length));
   absl::StatusOr<uint32_t> crc =
       read.ok() ? codec::VerifyColdBlock({dst, size}) : absl::StatusOr<uint32_t>(read);
   s.mu.Lock();
   if (!crc.ok() || *crc != expected) {
-    (void)s.host_alloc->Free(*staging, size);
-    s.host_used = s.host_alloc->used_bytes();
+    (void)s.host_tier->slots().Free(*staging, size);
+    s.host_used = s.host_tier->used_bytes();
     drop(!read.ok(), Tier::kDisk,
          absl::StrCat(
              "disk copy in file ", slot.file, " at offset ", slot.offset, ": ",
@@ -339,9 +342,9 @@ void BlockStore::Unpin(void* raw, std::optional<uint64_t> staging, uint64_t stag
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   if (staging.has_value()) {
-    absl::Status st = s.host_alloc->Free(*staging, staging_size);
+    absl::Status st = s.host_tier->slots().Free(*staging, staging_size);
     if (!st.ok()) KVTIER_LOG(kError, "host tier (staging): ", st.message());
-    s.host_used = s.host_alloc->used_bytes();
+    s.host_used = s.host_tier->used_bytes();
   }
   if (Entry* e = static_cast<Entry*>(raw)) internal::DropPin(s, e);
   s.changed_cv.SignalAll();
@@ -351,14 +354,14 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Hold(const BlockKey& key)
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
-  if (it == s.map.end() || it->second->writing) return std::nullopt;
+  if (it == s.map.end() || it->second->writing()) return std::nullopt;
   Entry* e = it->second.get();
   ++e->pins;
   ++s.pinned;
   PinnedBlock held;
   held.store_ = this;
   held.entry_ = e;
-  held.served_from_ = e->gpu ? Tier::kGpu : e->host ? Tier::kHost : Tier::kDisk;
+  held.served_from_ = internal::FastestTier(*e);
   return std::optional<PinnedBlock>(std::move(held));
 }
 

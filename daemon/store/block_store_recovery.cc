@@ -34,28 +34,32 @@ absl::Status BlockStore::Recover() {
   if (!format.has_value()) KVTIER_RETURN_IF_ERROR(s.index->PutMeta(kStoreFormatKey, kStoreFormat));
 
   bool keep_host = false;
-  if (s.arena->persistent() && s.arena->reopened()) {
+  if (s.host_tier->persistent() && s.host_tier->arena().reopened()) {
     KVTIER_ASSIGN_OR_RETURN(std::optional<std::string> recorded,
                             s.index->GetMeta(kHostIncarnationKey));
     uint64_t incarnation = 0;
     keep_host = recorded.has_value() && absl::SimpleAtoi(*recorded, &incarnation) &&
-                incarnation == s.arena->incarnation();
+                incarnation == s.host_tier->arena().incarnation();
   }
 
   // Collected first: the index calls back under its own lock, which is taken after s.mu.
-  std::vector<std::pair<NamespaceId, NamespaceState>> namespaces;
+  struct Registered {
+    NamespaceId id;
+    std::string record;
+    uint64_t quota;
+  };
+  std::vector<Registered> namespaces;
   KVTIER_RETURN_IF_ERROR(s.index->ForEachNamespace([&](NamespaceId id, absl::string_view bytes) {
-    NamespaceState ns;
+    Registered ns{id, {}, 0};
     if (!DecodeNamespaceRecord(bytes, &ns.record, &ns.quota)) {
       KVTIER_LOG(kWarning, "store: namespace ", id, " has a malformed record; ignored");
       return;
     }
-    ns.registered = true;
-    namespaces.emplace_back(id, std::move(ns));
+    namespaces.push_back(std::move(ns));
   }));
   {
     absl::MutexLock lock(&s.mu);
-    for (auto& [id, ns] : namespaces) s.namespaces[id] = std::move(ns);
+    for (const Registered& ns : namespaces) s.namespaces.Register(ns.id, ns.record, ns.quota);
   }
 
   std::vector<Entry*> recovered;
@@ -66,37 +70,29 @@ absl::Status BlockStore::Recover() {
         auto e = std::make_unique<Entry>();
         e->key = key;
         e->rec = rec;
-        e->slot_size = s.host_alloc->SlotSize(rec.size);
-        e->writing = false;
+        e->slot_size = s.host_tier->SlotSize(rec.size);
+        e->MoveTo(EntryState::kVisible);
         e->indexed = true;
         bool ok = rec.size > 0 && rec.size <= options_.max_block_bytes;
-        if (rec.tier == Tier::kDisk) {
-          const DiskSlot slot{rec.device, rec.offset};
-          ok = ok && s.disk->MarkAllocated(slot, rec.size).ok();
-          if (ok) {
-            e->disk = slot;
-            ++recovery_.disk_blocks;
-            recovery_.disk_bytes += rec.size;
-          } else {
-            ++recovery_.dropped_invalid;
-          }
-        } else if (rec.tier == Tier::kHost && keep_host) {
-          ok = ok && s.host_alloc->MarkAllocated(rec.offset, rec.size).ok();
-          if (ok) {
-            e->host = rec.offset;
-            e->verify_on_read = true;
-            ++recovery_.host_blocks;
-            recovery_.host_bytes += rec.size;
-          } else {
-            ++recovery_.dropped_invalid;
-          }
+        // Copies in the disk tier are kept, in the host tier only when its memory survived;
+        // anything else (a GPU page is never indexed) is dropped. The tier checks the slot.
+        const bool kept = rec.tier == Tier::kDisk || (rec.tier == Tier::kHost && keep_host);
+        StorageTier* tier = kept ? s.tier_by_id[static_cast<int>(rec.tier)] : nullptr;
+        const TierSlot slot{rec.device, rec.offset};
+        ok = ok && tier != nullptr && tier->MarkAllocated(slot, rec.size).ok();
+        if (ok && rec.tier == Tier::kDisk) {
+          e->disk = slot;
+          ++recovery_.disk_blocks;
+          recovery_.disk_bytes += rec.size;
+        } else if (ok) {
+          e->host = slot.offset;
+          e->verify_on_read = true;
+          ++recovery_.host_blocks;
+          recovery_.host_bytes += rec.size;
+        } else if (rec.tier == Tier::kHost && !keep_host) {
+          ++recovery_.dropped_volatile;
         } else {
-          ok = false;
-          if (rec.tier == Tier::kHost) {
-            ++recovery_.dropped_volatile;
-          } else {
-            ++recovery_.dropped_invalid;
-          }
+          ++recovery_.dropped_invalid;
         }
         if (!ok) {
           drop.deletes.push_back(key);
@@ -106,7 +102,7 @@ absl::Status BlockStore::Recover() {
         s.map.emplace(key, std::move(e));
         return true;
       }));
-  s.host_used = s.host_alloc->used_bytes();
+  s.host_used = s.host_tier->used_bytes();
   // Least recently used first, so that pushing to the front leaves the most recent in front.
   std::sort(recovered.begin(), recovered.end(), [](const Entry* a, const Entry* b) {
     return a->rec.last_access_ms < b->rec.last_access_ms;
@@ -114,9 +110,8 @@ absl::Status BlockStore::Recover() {
   for (Entry* e : recovered) {
     if (e->host.has_value()) s.host_lru.PushFront(e);
     if (e->disk.has_value()) s.disk_lru.PushFront(e);
-    NamespaceState& ns = s.namespaces[e->key.ns];
-    ns.lru.PushFront(e);
-    ns.used += e->slot_size;
+    s.namespaces.Link(e);
+    s.namespaces.Charge(e->key.ns, e->slot_size);
   }
   for (Entry* e : recovered) {
     internal::EmitStored(s, *e, StoredBy::kRecovery, (e->rec.flags & index::kBlockFlagDurable) != 0,
@@ -126,9 +121,9 @@ absl::Status BlockStore::Recover() {
   // takes writes again.
   if (s.index_writable) {
     if (!drop.empty()) KVTIER_RETURN_IF_ERROR(s.index->Write(drop));
-    if (s.arena->persistent()) {
+    if (s.host_tier->persistent()) {
       KVTIER_RETURN_IF_ERROR(
-          s.index->PutMeta(kHostIncarnationKey, absl::StrCat(s.arena->incarnation())));
+          s.index->PutMeta(kHostIncarnationKey, absl::StrCat(s.host_tier->arena().incarnation())));
     }
     KVTIER_RETURN_IF_ERROR(s.index->Sync());
     return absl::OkStatus();
@@ -136,8 +131,9 @@ absl::Status BlockStore::Recover() {
   KVTIER_LOG(kWarning, "store: recovered without writing to the index (", s.index_status.message(),
              ")");
   for (const BlockKey& key : drop.deletes) internal::QueueDelete(s, key);
-  if (s.arena->persistent()) {
-    s.unsaved_meta.emplace_back(kHostIncarnationKey, absl::StrCat(s.arena->incarnation()));
+  if (s.host_tier->persistent()) {
+    s.unsaved_meta.emplace_back(kHostIncarnationKey,
+                                absl::StrCat(s.host_tier->arena().incarnation()));
   }
   return absl::OkStatus();
 }

@@ -72,6 +72,29 @@ absl::Status DiskTier::Free(const DiskSlot& slot, uint64_t size) {
   return allocators_[slot.file].Free(slot.offset, size);
 }
 
+void DiskTier::SubmitWrite(const DiskSlot& slot, absl::Span<const uint8_t> src,
+                           std::function<void(absl::Status)> done) {
+  if (slot.file >= files_.size()) {
+    done(
+        absl::InternalError(absl::StrCat("write to disk file ", slot.file, " of ", files_.size())));
+    return;
+  }
+  io::IoRequest request;
+  request.kind = io::IoKind::kWrite;
+  request.offset = slot.offset;
+  request.buffer = const_cast<uint8_t*>(src.data());  // a write only reads it
+  request.length = static_cast<uint32_t>(src.size());
+  files_[slot.file]->Submit(request, std::move(done));
+}
+
+absl::Status DiskTier::Read(const DiskSlot& slot, absl::Span<uint8_t> dst) const {
+  if (slot.file >= files_.size()) {
+    return absl::InternalError(
+        absl::StrCat("read of disk file ", slot.file, " of ", files_.size()));
+  }
+  return files_[slot.file]->Read(slot.offset, dst);
+}
+
 absl::Status DiskTier::MarkAllocated(const DiskSlot& slot, uint64_t size) {
   if (slot.file >= allocators_.size()) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -6,6 +6,7 @@
 #define KVTIER_DAEMON_STORE_DISK_TIER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "common/progress.h"
 #include "daemon/io/block_file.h"
 #include "daemon/store/slot_allocator.h"
+#include "daemon/store/tier.h"
 
 namespace kvtier::store {
 
@@ -35,12 +37,9 @@ struct DiskTierOptions {
       open_file;
 };
 
-struct DiskSlot {
-  uint16_t file = 0;
-  uint64_t offset = 0;
-};
+using DiskSlot = TierSlot;  // file: which of the tier's files
 
-class DiskTier {
+class DiskTier final : public StorageTier {
  public:
   // Creates or opens (and preallocates) the files. `registered_buffers` (the host arena) is
   // borrowed for the tier's lifetime. Errors of io::OpenBlockFile, and InvalidArgument for
@@ -48,17 +47,30 @@ class DiskTier {
   static absl::StatusOr<std::unique_ptr<DiskTier>> Create(
       const DiskTierOptions& options, std::vector<absl::Span<uint8_t>> registered_buffers);
 
-  std::optional<DiskSlot> Allocate(uint64_t size);
-  absl::Status Free(const DiskSlot& slot, uint64_t size);
+  // StorageTier. A tier without files has no room and no capacity.
+  index::Tier id() const override { return index::Tier::kDisk; }
+  bool persistent() const override { return true; }
+  uint64_t SlotSize(uint64_t size) const override {
+    return allocators_.empty() ? size : allocators_[0].SlotSize(size);
+  }
+  std::optional<DiskSlot> Allocate(uint64_t size) override;
+  absl::Status Free(const DiskSlot& slot, uint64_t size) override;
   // Recovery. FailedPrecondition when the slot is outside the files or already taken.
-  absl::Status MarkAllocated(const DiskSlot& slot, uint64_t size);
-  bool CanAllocate(uint64_t size) const;
+  absl::Status MarkAllocated(const DiskSlot& slot, uint64_t size) override;
+  // One io::BlockFile::Submit of the whole span.
+  void SubmitWrite(const DiskSlot& slot, absl::Span<const uint8_t> src,
+                   std::function<void(absl::Status)> done) override;
+  absl::Status Read(const DiskSlot& slot, absl::Span<uint8_t> dst) const override;
+  absl::Status Sync() override { return SyncAll(); }
+  uint64_t capacity_bytes() const override;
+  uint64_t used_bytes() const override;
+  uint64_t chunk_bytes() const override {
+    return allocators_.empty() ? 0 : allocators_[0].chunk_bytes();
+  }
 
+  bool CanAllocate(uint64_t size) const;
   size_t file_count() const { return files_.size(); }
   io::BlockFile& file(size_t i) const { return *files_[i]; }
-  uint64_t capacity_bytes() const;
-  uint64_t used_bytes() const;
-  uint64_t SlotSize(uint64_t size) const { return allocators_[0].SlotSize(size); }
   // fdatasync of every file. Blocks.
   absl::Status SyncAll();
 

@@ -1,47 +1,23 @@
 // GpuTier: daemon-owned device memory holding hot pages (the engine's own format, flat), sliced
-// into slots by a SlotAllocator; and HotCodec, a namespace's hot-page layout with the fused NVFP4
-// kernels that turn a GPU slot into a cold block in the host tier. The tier is volatile: nothing
-// in it is indexed durably. Only builds with CUDA have one. See docs/ARCHITECTURE.md, "GPU tier".
+// into slots by a SlotAllocator. A namespace's kernels::GpuBlockCodec (BlockStore::SetHotLayout)
+// turns a GPU slot into a cold block in the host tier. The tier is volatile: nothing in it is
+// indexed durably. Only builds with CUDA have one. See docs/ARCHITECTURE.md, "GPU tier".
 #ifndef KVTIER_DAEMON_STORE_GPU_TIER_H_
 #define KVTIER_DAEMON_STORE_GPU_TIER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "codec/codec_spec.h"
-#include "codec/cold_block.h"
-#include "codec/page_layout.h"
 #include "daemon/store/slot_allocator.h"
-#include "kernels/nvfp4_gpu_codec.h"
+#include "daemon/store/tier.h"
 
 namespace kvtier::store {
 
-// A namespace's hot-page layout on the GPU: the block plan and the fused kernels for it. A GPU
-// slot holds one flat page. Immutable once made; thread-safe.
-struct HotCodec {
-  codec::BlockPlan plan;
-  std::unique_ptr<kernels::GpuNvfp4Codec> codec;
-  uint64_t page_bytes = 0;  // codec::FlatPageBytes(plan.layout): the size of a GPU slot
-
-  // InvalidArgument for a layout or codec the plan rejects; Unimplemented without CUDA or for a
-  // codec the GPU kernels do not implement (they do nvfp4, nvfp4+rope and nvfp4x2).
-  static absl::StatusOr<std::unique_ptr<HotCodec>> Create(const codec::PageLayout& layout,
-                                                          const codec::CodecSpec& spec);
-
-  // Enqueues on `stream` the encode of the hot page at `page` (device memory) into the block at
-  // `block` (plan.block_bytes of host memory registered with kernels::PinHostMemory): every
-  // payload byte, and the buffers' scale exponents into the block's first bytes, where Seal
-  // finds them before it writes the header over them. Internal with the CUDA error.
-  absl::Status EnqueueEncode(const uint8_t* page, uint8_t* block, void* stream) const;
-  // After the stream has finished the encode: writes the header and checksums.
-  void Seal(uint8_t* block) const;
-  // Both, on the calling thread's stream of `device`, waiting in between.
-  absl::Status EncodeToHost(int device, const uint8_t* page, uint8_t* block) const;
-};
-
-class GpuTier {
+class GpuTier final : public StorageTier {
  public:
   // `capacity_bytes` of device memory on `device`, cut into chunks of `chunk_bytes`.
   //   Unimplemented      built without CUDA;
@@ -50,7 +26,7 @@ class GpuTier {
   //   ResourceExhausted  the device has not that much free memory.
   static absl::StatusOr<std::unique_ptr<GpuTier>> Create(int device, uint64_t capacity_bytes,
                                                          uint64_t chunk_bytes);
-  ~GpuTier();
+  ~GpuTier() override;
   GpuTier(const GpuTier&) = delete;
   GpuTier& operator=(const GpuTier&) = delete;
 
@@ -59,6 +35,23 @@ class GpuTier {
   // Not thread-safe: the store serializes calls under its mutex.
   SlotAllocator& slots() { return slots_; }
   const SlotAllocator& slots() const { return slots_; }
+
+  // StorageTier: slots are offsets in the device allocation (file 0); bytes move by a copy on
+  // the calling thread's stream of the tier's device (host or device memory, unified addressing).
+  // Volatile: nothing in it outlives the process.
+  index::Tier id() const override { return index::Tier::kGpu; }
+  bool persistent() const override { return false; }
+  uint64_t SlotSize(uint64_t bytes) const override { return slots_.SlotSize(bytes); }
+  std::optional<TierSlot> Allocate(uint64_t bytes) override;
+  absl::Status Free(const TierSlot& slot, uint64_t bytes) override;
+  absl::Status MarkAllocated(const TierSlot& slot, uint64_t bytes) override;
+  void SubmitWrite(const TierSlot& slot, absl::Span<const uint8_t> src,
+                   std::function<void(absl::Status)> done) override;
+  absl::Status Read(const TierSlot& slot, absl::Span<uint8_t> dst) const override;
+  absl::Status Sync() override { return absl::OkStatus(); }
+  uint64_t capacity_bytes() const override { return slots_.capacity_bytes(); }
+  uint64_t used_bytes() const override { return slots_.used_bytes(); }
+  uint64_t chunk_bytes() const override { return slots_.chunk_bytes(); }
 
   static constexpr uint32_t kSlotAlignment = 256;
 
