@@ -34,6 +34,17 @@ absl::Status CheckPools(const EnginePages& engine) {
   return absl::OkStatus();
 }
 
+// True when the engine's pools are intact (CheckPools); otherwise every item not yet handled
+// fails with the reason and the batch is done (false).
+bool PoolsIntactOrFailRest(const EnginePages& engine, int size, std::vector<ItemResult>* results,
+                           ItemProgress* progress) {
+  const absl::Status intact = CheckPools(engine);
+  if (intact.ok()) return true;
+  for (int i = progress->next; i < size; ++i) results->emplace_back().Set(intact);
+  progress->next = size;
+  return false;
+}
+
 class HostDataPlane final : public DataPlane {
  public:
   HostDataPlane(store::BlockStore* store, DataPlaneTotals* totals) : DataPlane(store, totals) {}
@@ -49,11 +60,7 @@ void HostDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch
   if (progress == nullptr) progress = &whole;
   const int first = progress->next;
   const int size = static_cast<int>(batch.items.size());
-  if (absl::Status intact = CheckPools(engine); !intact.ok()) {
-    for (int i = first; i < size; ++i) out->results.emplace_back().Set(intact);
-    progress->next = size;
-    return;
-  }
+  if (!PoolsIntactOrFailRest(engine, size, &out->results, progress)) return;
   const store::PutOptions put = PutOptionsFor(engine, batch);
   uint32_t stored = 0;
   DistinctHashes& distinct = progress->distinct;  // kept across turns
@@ -110,9 +117,7 @@ void HostDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch
   if (progress == nullptr) progress = &whole;
   const int first = progress->next;
   const int size = static_cast<int>(batch.items.size());
-  if (absl::Status intact = CheckPools(engine); !intact.ok()) {
-    for (int i = first; i < size; ++i) out->results.emplace_back().Set(intact);
-    progress->next = size;
+  if (!PoolsIntactOrFailRest(engine, size, &out->results, progress)) {
     out->onboarded_pages = LeadingOk(out->results);
     return;
   }
