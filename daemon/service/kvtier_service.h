@@ -49,6 +49,8 @@
 
 namespace kvtier::service {
 
+// Its public methods are the contract's 14 RPCs (gRPC's override points) and 7 of its own; the
+// state behind them is in ServiceState's classes, so the count is the contract's, not a concern's.
 class KvTierService final : public v1::KvTier::CallbackService {
  public:
   // `state` (the engines, parked requests, pins and workers it shares with the admin service) is
