@@ -35,6 +35,15 @@ uint64_t NowMs(const BlockStoreOptions& options) {
                                    .count());
 }
 
+absl::StatusOr<const kernels::GpuBlockCodec*> HotCodecOf(const State& s, NamespaceId ns) {
+  auto hot = s.hot.find(ns);
+  if (hot == s.hot.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", ns));
+  }
+  return hot->second;
+}
+
 void CountNamespaceRead(State& s, NamespaceId ns, bool hit, uint64_t now_ms) {
   s.namespaces.CountRead(ns, hit, now_ms);
 }
@@ -705,12 +714,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   Entry* e = nullptr;
   {
     absl::MutexLock lock(&s.mu);
-    auto hot = s.hot.find(key.ns);
-    if (hot == s.hot.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", key.ns));
-    }
-    const kernels::GpuBlockCodec* codec = hot->second;
+    KVTIER_ASSIGN_OR_RETURN(const kernels::GpuBlockCodec* codec, internal::HotCodecOf(s, key.ns));
     if (s.stop) return absl::UnavailableError("the store is shutting down");
     if (s.map.contains(key)) {
       ++s.counters.duplicate_puts;

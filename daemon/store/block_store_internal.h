@@ -17,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/histogram.h"
@@ -202,6 +203,10 @@ void Quarantine(State& s, StorageTier& tier, const TierSlot& slot, uint64_t size
 // Returns the quarantined slots whose deletion is committed to their tiers.
 void ReleaseQuarantine(State& s);
 uint64_t NowMs(const BlockStoreOptions& options);
+// The codec of namespace `ns`'s hot pages (SetHotLayout); FailedPrecondition when it has none.
+// REQUIRES: s.mu held.
+absl::StatusOr<const kernels::GpuBlockCodec*> HotCodecOf(const State& s, NamespaceId ns)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 // Counts a touching read of namespace `ns` (a namespace the store has never seen is not created).
 void CountNamespaceRead(State& s, NamespaceId ns, bool hit, uint64_t now_ms)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
