@@ -11,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "daemon/index/block_index.h"
 #include "daemon/store/block_store.h"
 #include "daemon/store/block_store_entry.h"
+#include "daemon/store/demoter.h"
 #include "daemon/store/entry_state.h"
 #include "daemon/store/gpu_tier.h"
 #include "daemon/store/host_tier.h"
@@ -126,7 +126,7 @@ struct BlockStore::State {
   Counters counters;
   LatencyHistogram read_latency;
   LatencyHistogram put_latency;
-  std::thread background;
+  std::unique_ptr<Demoter> demoter;  // the background thread; null until Open starts it
 };
 
 namespace internal {
@@ -134,6 +134,11 @@ namespace internal {
 using Entry = BlockStore::Entry;
 using State = BlockStore::State;
 
+// Writes the queued index changes (State::pending, and the namespace records and meta entries
+// that waited for the index) as one batch, synced under kBatch; on failure puts them back in
+// front of what was queued meanwhile. Called by the Demoter alone. REQUIRES: s.mu held; releases
+// it during the write.
+void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 // Why a durable write cannot be made now (the index's refusal). REQUIRES: s.mu held.
 absl::Status IndexRefusal(const State& s);
 // Reads the index's health into s.index_writable / s.index_status when the last reading is older
