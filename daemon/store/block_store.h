@@ -173,6 +173,15 @@ class HostReservation {
   absl::Span<uint8_t> bytes_;
 };
 
+// Why one class with about 27 public methods (the house limit is ~15): every method is an
+// operation on the same set of blocks, under the same lock (State::mu) and the same entry
+// lifecycle (EntryState), and the groups share their internals: the hot-page calls (SetHotLayout,
+// PutHot, ReadHot) publish and read through the same InsertWriting/Publish/AcquireImpl as Put and
+// Acquire, and the admin calls (ClearNamespace, UsageOf, Evict, Verify, Snapshot) walk the same
+// map and LRU lists. A separate facade for a group would need the same State and friendship, so
+// it would split the API, not a concern. The concerns that do stand alone are classes behind it:
+// the tier stack (StorageTier), NamespaceTable, Scrubber (Verify), Demoter (the background
+// thread). Callers (the service, the admin service, the data plane) hold one store.
 class BlockStore {
  public:
   // Opens the index, the host arena and the disk files, rebuilds the in-memory state from the

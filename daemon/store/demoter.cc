@@ -19,7 +19,6 @@ namespace {
 using internal::Entry;
 using internal::State;
 
-
 // Blocks a round frees, drops or evicts under one hold of the store's lock (host copies freed
 // behind disk copies, host blocks dropped, disk blocks evicted), and the pause that lets the
 // threads waiting for the lock in before the next round goes on. A round that takes a tier from
@@ -27,7 +26,6 @@ using internal::State;
 // Reserve, Commit and Acquire waits (docs/PERFORMANCE.md, "Daemon: fairness between engines").
 constexpr size_t kMaxReleasesPerRound = 256;
 constexpr absl::Duration kReleasePause = absl::Microseconds(50);
-
 
 // Drops least recently used disk blocks until the disk's live bytes are at most `target`, at
 // most kMaxReleasesPerRound of them (`*bounded`, when given, tells whether it dropped that many).
@@ -209,8 +207,8 @@ Demoter::Pressure Demoter::Measure() {
   if (!p.gpu) s.host_wanted_by_gpu = 0;
   p.host = static_cast<double>(s.host_used) > policy_.host.high * host_capacity_ ||
            s.room_waiters > 0 || s.host_wanted_by_gpu > 0 || s.demote_all || host_unfinished_;
-  p.disk = p.has_disk &&
-           (static_cast<double>(disk_live) > policy_.disk.high * disk_capacity_ || disk_unfinished_);
+  p.disk = p.has_disk && (static_cast<double>(disk_live) > policy_.disk.high * disk_capacity_ ||
+                          disk_unfinished_);
   p.pending = !s.pending.empty() || !s.unsaved_namespaces.empty() || !s.unsaved_meta.empty();
   return p;
 }
@@ -297,9 +295,8 @@ bool Demoter::Round() {
 
 bool Demoter::DemoteGpuPages() {
   State& s = s_;
-  uint64_t target = s.demote_all || s.demote_gpu_all
-                        ? 0
-                        : static_cast<uint64_t>(policy_.gpu.low * gpu_capacity_);
+  uint64_t target =
+      s.demote_all || s.demote_gpu_all ? 0 : static_cast<uint64_t>(policy_.gpu.low * gpu_capacity_);
   if (s.gpu_room_waiters > 0 && s.gpu_used <= target) {
     target = s.gpu_used - std::min(s.gpu_used, s.gpu->chunk_bytes());
   }
@@ -478,8 +475,7 @@ void Demoter::WriteBack(std::vector<Move>& moves) {
     e->indexed = true;
   }
   if (failed > 1) {
-    KVTIER_LOG(kWarning, "store: ", failed, " of ", moves.size(),
-               " disk writes failed this round");
+    KVTIER_LOG(kWarning, "store: ", failed, " of ", moves.size(), " disk writes failed this round");
   }
   internal::CommitPending(s, policy_.sync);
   oldest_pending_ = absl::InfiniteFuture();
