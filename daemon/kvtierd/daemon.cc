@@ -372,7 +372,10 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   }
   so.hash_root_key = *key;
   so.version = std::string(build_info::Get().version);
-  auto service = std::make_unique<service::KvTierService>(store->get(), so);
+  // The engines, parked requests, pins and workers both services share; released before the
+  // store (pins hold its blocks), after the services.
+  auto state = std::make_unique<service::ServiceState>(store->get(), so);
+  auto service = std::make_unique<service::KvTierService>(store->get(), so, state.get());
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -399,7 +402,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     if (socket_file_ours) unlink(config.socket.c_str());
   };
   builder.RegisterService(service.get());
-  auto admin = std::make_unique<service::KvTierAdminService>(store->get(), service.get());
+  auto admin = std::make_unique<service::KvTierAdminService>(store->get(), state.get());
   builder.RegisterService(admin.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_request_bytes));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -539,8 +542,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   socket_file_ours = false;
   // Drain: refuse new work, let requests on the workers finish within the grace period, then shut
   // the server down at once (gRPC would otherwise wait out the deadline for idle connections).
-  service->BeginDrain();
-  if (!service->WaitIdle(absl::Seconds(config.shutdown_grace_seconds))) {
+  state->dispatcher().BeginDrain();
+  if (!state->dispatcher().WaitIdle(absl::Seconds(config.shutdown_grace_seconds))) {
     KVTIER_LOG(kWarning, "requests still running after ", config.shutdown_grace_seconds,
                " s; cancelling them");
   }
@@ -551,6 +554,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   metrics.reset();
   admin.reset();    // joins its Drain threads
   service.reset();  // joins the workers: no request touches the store any more
+  state.reset();    // unmaps the engines' pools, releases parked requests' records and pins
   const index::IndexHealth index_health = (*store)->Stats().index_health;
   if (index_health.stalled) {
     // An index write waits for space inside RocksDB: the store's thread cannot be joined, and

@@ -19,10 +19,10 @@ namespace kvtier::service {
 namespace {
 
 // OK when the caller may use the admin service (always, with authentication off).
-absl::Status CheckAdmin(const KvTierService& service, grpc::CallbackServerContext* ctx) {
-  absl::StatusOr<std::string> caller = service.Caller(ctx);
+absl::Status CheckAdmin(const ServiceState& state, grpc::CallbackServerContext* ctx) {
+  absl::StatusOr<std::string> caller = state.Caller(ctx);
   if (!caller.ok()) return caller.status();
-  if (!service.IsAdmin(*caller)) {
+  if (!state.IsAdmin(*caller)) {
     return absl::PermissionDeniedError(
         absl::StrFormat("tenant '%s' may not use the admin service (auth.admin_tenants)", *caller));
   }
@@ -92,7 +92,7 @@ absl::StatusOr<std::optional<index::Tier>> TierFromProto(v1::Tier tier) {
 grpc::ServerUnaryReactor* KvTierAdminService::Evict(grpc::CallbackServerContext* ctx,
                                                     const v1::EvictRequest* req,
                                                     v1::EvictResponse* resp) {
-  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
+  if (absl::Status st = CheckAdmin(*state_, ctx); !st.ok()) return FinishWith(ctx, st);
   absl::StatusOr<std::optional<index::Tier>> tier = TierFromProto(req->tier());
   if (!tier.ok()) return FinishWith(ctx, tier.status());
   absl::StatusOr<std::vector<store::NamespaceId>> ids = Select(*store_, req->namespaces());
@@ -138,37 +138,38 @@ grpc::ServerUnaryReactor* KvTierAdminService::Evict(grpc::CallbackServerContext*
                                "hashes"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  service_->RunOnWorker(ctx, reactor, [this, evict = std::move(evict), resp]() -> absl::Status {
-    absl::StatusOr<store::BlockStore::EvictReport> report = store_->Evict(evict);
-    if (!report.ok()) return report.status();
-    resp->set_evicted_blocks(report->evicted_blocks);
-    resp->set_evicted_bytes(report->evicted_bytes);
-    resp->set_demoted_blocks(report->demoted_blocks);
-    resp->set_skipped_pinned_blocks(report->skipped_busy);
-    for (const absl::Status& st : report->results) SetItemResult(st, resp->add_results());
-    KVTIER_LOG(kInfo, "admin: evicted ", report->evicted_blocks, " blocks (",
-               report->demoted_blocks, " demoted, ", report->skipped_busy, " skipped as busy)");
-    return absl::OkStatus();
-  });
+  state_->dispatcher().RunOnWorker(
+      ctx, reactor, [this, evict = std::move(evict), resp]() -> absl::Status {
+        absl::StatusOr<store::BlockStore::EvictReport> report = store_->Evict(evict);
+        if (!report.ok()) return report.status();
+        resp->set_evicted_blocks(report->evicted_blocks);
+        resp->set_evicted_bytes(report->evicted_bytes);
+        resp->set_demoted_blocks(report->demoted_blocks);
+        resp->set_skipped_pinned_blocks(report->skipped_busy);
+        for (const absl::Status& st : report->results) SetItemResult(st, resp->add_results());
+        KVTIER_LOG(kInfo, "admin: evicted ", report->evicted_blocks, " blocks (",
+                   report->demoted_blocks, " demoted, ", report->skipped_busy, " skipped as busy)");
+        return absl::OkStatus();
+      });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext* ctx,
                                                     const v1::ClearRequest* req,
                                                     v1::ClearResponse* resp) {
-  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
+  if (absl::Status st = CheckAdmin(*state_, ctx); !st.ok()) return FinishWith(ctx, st);
   absl::StatusOr<std::optional<index::Tier>> tier = TierFromProto(req->tier());
   if (!tier.ok()) return FinishWith(ctx, tier.status());
   absl::StatusOr<std::vector<store::NamespaceId>> ids = Select(*store_, req->namespaces());
   if (!ids.ok()) return FinishWith(ctx, ids.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  service_->RunOnWorker(
+  state_->dispatcher().RunOnWorker(
       ctx, reactor,
       [this, ids = std::move(*ids), tier = *tier, include_parked = req->include_parked(),
        resp]() -> absl::Status {
         // Parked requests go first when asked (their pages with them); otherwise their pages,
         // silent blocks, stay so that they can still be resumed.
-        if (include_parked) resp->set_released_parked_requests(service_->ReleaseParkedIn(ids));
+        if (include_parked) resp->set_released_parked_requests(state_->parks().ReleaseIn(ids));
         if (tier.has_value()) {
           // One tier: its copies are dropped (blocks with another copy stay); events per block.
           store::BlockStore::EvictRequest evict;
@@ -202,7 +203,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Clear(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext* ctx,
                                                      const v1::VerifyRequest* req,
                                                      v1::VerifyResponse* resp) {
-  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
+  if (absl::Status st = CheckAdmin(*state_, ctx); !st.ok()) return FinishWith(ctx, st);
   absl::StatusOr<std::optional<index::Tier>> tier = TierFromProto(req->tier());
   if (!tier.ok()) return FinishWith(ctx, tier.status());
   if (*tier == index::Tier::kGpu) {
@@ -231,7 +232,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext
   // scrub = false would allow a header-only check; every check here reads the whole block and
   // verifies its payload checksum too (a disk block must be read whole anyway).
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  service_->RunOnWorker(ctx, reactor, [this, options, resp]() -> absl::Status {
+  state_->dispatcher().RunOnWorker(ctx, reactor, [this, options, resp]() -> absl::Status {
     absl::StatusOr<store::BlockStore::VerifyReport> report = store_->Verify(options);
     if (!report.ok()) return report.status();
     resp->set_checked_blocks(report->blocks);
@@ -258,15 +259,15 @@ grpc::ServerUnaryReactor* KvTierAdminService::Verify(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* KvTierAdminService::Drain(grpc::CallbackServerContext* ctx,
                                                     const v1::DrainRequest* req,
                                                     v1::DrainResponse* resp) {
-  if (absl::Status st = CheckAdmin(*service_, ctx); !st.ok()) return FinishWith(ctx, st);
+  if (absl::Status st = CheckAdmin(*state_, ctx); !st.ok()) return FinishWith(ctx, st);
   if (req->cancel()) {
-    service_->EndDrain();
+    state_->dispatcher().EndDrain();
     KVTIER_LOG(kInfo, "admin: drain cancelled; accepting work again");
     resp->set_drained(false);
-    resp->set_registered_engines(static_cast<uint32_t>(service_->engine_count()));
+    resp->set_registered_engines(static_cast<uint32_t>(state_->registry().size()));
     return FinishWith(ctx, absl::OkStatus());
   }
-  service_->BeginDrain();
+  state_->dispatcher().BeginDrain();
   KVTIER_LOG(kInfo, "admin: draining",
              req->flush_to_disk() ? " (copying the host tier to disk)" : "");
   // The wait for in-flight work must not run on the workers it waits for: a thread of its own.
@@ -280,7 +281,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Drain(grpc::CallbackServerContext*
         const absl::Duration wait = deadline - now > std::chrono::hours(24 * 365)
                                         ? absl::InfiniteDuration()
                                         : absl::FromChrono(deadline - now);
-        absl::Status st = service_->WaitIdle(wait)
+        absl::Status st = state_->dispatcher().WaitIdle(wait)
                               ? absl::OkStatus()
                               : absl::DeadlineExceededError(
                                     "in-flight requests are still running; draining continues");
@@ -290,7 +291,7 @@ grpc::ServerUnaryReactor* KvTierAdminService::Drain(grpc::CallbackServerContext*
         if (st.ok()) st = flush ? store_->FlushToDisk() : store_->Flush();
         resp->set_flushed_blocks(store_->Stats().blocks_written_to_disk - before);
         resp->set_drained(st.ok());
-        resp->set_registered_engines(static_cast<uint32_t>(service_->engine_count()));
+        resp->set_registered_engines(static_cast<uint32_t>(state_->registry().size()));
         SetDuration(absl::Now() - start, resp->mutable_elapsed());
         reactor->Finish(ToGrpc(st));
       });

@@ -1,8 +1,9 @@
-// KvTierAdminService: the operator service (kvtier.v1.KvTierAdmin) over the store and the engine
-// service: Evict (by count, bytes or hash, from a tier or the cache), Clear (namespaces by id, by
+// KvTierAdminService: the operator service (kvtier.v1.KvTierAdmin) over the store and the state
+// it shares with the engine service (ServiceState: authentication, engines, parked requests,
+// workers): Evict (by count, bytes or hash, from a tier or the cache), Clear (namespaces by id, by
 // tenant/model/partition, or all; one tier or every tier), Verify (a scrub of every stored block),
 // Drain (stop taking writes, finish in-flight work, optionally write the host tier to disk) and
-// its cancel. Blocking work runs on the engine service's workers.
+// its cancel. Blocking work runs on the shared workers (Dispatcher).
 #ifndef KVTIER_DAEMON_SERVICE_ADMIN_SERVICE_H_
 #define KVTIER_DAEMON_SERVICE_ADMIN_SERVICE_H_
 
@@ -10,7 +11,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "daemon/service/kvtier_service.h"
+#include "daemon/service/service_state.h"
 #include "daemon/store/block_store.h"
 #include "kvtier/v1/service.grpc.pb.h"
 
@@ -18,8 +19,9 @@ namespace kvtier::service {
 
 class KvTierAdminService final : public v1::KvTierAdmin::CallbackService {
  public:
-  KvTierAdminService(store::BlockStore* store, KvTierService* service)
-      : store_(store), service_(service) {}
+  // Both borrowed; they must outlive the service.
+  KvTierAdminService(store::BlockStore* store, ServiceState* state)
+      : store_(store), state_(state) {}
   ~KvTierAdminService();  // joins the threads of Drain calls
 
   grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
@@ -33,7 +35,7 @@ class KvTierAdminService final : public v1::KvTierAdmin::CallbackService {
 
  private:
   store::BlockStore* store_;
-  KvTierService* service_;
+  ServiceState* state_;
   absl::Mutex mu_;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
 };

@@ -10,28 +10,6 @@
 
 namespace kvtier::service {
 
-// ---- Engine ----
-
-codec::MutableHotPageView Engine::MutableView(uint32_t page) const {
-  codec::MutableHotPageView view;
-  view.base.reserve(layout.buffers.size());
-  for (const codec::BufferSpec& b : layout.buffers) {
-    view.base.push_back(pools[b.pool]->slot(page) + b.offset_bytes);
-  }
-  return view;
-}
-
-codec::HotPageView Engine::View(uint32_t page) const {
-  codec::MutableHotPageView bases = MutableView(page);
-  return codec::HotPageView{{bases.base.begin(), bases.base.end()}};
-}
-
-absl::Status Engine::CheckPage(uint32_t page) const {
-  if (page < slots) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("page index %d out of range for the engine's pools (%d slots)", page, slots));
-}
-
 // ---- EngineRegistry ----
 
 absl::Status EngineRegistry::Add(std::shared_ptr<Engine> engine) {
@@ -48,9 +26,9 @@ absl::Status EngineRegistry::Add(std::shared_ptr<Engine> engine) {
     }
     // One tenant's pool file is never another's: a hard link (or a second path) to a file that
     // an engine of another tenant registered is refused.
-    for (const std::unique_ptr<HostPool>& mine : engine->pools) {
+    for (const std::unique_ptr<dataplane::HostPool>& mine : engine->pools) {
       if (mine == nullptr) continue;
-      for (const std::unique_ptr<HostPool>& theirs : other->pools) {
+      for (const std::unique_ptr<dataplane::HostPool>& theirs : other->pools) {
         if (theirs != nullptr && theirs->dev() == mine->dev() && theirs->ino() == mine->ino()) {
           return absl::PermissionDeniedError(absl::StrFormat(
               "pool file %s is registered by an engine of another tenant", mine->path()));

@@ -19,42 +19,27 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "codec/codec.h"
-#include "daemon/service/data_plane.h"
-#include "daemon/service/gpu_pages.h"
-#include "daemon/service/host_pool.h"
+#include "daemon/dataplane/data_plane.h"
+#include "daemon/dataplane/engine_pages.h"
 #include "daemon/store/block_store.h"
-#include "kernels/gpu_block_codec.h"
 
 namespace kvtier::service {
 
-// One registered engine. Immutable once registered, except for the fields the registry guards.
-// Shared by the registry and the requests working on it.
-struct Engine {
-  std::string id;
+// One registered engine: what the data plane needs of it (dataplane::EnginePages, a base so that
+// a data plane takes the engine itself) and the registration's bookkeeping. Immutable once
+// registered, except for the fields the registry guards. Shared by the registry and the requests
+// working on it.
+struct Engine : dataplane::EnginePages {
   std::string name;
   std::string tenant;
-  store::NamespaceId ns = 0;
-  codec::PageLayout layout;
-  std::unique_ptr<codec::Codec> codec;
-  std::vector<std::unique_ptr<HostPool>> pools;  // by layout pool index (host pools)
-  std::unique_ptr<DevicePool> device_pool;       // or one GPU pool (flat layouts)
-  std::unique_ptr<kernels::GpuBlockCodec> gpu;   // its kernels
-  DataPlane* plane = nullptr;                    // the service's, for its kind of pools
-  uint32_t slots = 0;                            // the smallest pool's slot count
+  dataplane::DataPlane* plane = nullptr;  // the service's, for its kind of pools
   absl::Duration lease;
   absl::Time registered;
   std::string peer;  // gRPC's peer address of the RegisterEngine call
   int32_t pid = 0;   // its process (ServiceOptions::peers), 0 when unknown
-  uint64_t hot_page_bytes = 0;
   // Guarded by the registry's mutex (EngineRegistry::ExpiresOf and ForEach read it):
   absl::Time expires;
   int active = 0;  // requests working on its pools
-
-  codec::HotPageView View(uint32_t page) const;
-  codec::MutableHotPageView MutableView(uint32_t page) const;
-  // InvalidArgument naming the page unless it is below the smallest pool's slot count.
-  absl::Status CheckPage(uint32_t page) const;
 };
 
 // A request's hold on an engine (EngineRegistry::Enter): while any copy exists the engine counts

@@ -26,6 +26,8 @@ namespace kvtier::service {
 namespace {
 
 constexpr uint32_t kApiVersion = 1;
+// The workers' flow of RegisterEngine calls (engine ids start with 'e'; admin work is "").
+constexpr absl::string_view kRegistrationFlow = "registration";
 
 }  // namespace
 
@@ -73,14 +75,13 @@ absl::StatusOr<DerivedNamespace> DeriveNamespace(const v1::Namespace& ns, const 
 
 // ---- Service ----
 
-KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options)
+KvTierService::KvTierService(store::BlockStore* store, ServiceOptions options, ServiceState* state)
     : store_(store),
       options_(std::move(options)),
       started_(absl::Now()),
-      host_plane_(MakeHostDataPlane(store, &totals_)),
-      gpu_plane_(MakeGpuDataPlane(store, &totals_)),
-      registry_({options_.max_engines, options_.max_engines_per_tenant}),
-      workers_(options_.worker_threads) {
+      host_plane_(dataplane::MakeHostDataPlane(store, &totals_)),
+      gpu_plane_(dataplane::MakeGpuDataPlane(store, &totals_)),
+      state_(state) {
   std::random_device rd;
   do {
     incarnation_ = (uint64_t{rd()} << 32) | rd();
@@ -110,73 +111,16 @@ KvTierService::~KvTierService() {
     waiters.swap(waiters_);
   }
   for (auto& w : waiters) w.first.join();  // their engines' work finishes on the workers
+  state_->dispatcher().Stop();             // no work of this service runs after it
 }
 
-void KvTierService::RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                                std::function<absl::Status()> work, absl::string_view flow) {
-  RunTurnsOnWorker(ctx, reactor, flow,
-                   [work = std::move(work)]() -> std::optional<absl::Status> { return work(); });
-}
-
-void KvTierService::RunTurnsOnWorker(grpc::CallbackServerContext* ctx,
-                                     grpc::ServerUnaryReactor* reactor, absl::string_view flow,
-                                     std::function<std::optional<absl::Status>()> turn) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++in_flight_;
-  }
-  const absl::Time queued = absl::Now();
-  // gRPC cancels a call whose own deadline passes; the default applies to calls without one.
-  const bool client_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
-  workers_.Submit(flow, [this, ctx, reactor, queued, client_deadline, turn = std::move(turn),
-                         started = false]() mutable {
-    std::optional<absl::Status> status;
-    if (!started) {
-      const absl::Duration waited = absl::Now() - queued;
-      if (ctx->IsCancelled()) {
-        status = absl::CancelledError(absl::StrFormat(
-            "the call was cancelled or its deadline passed while it waited %s for a worker",
-            absl::FormatDuration(waited)));
-      } else if (!client_deadline && options_.default_deadline > absl::ZeroDuration() &&
-                 waited > options_.default_deadline) {
-        status = absl::DeadlineExceededError(absl::StrFormat(
-            "waited %s for a worker, past the server's default deadline of %s (the call set none)",
-            absl::FormatDuration(waited), absl::FormatDuration(options_.default_deadline)));
-      }
-      started = true;
-    }
-    if (!status.has_value()) status = turn();
-    if (!status.has_value()) return true;  // another turn
-    // What the work holds (its engine) is released before the client hears of the result.
-    turn = nullptr;
-    reactor->Finish(ToGrpc(*status));
-    absl::MutexLock lock(&mu_);
-    if (--in_flight_ == 0) idle_cv_.SignalAll();
-    return false;
-  });
-}
-
-bool KvTierService::WaitIdle(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
-  while (in_flight_ > 0) {
-    if (idle_cv_.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  return in_flight_ == 0;
-}
-
-size_t KvTierService::engine_count() const { return registry_.size(); }
-
-absl::StatusOr<std::string> KvTierService::Caller(grpc::CallbackServerContext* ctx) const {
-  if (options_.auth == nullptr) return std::string();
-  return options_.auth->Authenticate(*ctx);
-}
+size_t KvTierService::engine_count() const { return state_->registry().size(); }
 
 absl::StatusOr<EngineRef> KvTierService::EnterFor(grpc::CallbackServerContext* ctx,
                                                   const std::string& engine_id) {
   absl::StatusOr<std::string> caller = Caller(ctx);
   if (!caller.ok()) return caller.status();
-  return registry_.EnterChecked(engine_id, options_.auth != nullptr ? &*caller : nullptr);
+  return state_->registry().EnterChecked(engine_id, options_.auth != nullptr ? &*caller : nullptr);
 }
 
 grpc::ServerUnaryReactor* KvTierService::WithEngine(
@@ -209,18 +153,18 @@ grpc::ServerUnaryReactor* KvTierService::OnEngineTurns(
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // The ref lives in the work: RunTurnsOnWorker destroys it after the last turn, or without a
   // turn when the call is skipped, and the engine is left then.
-  RunTurnsOnWorker(ctx, reactor, flow, [engine = std::move(*entered), turn = std::move(turn)] {
-    return turn(*engine);
-  });
+  state_->dispatcher().RunTurnsOnWorker(
+      ctx, reactor, flow,
+      [engine = std::move(*entered), turn = std::move(turn)] { return turn(*engine); });
   return reactor;
 }
 
 std::pair<uint32_t, uint32_t> KvTierService::Remove(const std::string& engine_id, const char* why,
                                                     bool only_if_expired) {
-  std::shared_ptr<Engine> engine = registry_.Take(engine_id, only_if_expired);
+  std::shared_ptr<Engine> engine = state_->registry().Take(engine_id, only_if_expired);
   if (engine == nullptr) return {0, 0};
-  const uint32_t released = ReleaseParked(engine_id, absl::InfiniteFuture());
-  const uint32_t pins = DropPins(engine_id, nullptr, absl::InfiniteFuture());
+  const uint32_t released = state_->parks().ReleaseEngine(engine_id);
+  const uint32_t pins = state_->pins().DropEngine(engine_id);
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") unregistered: ", why,
              released > 0 ? absl::StrCat("; released ", released, " parked requests") : "",
              pins > 0 ? absl::StrCat("; released ", pins, " pins") : "");
@@ -233,11 +177,11 @@ void KvTierService::LeaseLoop() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.lease_check_interval)) return;
     }
-    for (const std::string& id : registry_.Expired(absl::Now())) {
+    for (const std::string& id : state_->registry().Expired(absl::Now())) {
       Remove(id, "lease expired", /*only_if_expired=*/true);
     }
-    ReleaseParked("", absl::Now());
-    DropPins("", nullptr, absl::Now());
+    state_->parks().ReleaseExpired(absl::Now());
+    state_->pins().DropExpired(absl::Now());
   }
 }
 
@@ -292,14 +236,15 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   SetDuration(options_.max_park_ttl, limits->mutable_max_park_ttl());
   SetDuration(options_.max_pin_ttl, limits->mutable_max_pin_ttl());
   limits->set_max_park_user_data_bytes(options_.max_park_user_data_bytes);
-  resp->set_draining(draining_);
+  resp->set_draining(state_->dispatcher().draining());
   return FinishWith(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerContext* ctx,
                                                         const v1::RegisterEngineRequest* req,
                                                         v1::RegisterEngineResponse* resp) {
-  if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
+  if (state_->dispatcher().draining())
+    return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
   for (absl::Status st : {CheckLength("engine_name", req->engine_name(), 0, kMaxEngineNameBytes),
                           CheckLength("tenant", req->tenant(), 0, kMaxTenantBytes),
                           CheckLength("model", req->model(), 1, kMaxModelBytes),
@@ -314,22 +259,41 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
                                absl::StrFormat("the token authenticates tenant %s, not %s",
                                                Quoted(*caller), Quoted(req->tenant()))));
   }
-  if (!req->has_layout()) return FinishWith(ctx, absl::InvalidArgumentError("layout is required"));
+  // Opening pools (files, CUDA IPC) and writing the namespace record (the index) may block: on a
+  // worker, in the registrations' own flow.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  state_->dispatcher().RunOnWorker(
+      ctx, reactor,
+      [this, req, resp, caller = *std::move(caller), peer = ctx->peer()] {
+        // Checked again on the worker: a Drain that began meanwhile waits for this request.
+        if (state_->dispatcher().draining())
+          return absl::UnavailableError("the daemon is draining");
+        return DoRegister(*req, caller, peer, resp);
+      },
+      kRegistrationFlow);
+  return reactor;
+}
+
+absl::Status KvTierService::DoRegister(const v1::RegisterEngineRequest& request,
+                                       const std::string& caller, const std::string& peer,
+                                       v1::RegisterEngineResponse* resp) {
+  const v1::RegisterEngineRequest* req = &request;
+  if (!req->has_layout()) return absl::InvalidArgumentError("layout is required");
   auto engine = std::make_shared<Engine>();
   absl::StatusOr<codec::PageLayout> layout = LayoutFromProto(req->layout());
-  if (!layout.ok()) return FinishWith(ctx, layout.status());
+  if (!layout.ok()) return layout.status();
   engine->layout = std::move(*layout);
   absl::StatusOr<codec::CodecSpec> spec = CodecFromProto(req->codec(), options_.default_codec);
-  if (!spec.ok()) return FinishWith(ctx, spec.status());
+  if (!spec.ok()) return spec.status();
   absl::StatusOr<std::unique_ptr<codec::Codec>> codec = codec::Codec::Create(engine->layout, *spec);
-  if (!codec.ok()) return FinishWith(ctx, codec.status());
+  if (!codec.ok()) return codec.status();
   engine->codec = std::move(*codec);
   // Every layout pool exactly once.
   engine->pools.resize(engine->layout.pools.size());
   if (req->pools_size() != static_cast<int>(engine->layout.pools.size())) {
-    return FinishWith(ctx, absl::InvalidArgumentError(
-                               absl::StrFormat("%d pools registered for a layout of %d pools",
-                                               req->pools_size(), engine->layout.pools.size())));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d pools registered for a layout of %d pools", req->pools_size(),
+                        engine->layout.pools.size()));
   }
   engine->slots = UINT32_MAX;
   for (const v1::PoolRegistration& reg : req->pools()) {
@@ -338,39 +302,39 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
       ++index;
     }
     if (index == engine->layout.pools.size()) {
-      return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                                 "pool %s is not a pool of the layout", Quoted(reg.name()))));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("pool %s is not a pool of the layout", Quoted(reg.name())));
     }
     if (engine->pools[index] != nullptr) {
-      return FinishWith(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                                 "pool %s is registered twice", Quoted(reg.name()))));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("pool %s is registered twice", Quoted(reg.name())));
     }
     if (reg.has_cuda_ipc()) {
       if (engine->layout.pools.size() != 1) {
-        return FinishWith(ctx, absl::UnimplementedError(absl::StrFormat(
-                                   "pool '%s': GPU engines register one pool (a flat layout); this "
-                                   "layout has %d",
-                                   reg.name(), engine->layout.pools.size())));
+        return absl::UnimplementedError(
+            absl::StrFormat("pool '%s': GPU engines register one pool (a flat layout); this "
+                            "layout has %d",
+                            reg.name(), engine->layout.pools.size()));
       }
       if (!kernels::BuiltWithCuda()) {
-        return FinishWith(ctx, absl::UnimplementedError(absl::StrFormat(
-                                   "pool '%s': this kvtierd was built without CUDA and serves host "
-                                   "pools (shared_memory) only",
-                                   reg.name())));
+        return absl::UnimplementedError(
+            absl::StrFormat("pool '%s': this kvtierd was built without CUDA and serves host "
+                            "pools (shared_memory) only",
+                            reg.name()));
       }
       if (!store_->HostTierDeviceAccessible()) {
-        return FinishWith(ctx,
-                          absl::FailedPreconditionError(absl::StrFormat(
-                              "pool '%s': GPU pools need the host tier pinned with CUDA (host.pin "
-                              "auto or cuda on a machine with a GPU)",
-                              reg.name())));
+        return absl::FailedPreconditionError(
+            absl::StrFormat("pool '%s': GPU pools need the host tier pinned with CUDA (host.pin "
+                            "auto or cuda on a machine with a GPU)",
+                            reg.name()));
       }
-      absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Open(
-          reg.name(), reg.cuda_ipc(), reg.slots(), engine->layout.pools[index].slot_bytes);
-      if (!pool.ok()) return FinishWith(ctx, pool.status());
+      absl::StatusOr<std::unique_ptr<dataplane::DevicePool>> pool =
+          dataplane::DevicePool::Open(reg.name(), CudaIpcMemoryFromProto(reg.cuda_ipc()),
+                                      reg.slots(), engine->layout.pools[index].slot_bytes);
+      if (!pool.ok()) return pool.status();
       absl::StatusOr<std::unique_ptr<kernels::GpuBlockCodec>> gpu =
           kernels::GpuBlockCodec::Create(engine->codec->plan(), (*pool)->device());
-      if (!gpu.ok()) return FinishWith(ctx, gpu.status());
+      if (!gpu.ok()) return gpu.status();
       engine->device_pool = std::move(*pool);
       engine->gpu = std::move(*gpu);
       engine->slots = std::min(engine->slots, reg.slots());
@@ -378,20 +342,20 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
       continue;
     }
     if (!reg.has_shared_memory()) {
-      return FinishWith(
-          ctx, absl::InvalidArgumentError(absl::StrFormat(
-                   "pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name())));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("pool '%s': memory (cuda_ipc or shared_memory) is required", reg.name()));
     }
     // With authentication on, a tenant's pools live in its own subdirectory.
-    absl::StatusOr<std::unique_ptr<HostPool>> pool = HostPool::Map(
-        reg.name(), reg.shared_memory(), reg.slots(), engine->layout.pools[index].slot_bytes,
-        options_.pool_dirs, options_.auth != nullptr ? *caller : "", forbidden_);
-    if (!pool.ok()) return FinishWith(ctx, pool.status());
+    absl::StatusOr<std::unique_ptr<dataplane::HostPool>> pool = dataplane::HostPool::Map(
+        reg.name(), SharedMemoryFileFromProto(reg.shared_memory()), reg.slots(),
+        engine->layout.pools[index].slot_bytes, options_.pool_dirs,
+        options_.auth != nullptr ? caller : "", forbidden_);
+    if (!pool.ok()) return pool.status();
     engine->pools[index] = std::move(*pool);
     engine->slots = std::min(engine->slots, reg.slots());
   }
   const std::string tenant =
-      options_.auth != nullptr ? *caller : (req->tenant().empty() ? "default" : req->tenant());
+      options_.auth != nullptr ? caller : (req->tenant().empty() ? "default" : req->tenant());
   const uint64_t fingerprint = codec::LayoutFingerprint(engine->layout);
   const DerivedNamespace ns = DeriveNamespace(
       tenant, req->model(), req->partition(), fingerprint, *spec, options_.hash_root_key,
@@ -408,15 +372,14 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   for (const auto& [id, record] : store_->Namespaces()) {
     // Two different namespaces must never share blocks (64-bit keyed ids: never seen so far).
     if (id == ns.id && record.first != ns_record) {
-      return FinishWith(
-          ctx, absl::FailedPreconditionError(absl::StrFormat(
-                   "namespace id %016x of (tenant %s, model %s, partition %s) is "
-                   "already taken by another namespace; use another partition",
-                   ns.id, Quoted(tenant), Quoted(req->model()), Quoted(req->partition()))));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("namespace id %016x of (tenant %s, model %s, partition %s) is "
+                          "already taken by another namespace; use another partition",
+                          ns.id, Quoted(tenant), Quoted(req->model()), Quoted(req->partition())));
     }
   }
   if (absl::Status st = store_->PutNamespace(ns.id, ns_record, 0); !st.ok()) {
-    return FinishWith(ctx, st);
+    return st;
   }
   absl::Duration lease =
       req->has_lease_ttl() ? DurationFromProto(req->lease_ttl()) : options_.default_lease;
@@ -425,11 +388,11 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   engine->hot_page_bytes = engine->layout.HotBytes();
   engine->plane = engine->gpu != nullptr ? gpu_plane_.get() : host_plane_.get();
   engine->registered = absl::Now();
-  engine->peer = ctx->peer();
+  engine->peer = peer;
   engine->pid = options_.peers != nullptr ? options_.peers->PidOf(engine->peer) : 0;
   engine->id = absl::StrFormat("e%016x-%d", incarnation_, next_engine_++);
   engine->name = req->engine_name().empty() ? engine->id : req->engine_name();
-  if (absl::Status st = registry_.Add(engine); !st.ok()) return FinishWith(ctx, st);
+  if (absl::Status st = state_->registry().Add(engine); !st.ok()) return st;
   KVTIER_LOG(kInfo, "engine ", engine->id, " (", engine->name, ") registered: tenant ", tenant,
              ", model ", req->model(), ", namespace ", absl::StrFormat("%016x", ns.id), ", ",
              engine->layout.buffers.size(), " buffers, ", engine->slots, " pages, codec ",
@@ -438,11 +401,11 @@ grpc::ServerUnaryReactor* KvTierService::RegisterEngine(grpc::CallbackServerCont
   resp->set_namespace_id(ns.id);
   resp->set_hash_root(ns.hash_root);
   SetDuration(lease, resp->mutable_lease_ttl());
-  SetTime(registry_.ExpiresOf(*engine), resp->mutable_lease_expires_at());
+  SetTime(state_->registry().ExpiresOf(*engine), resp->mutable_lease_expires_at());
   resp->set_hot_page_bytes(engine->hot_page_bytes);
   resp->set_cold_block_bytes(engine->codec->block_bytes());
   resp->set_incarnation_id(incarnation_);
-  return FinishWith(ctx, absl::OkStatus());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext* ctx,
@@ -453,6 +416,7 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
   }  // and left: Remove waits for the engine's requests
   // Waiting for the engine's in-flight requests may take a while: not on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  state_->dispatcher().AddInFlight();  // a drain waits for it
   absl::MutexLock lock(&mu_);
   for (auto it = waiters_.begin(); it != waiters_.end();) {  // join the finished ones
     if (it->second->load()) {
@@ -462,17 +426,13 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
       ++it;
     }
   }
-  ++in_flight_;
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread waiter([this, reactor, resp, done, id = req->engine_id()] {
     const auto [parked, pins] = Remove(id, "unregistered by the client");
     resp->set_released_parked_requests(parked);
     resp->set_released_pins(pins);
     reactor->Finish(grpc::Status::OK);
-    {
-      absl::MutexLock lock(&mu_);
-      if (--in_flight_ == 0) idle_cv_.SignalAll();
-    }
+    state_->dispatcher().DoneInFlight();
     done->store(true);
   });
   waiters_.emplace_back(std::move(waiter), std::move(done));
@@ -483,9 +443,9 @@ grpc::ServerUnaryReactor* KvTierService::KeepAlive(grpc::CallbackServerContext* 
                                                    const v1::KeepAliveRequest* req,
                                                    v1::KeepAliveResponse* resp) {
   return WithEngine(ctx, req->engine_id(), [&](const Engine& engine) {
-    SetTime(registry_.ExpiresOf(engine), resp->mutable_lease_expires_at());
+    SetTime(state_->registry().ExpiresOf(engine), resp->mutable_lease_expires_at());
     SetDuration(engine.lease, resp->mutable_lease_ttl());
-    resp->set_draining(draining_);
+    resp->set_draining(state_->dispatcher().draining());
     resp->set_incarnation_id(incarnation_);
     return absl::OkStatus();
   });
@@ -545,9 +505,10 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   for (index::Tier t : tiers) resp->add_tiers(TierToProto(t));
   if (req->has_pin_ttl() && hits > 0) {
     chain.resize(hits);
-    google::protobuf::RepeatedPtrField<v1::ItemResult> results;
+    std::vector<dataplane::ItemResult>
+        results;  // the pins taken are in the store; misses are not reported
     const absl::Time expires =
-        PinBlocks(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
+        state_->pins().Pin(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
     SetTime(expires, resp->mutable_pin_expires_at());
   }
   lookup_engine.reset();
@@ -557,7 +518,8 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ctx,
                                                  const v1::OffloadRequest* req,
                                                  v1::OffloadResponse* resp) {
-  if (draining_) return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
+  if (state_->dispatcher().draining())
+    return FinishWith(ctx, absl::UnavailableError("the daemon is draining"));
   if (req->items_size() > static_cast<int>(options_.max_items_per_request)) {
     return FinishWith(ctx, absl::InvalidArgumentError(
                                absl::StrFormat("%d items (at most %d per request)",
@@ -566,19 +528,28 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   if (absl::Status st = CheckWriteOptions(req->priority(), req->ack()); !st.ok()) {
     return FinishWith(ctx, st);
   }
-  auto progress = std::make_shared<ItemProgress>();
-  return OnEngineTurns(
-      ctx, req->engine_id(),
-      [this, req, resp, progress](const Engine& engine) -> std::optional<absl::Status> {
-        // Checked again on the worker (its first turn): a Drain that began after the RPC arrived
-        // waits for this request (it is counted in flight), which then writes nothing.
-        if (progress->next == 0 && draining_)
-          return absl::UnavailableError("the daemon is draining");
-        engine.plane->Offload(engine, *req, resp, /*parked=*/false, progress.get(),
-                              ChunkEnd(progress->next));
-        if (progress->next < req->items_size()) return std::nullopt;
-        return absl::OkStatus();
-      });
+  // The request as the data plane's batch, and its result, kept across the turns.
+  struct Work {
+    dataplane::OffloadBatch batch;
+    dataplane::OffloadResult result;
+    dataplane::ItemProgress progress;
+  };
+  auto work = std::make_shared<Work>();
+  work->batch = OffloadBatchFromProto(*req);
+  return OnEngineTurns(ctx, req->engine_id(),
+                       [this, resp, work](const Engine& engine) -> std::optional<absl::Status> {
+                         // Checked again on the worker (its first turn): a Drain that began after
+                         // the RPC arrived waits for this request (it is counted in flight), which
+                         // then writes nothing.
+                         if (work->progress.next == 0 && state_->dispatcher().draining())
+                           return absl::UnavailableError("the daemon is draining");
+                         engine.plane->Offload(engine, work->batch, &work->result, &work->progress,
+                                               ChunkEnd(work->progress.next));
+                         if (work->progress.next < static_cast<int>(work->batch.items.size()))
+                           return std::nullopt;
+                         OffloadResultToProto(work->result, resp);
+                         return absl::OkStatus();
+                       });
 }
 
 grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ctx,
@@ -589,14 +560,22 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
                                absl::StrFormat("%d items (at most %d per request)",
                                                req->items_size(), options_.max_items_per_request)));
   }
-  auto progress = std::make_shared<ItemProgress>();
-  return OnEngineTurns(
-      ctx, req->engine_id(),
-      [this, req, resp, progress](const Engine& engine) -> std::optional<absl::Status> {
-        engine.plane->Onboard(engine, *req, resp, progress.get(), ChunkEnd(progress->next));
-        if (progress->next < req->items_size()) return std::nullopt;
-        return absl::OkStatus();
-      });
+  struct Work {  // as Offload's
+    dataplane::OnboardBatch batch;
+    dataplane::OnboardResult result;
+    dataplane::ItemProgress progress;
+  };
+  auto work = std::make_shared<Work>();
+  work->batch = OnboardBatchFromProto(*req);
+  return OnEngineTurns(ctx, req->engine_id(),
+                       [this, resp, work](const Engine& engine) -> std::optional<absl::Status> {
+                         engine.plane->Onboard(engine, work->batch, &work->result, &work->progress,
+                                               ChunkEnd(work->progress.next));
+                         if (work->progress.next < static_cast<int>(work->batch.items.size()))
+                           return std::nullopt;
+                         OnboardResultToProto(work->result, resp);
+                         return absl::OkStatus();
+                       });
 }
 
 }  // namespace kvtier::service

@@ -1,10 +1,11 @@
 // KvTierService: the engine-facing gRPC service (kvtier.v1.KvTier, callback API) over a
-// BlockStore. Registration maps an engine's pools; Offload, Onboard, Park, Resume and Release run
-// on the workers (a FairScheduler: each engine is a flow, and Offload and Onboard batches are done
-// in chunks of options.chunk_pages, one per turn) so that gRPC's threads never block on encoding,
-// decoding or disk reads, and one engine's batch cannot hold the others. Lookup, Pin and the
-// other metadata RPCs run on gRPC's threads: they never queue behind data movement. Engines hold
-// leases; an engine whose lease expires is unregistered as Unregister does. This first version
+// BlockStore. Registration maps an engine's pools; RegisterEngine (after its checks), Offload,
+// Onboard, Park, Resume and Release run on the workers (a FairScheduler: each engine is a flow,
+// registrations are one, and Offload and Onboard batches are done in chunks of
+// options.chunk_pages, one per turn) so that gRPC's threads never block on opening files,
+// encoding, decoding or disk reads, and one engine's batch cannot hold the others. Lookup, Pin
+// and the other metadata RPCs run on gRPC's threads: they never queue behind data movement. Engines
+// hold leases; an engine whose lease expires is unregistered as Unregister does. This first version
 // serves host pools (shared-memory files) through the CPU codec and GPU pools (CUDA IPC, flat
 // layouts) through the fused kernels. Park/Resume/Release keep a paused request's pages; Pin/Unpin
 // (and Lookup's pin_ttl) hold blocks for a lease; WatchEvents streams the EventLog.
@@ -29,79 +30,35 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/codec.h"
+#include "daemon/dataplane/data_plane.h"
+#include "daemon/dataplane/gpu_pages.h"
+#include "daemon/dataplane/host_pool.h"
 #include "daemon/service/auth.h"
-#include "daemon/service/data_plane.h"
 #include "daemon/service/engine_registry.h"
 #include "daemon/service/event_log.h"
-#include "daemon/service/fair_scheduler.h"
-#include "daemon/service/gpu_pages.h"
-#include "daemon/service/host_pool.h"
+#include "daemon/service/park_table.h"
 #include "daemon/service/peer_credentials.h"
+#include "daemon/service/pin_table.h"
 #include "daemon/service/request_limits.h"
 #include "daemon/service/rpc_metrics.h"
+#include "daemon/service/service_options.h"
+#include "daemon/service/service_state.h"
 #include "daemon/store/block_store.h"
 #include "kvtier/v1/namespace.pb.h"
 #include "kvtier/v1/service.grpc.pb.h"
 
 namespace kvtier::service {
 
-struct ServiceOptions {
-  std::vector<std::string> pool_dirs = {"/dev/shm"};  // where host pools may live
-  codec::CodecSpec default_codec;                     // nvfp4
-  uint32_t max_items_per_request = 4096;
-  uint32_t max_request_bytes = 4u << 20;
-  uint32_t max_engines = 1024;
-  // One tenant's share of the engine slots and of the parked-request slots, so that no tenant
-  // can take them all (RESOURCE_EXHAUSTED naming the limit).
-  uint32_t max_engines_per_tenant = 256;
-  uint32_t max_parked_requests = 65536;
-  uint32_t max_parked_requests_per_tenant = 16384;
-  absl::Duration min_lease = absl::Seconds(1);
-  absl::Duration max_lease = absl::Minutes(10);
-  absl::Duration default_lease = absl::Seconds(30);
-  absl::Duration default_park_ttl = absl::Minutes(10);
-  absl::Duration max_park_ttl = absl::Hours(1);
-  uint32_t max_park_user_data_bytes = 4096;
-  absl::Duration default_pin_ttl = absl::Seconds(30);
-  absl::Duration max_pin_ttl = absl::Minutes(10);
-  absl::Duration lease_check_interval = absl::Milliseconds(200);
-  uint32_t worker_threads = 4;
-  // Items an Offload or Onboard does per turn on a worker (FairScheduler); after each chunk the
-  // request waits for the other engines' turns. Zero is taken as one.
-  uint32_t chunk_pages = 64;
-  // A unary call whose client set no deadline gets this one (zero: none): work still queued for
-  // a worker when it passes fails with DEADLINE_EXCEEDED instead of running. Streams are exempt.
-  absl::Duration default_deadline = absl::Seconds(60);
-  std::string node_name;
-  std::string version = "0.1.0";
-  // Tenant tokens; null: authentication off (one tenant per request's `tenant` field, "default"
-  // when empty).
-  std::shared_ptr<const TokenAuth> auth;
-  // Pids of the Unix-socket peers (kvtierd's accept loop fills it); null: EngineInfo.pid is 0.
-  std::shared_ptr<const PeerCredentials> peers;
-  // The daemon's key (kvtierd keeps it in <state_dir>/hash-root.key): namespace ids are keyed
-  // with it, and with authentication on it is mixed into every tenant's hash root, so that
-  // neither can be computed outside the daemon.
-  std::string hash_root_key;
-  // Files engines may not register as pools (the daemon's persistent host arena).
-  std::vector<std::string> forbidden_pool_files;
-  // The event log the store feeds, for WatchEvents; borrowed, must outlive the service. Its
-  // incarnation is the service's. Null: WatchEvents fails with FAILED_PRECONDITION and the
-  // incarnation is drawn at random.
-  EventLog* events = nullptr;
-};
-
 class KvTierService final : public v1::KvTier::CallbackService {
  public:
-  KvTierService(store::BlockStore* store, ServiceOptions options);
-  ~KvTierService() override;  // stops the lease thread and the workers
+  // `state` (the engines, parked requests, pins and workers it shares with the admin service) is
+  // borrowed and must outlive the service.
+  KvTierService(store::BlockStore* store, ServiceOptions options, ServiceState* state);
+  // Stops the lease thread, waits for Unregister's waits, then stops the shared workers
+  // (Dispatcher::Stop: no work of this service runs after it is gone).
+  ~KvTierService() override;
 
-  // New registrations, offloads and parks fail with UNAVAILABLE from now on.
-  void BeginDrain() { draining_ = true; }
-  void EndDrain() { draining_ = false; }
-  bool draining() const { return draining_; }
-  // Waits until no request runs on the workers, or `timeout` passes; true when idle.
-  bool WaitIdle(absl::Duration timeout);
+  bool draining() const { return state_->dispatcher().draining(); }
   uint64_t incarnation() const { return incarnation_; }
   const EventLog* events() const { return options_.events; }
   size_t engine_count() const;
@@ -116,32 +73,6 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // Calls and latencies per RPC (fed by MakeRpcMetricsInterceptor, which kvtierd installs).
   RpcMetrics& rpc_metrics() { return rpc_metrics_; }
   const RpcMetrics& rpc_metrics() const { return rpc_metrics_; }
-  // Releases every parked request of engines in `namespaces` (admin Clear with include_parked);
-  // returns how many.
-  uint32_t ReleaseParkedIn(const std::vector<store::NamespaceId>& namespaces);
-
-  // The caller's tenant when authentication is on; "" when it is off. Unauthenticated otherwise.
-  absl::StatusOr<std::string> Caller(grpc::CallbackServerContext* ctx) const;
-  bool authentication() const { return options_.auth != nullptr; }
-  bool IsAdmin(const std::string& tenant) const {
-    return options_.auth == nullptr || options_.auth->IsAdmin(tenant);
-  }
-
-  // Runs `work` on a worker (counted as in flight), in the turns of `flow` (an engine's id; ""
-  // for admin work), then finishes the RPC with its status. Work whose call was cancelled, or
-  // whose deadline (the client's, else default_deadline from now) passed while it waited for a
-  // worker, does not run (CANCELLED or DEADLINE_EXCEEDED). Either way `work` is destroyed before
-  // the call finishes, so that what it captured (an EngineRef) is released. Never blocks.
-  void RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                   std::function<absl::Status()> work, absl::string_view flow = "")
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The same for work done in turns: `turn` runs once per turn of `flow` (FairScheduler) and
-  // returns nullopt while work remains, or the request's status after its last chunk. The
-  // deadline and cancellation are checked before the first turn only: a request that started
-  // runs to its end (and is in flight until then). Never blocks.
-  void RunTurnsOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                        absl::string_view flow, std::function<std::optional<absl::Status>()> turn)
-      ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;
@@ -177,6 +108,11 @@ class KvTierService final : public v1::KvTier::CallbackService {
       grpc::CallbackServerContext* ctx, const v1::WatchEventsRequest* req) override;
 
  private:
+  // The caller's tenant when authentication is on; "" when it is off (ServiceState::Caller).
+  absl::StatusOr<std::string> Caller(grpc::CallbackServerContext* ctx) const {
+    return state_->Caller(ctx);
+  }
+  bool IsAdmin(const std::string& tenant) const { return state_->IsAdmin(tenant); }
   // Enters the engine `engine_id` for the caller of `ctx` (EngineRegistry::EnterChecked):
   // Unauthenticated without a valid token (authentication on), NotFound for an unknown engine,
   // PermissionDenied for another tenant's engine.
@@ -189,14 +125,20 @@ class KvTierService final : public v1::KvTier::CallbackService {
   grpc::ServerUnaryReactor* WithEngine(grpc::CallbackServerContext* ctx,
                                        const std::string& engine_id,
                                        absl::FunctionRef<absl::Status(const Engine&)> work);
-  // on a worker, in the engine's flow (RunOnWorker);
+  // on a worker, in the engine's flow (Dispatcher::RunOnWorker);
   grpc::ServerUnaryReactor* OnEngineWorker(grpc::CallbackServerContext* ctx,
                                            const std::string& engine_id,
                                            std::function<absl::Status(const Engine&)> work);
-  // on a worker, once per turn of the engine's flow (RunTurnsOnWorker).
+  // on a worker, once per turn of the engine's flow (Dispatcher::RunTurnsOnWorker).
   grpc::ServerUnaryReactor* OnEngineTurns(
       grpc::CallbackServerContext* ctx, const std::string& engine_id,
       std::function<std::optional<absl::Status>(const Engine&)> turn);
+  // RegisterEngine's work after the checks on gRPC's thread (the caller authenticated as
+  // `caller`, "" without authentication; `peer` gRPC's address of the call): the layout and
+  // codec, the pools opened and mapped, the namespace record written, the engine added. On a
+  // worker: it opens files and CUDA IPC handles and writes the index.
+  absl::Status DoRegister(const v1::RegisterEngineRequest& request, const std::string& caller,
+                          const std::string& peer, v1::RegisterEngineResponse* resp);
   // Removes the engine, waits until no request works on its pools, releases its parked requests
   // and its pins (returns how many of each).
   // With only_if_expired, an engine whose lease was renewed meanwhile stays.
@@ -205,43 +147,6 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // Removes the engines whose lease expired, then expired parked requests and pins, every
   // lease_check_interval until the service stops.
   void LeaseLoop() ABSL_LOCKS_EXCLUDED(mu_);
-
-  // A paused request's pages, stored as blocks under hashes derived from (engine, request id,
-  // position) so prefix lookups never meet them. Owned by the engine that parked it.
-  struct Parked {
-    std::string engine_id;
-    std::string tenant;
-    store::NamespaceId ns = 0;
-    std::vector<index::BlockHash> hashes;  // in KV order
-    uint64_t num_tokens = 0;
-    std::string user_data;
-    uint64_t block_bytes = 0;
-    absl::Time expires;
-  };
-  static index::BlockHash ParkHash(const std::string& engine_id, const std::string& request_id,
-                                   uint64_t position);
-  // Pins `hashes` of the engine's namespace for `ttl` (extending pins it holds); fills one
-  // result per hash. Returns when the pins expire.
-  absl::Time PinBlocks(const Engine& engine, const std::vector<index::BlockHash>& hashes,
-                       absl::Duration ttl, google::protobuf::RepeatedPtrField<v1::ItemResult>* out);
-  // Drops the engine's pins (all of them when `hashes` is null) and expired pins of any engine
-  // (engine_id empty). Returns how many were dropped.
-  uint32_t DropPins(const std::string& engine_id, const std::vector<index::BlockHash>* hashes,
-                    absl::Time now);
-  struct HeldPin {
-    store::PinnedBlock hold;
-    absl::Time expires;
-  };
-
-  // Removes the parked request's blocks; returns the bytes freed.
-  uint64_t DropParked(const Parked& parked);
-  // Releases every parked request of `engine_id` (or, when empty, every expired one).
-  uint32_t ReleaseParked(const std::string& engine_id, absl::Time now);
-  // Releases the parked requests `match` selects (their blocks too); returns how many.
-  uint32_t ReleaseParkedWhere(absl::FunctionRef<bool(const Parked&)> match);
-  absl::Status DoPark(const Engine& engine, const v1::ParkRequest& req, v1::ParkResponse* resp);
-  absl::Status DoResume(const Engine& engine, const v1::ResumeRequest& req,
-                        v1::ResumeResponse* resp);
 
   // The end (exclusive item index) of the chunk that starts at item `next`: options.chunk_pages
   // items on, at least one.
@@ -253,34 +158,16 @@ class KvTierService final : public v1::KvTier::CallbackService {
   ServiceOptions options_;
   uint64_t incarnation_;
   absl::Time started_;
-  std::atomic<bool> draining_{false};
   // Data-plane totals for Stats, and the data planes (an engine's Engine::plane is one).
-  DataPlaneTotals totals_;
-  std::unique_ptr<DataPlane> host_plane_, gpu_plane_;
+  dataplane::DataPlaneTotals totals_;
+  std::unique_ptr<dataplane::DataPlane> host_plane_, gpu_plane_;
   RpcMetrics rpc_metrics_;
-  // Requests handed to the workers and not finished (guarded by mu_).
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-
   std::atomic<uint64_t> next_engine_{1};
-  // Declared before workers_: queued work holds EngineRefs until the workers are joined.
-  EngineRegistry registry_;
+  ServiceState* const state_;
 
-  // Lock order: park_mu_, then mu_, then the registry's (a leaf) and the store's. mu_ is never
-  // held across store I/O (blocks are dropped and pins released after it is unlocked);
-  // park_mu_ is, on purpose (see below).
+  // Lock order: mu_ is taken alone (never with the tables', the registry's or the dispatcher's
+  // locks held, never across store I/O); it guards Unregister's waiters and the stop flag.
   mutable absl::Mutex mu_;
-  absl::CondVar idle_cv_;  // in_flight_ reached zero
-  // Parked requests by (engine id, request id), and how many each tenant has.
-  absl::flat_hash_map<std::pair<std::string, std::string>, Parked> parked_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, uint32_t> parked_per_tenant_ ABSL_GUARDED_BY(mu_);
-  // Takes a parked request out of parked_ (and its tenant's count). REQUIRES: mu_ held.
-  Parked EraseParked(decltype(parked_)::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ResourceExhausted when `tenant` may not park one more request. REQUIRES: mu_ held.
-  absl::Status CheckParkRoom(const std::string& tenant) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Serializes Park/Resume/Release (they change parked_ around store I/O).
-  absl::Mutex park_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  // Pins by (engine id, block hash): a store hold and its expiry.
-  absl::flat_hash_map<std::pair<std::string, index::BlockHash>, HeldPin> pins_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   // Unregister calls waiting for an engine's work (never on a worker: the work may be queued
@@ -288,7 +175,6 @@ class KvTierService final : public v1::KvTier::CallbackService {
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> waiters_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<dev_t, ino_t>> forbidden_;  // of options_.forbidden_pool_files
-  FairScheduler workers_;
   std::thread lease_thread_;
 };
 

@@ -18,8 +18,7 @@ KvTierService::Traffic KvTierService::traffic() const {
   t.hot_bytes_onboarded = totals_.hot_bytes_onboarded;
   t.cold_bytes_onboarded = totals_.cold_bytes_onboarded;
   t.dropped_offloads = totals_.dropped_offloads;
-  absl::MutexLock lock(&mu_);
-  t.parked_requests = parked_.size();
+  t.parked_requests = state_->parks().size();
   return t;
 }
 
@@ -96,31 +95,18 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     resp->set_cold_bytes_onboarded(totals_.cold_bytes_onboarded);
     resp->set_dropped_offloads(totals_.dropped_offloads);
   }
-  resp->set_draining(draining_);
-  {
-    absl::MutexLock lock(&mu_);
-    if (filtered) {
-      auto count = parked_per_tenant_.find(*caller);
-      resp->set_parked_requests(count == parked_per_tenant_.end() ? 0 : count->second);
-    } else {
-      resp->set_parked_requests(parked_.size());
-    }
-  }
+  resp->set_draining(state_->dispatcher().draining());
+  resp->set_parked_requests(filtered ? state_->parks().CountOfTenant(*caller)
+                                     : static_cast<uint32_t>(state_->parks().size()));
   absl::flat_hash_map<uint64_t, uint32_t> engines_per_ns;
-  absl::flat_hash_map<uint64_t, uint64_t> parked_per_ns;
-  absl::flat_hash_map<std::string, uint64_t> parked_per_engine, pins_per_engine;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [key, parked] : parked_) {
-      ++parked_per_ns[parked.ns];
-      ++parked_per_engine[parked.engine_id];
-    }
-    if (req->include_engines()) {
-      for (const auto& [key, pin] : pins_) ++pins_per_engine[key.first];
-    }
-  }
+  const ParkTable::Counts parked_counts = state_->parks().CountByNamespaceAndEngine();
+  const absl::flat_hash_map<store::NamespaceId, uint64_t>& parked_per_ns =
+      parked_counts.per_namespace;
+  const absl::flat_hash_map<std::string, uint64_t>& parked_per_engine = parked_counts.per_engine;
+  absl::flat_hash_map<std::string, uint64_t> pins_per_engine;
+  if (req->include_engines()) pins_per_engine = state_->pins().CountByEngine();
   uint32_t visible_engines = 0;
-  registry_.ForEach([&](const Engine& engine) {
+  state_->registry().ForEach([&](const Engine& engine) {
     ++engines_per_ns[engine.ns];
     if (!filtered || engine.tenant == *caller) ++visible_engines;
     if (!req->include_engines() || (filtered && engine.tenant != *caller)) return;

@@ -2,6 +2,7 @@
 #include "daemon/service/proto_convert.h"
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -45,48 +46,109 @@ absl::Duration DurationFromProto(const google::protobuf::Duration& d) {
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
-v1::ItemCode ItemCodeFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
+v1::ItemCode ItemCodeToProto(dataplane::ItemCode code) {
+  switch (code) {
+    case dataplane::ItemCode::kOk:
       return v1::ITEM_CODE_OK;
-    case absl::StatusCode::kAlreadyExists:
+    case dataplane::ItemCode::kAlreadyStored:
       return v1::ITEM_CODE_ALREADY_STORED;
-    case absl::StatusCode::kNotFound:
+    case dataplane::ItemCode::kNotFound:
       return v1::ITEM_CODE_NOT_FOUND;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
+    case dataplane::ItemCode::kInvalidArgument:
       return v1::ITEM_CODE_INVALID_ARGUMENT;
-    case absl::StatusCode::kResourceExhausted:
+    case dataplane::ItemCode::kResourceExhausted:
       return v1::ITEM_CODE_RESOURCE_EXHAUSTED;
-    case absl::StatusCode::kDataLoss:
+    case dataplane::ItemCode::kNotAdmitted:
+      return v1::ITEM_CODE_NOT_ADMITTED;
+    case dataplane::ItemCode::kDataLoss:
       return v1::ITEM_CODE_DATA_LOSS;
-    case absl::StatusCode::kUnavailable:
+    case dataplane::ItemCode::kUnavailable:
       return v1::ITEM_CODE_UNAVAILABLE;
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kAborted:
+    case dataplane::ItemCode::kSkipped:
+      return v1::ITEM_CODE_SKIPPED;
+    case dataplane::ItemCode::kAborted:
       return v1::ITEM_CODE_ABORTED;
-    case absl::StatusCode::kFailedPrecondition:
+    case dataplane::ItemCode::kFailedPrecondition:
       return v1::ITEM_CODE_FAILED_PRECONDITION;
-    default:
+    case dataplane::ItemCode::kInternal:
       return v1::ITEM_CODE_INTERNAL;
   }
+  return v1::ITEM_CODE_INTERNAL;
+}
+
+void ItemResultToProto(const dataplane::ItemResult& result, v1::ItemResult* out) {
+  out->set_code(ItemCodeToProto(result.code));
+  if (!result.message.empty()) out->set_message(result.message);
+  if (result.tier.has_value()) out->set_tier(TierToProto(*result.tier));
 }
 
 void SetItemResult(const absl::Status& status, v1::ItemResult* out) {
-  out->set_code(ItemCodeFor(status));
-  if (!status.ok() && !absl::IsAlreadyExists(status)) {
-    std::string message(status.message().substr(0, 1024));
-    out->set_message(std::move(message));
-  }
+  dataplane::ItemResult result;
+  result.Set(status);
+  ItemResultToProto(result, out);
 }
 
-uint32_t LeadingOk(const v1::OnboardResponse& resp) {
-  uint32_t n = 0;
-  while (static_cast<int>(n) < resp.results_size() && resp.results(n).code() == v1::ITEM_CODE_OK) {
-    ++n;
+dataplane::SharedMemoryFile SharedMemoryFileFromProto(const v1::SharedMemoryFile& file) {
+  dataplane::SharedMemoryFile out;
+  if (file.has_path()) out.path = file.path();
+  if (file.has_shm_name()) out.shm_name = file.shm_name();
+  out.offset_bytes = file.offset_bytes();
+  out.size_bytes = file.size_bytes();
+  return out;
+}
+
+dataplane::CudaIpcMemory CudaIpcMemoryFromProto(const v1::CudaIpcMemory& memory) {
+  dataplane::CudaIpcMemory out;
+  out.handle = memory.handle();
+  out.device_uuid = memory.device_uuid();
+  out.device_ordinal = memory.device_ordinal();
+  out.base_offset_bytes = memory.base_offset_bytes();
+  out.size_bytes = memory.size_bytes();
+  return out;
+}
+
+namespace {
+
+template <typename Request>
+std::vector<dataplane::PageItem> PageItemsFromProto(const Request& req) {
+  std::vector<dataplane::PageItem> items;
+  items.reserve(req.items_size());
+  for (const auto& item : req.items()) {
+    items.push_back(dataplane::PageItem{HashFromProto(item.block_hash()), item.page_index()});
   }
-  return n;
+  return items;
+}
+
+}  // namespace
+
+dataplane::OffloadBatch OffloadBatchFromProto(const v1::OffloadRequest& req) {
+  dataplane::OffloadBatch batch;
+  batch.items = PageItemsFromProto(req);
+  // WRITE_ACK_DURABLE implies durable (cache.proto).
+  batch.durable = req.durable();
+  batch.wait_durable = req.ack() == v1::WRITE_ACK_DURABLE;
+  return batch;
+}
+
+dataplane::OnboardBatch OnboardBatchFromProto(const v1::OnboardRequest& req) {
+  dataplane::OnboardBatch batch;
+  batch.items = PageItemsFromProto(req);
+  batch.continue_after_miss = req.continue_after_miss();
+  return batch;
+}
+
+void OffloadResultToProto(const dataplane::OffloadResult& result, v1::OffloadResponse* out) {
+  for (const dataplane::ItemResult& r : result.results) ItemResultToProto(r, out->add_results());
+  out->set_stored_pages(result.stored_pages);
+  out->set_hot_bytes_read(result.hot_bytes_read);
+  out->set_cold_bytes_written(result.cold_bytes_written);
+}
+
+void OnboardResultToProto(const dataplane::OnboardResult& result, v1::OnboardResponse* out) {
+  for (const dataplane::ItemResult& r : result.results) ItemResultToProto(r, out->add_results());
+  out->set_onboarded_pages(result.onboarded_pages);
+  out->set_cold_bytes_read(result.cold_bytes_read);
+  out->set_hot_bytes_written(result.hot_bytes_written);
 }
 
 }  // namespace kvtier::service

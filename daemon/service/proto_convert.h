@@ -12,12 +12,16 @@
 #include "absl/time/time.h"
 #include "codec/codec_spec.h"
 #include "codec/page_layout.h"
+#include "daemon/dataplane/data_plane.h"
+#include "daemon/dataplane/gpu_pages.h"
+#include "daemon/dataplane/host_pool.h"
 #include "daemon/index/block_record.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "kvtier/v1/cache.pb.h"
 #include "kvtier/v1/common.pb.h"
 #include "kvtier/v1/layout.pb.h"
+#include "kvtier/v1/pool.pb.h"
 #include "proto/codec_convert.h"
 
 // To be removed: kvtier_service*.cc still take ToGrpc and FinishWith from here. Once they include
@@ -41,12 +45,22 @@ absl::StatusOr<index::BlockHash> HashFromProto(absl::string_view bytes);
 void SetDuration(absl::Duration d, google::protobuf::Duration* out);
 void SetTime(absl::Time t, google::protobuf::Timestamp* out);
 absl::Duration DurationFromProto(const google::protobuf::Duration& d);
-// The closest item code of a store status.
-v1::ItemCode ItemCodeFor(const absl::Status& status);
+v1::ItemCode ItemCodeToProto(dataplane::ItemCode code);
+void ItemResultToProto(const dataplane::ItemResult& result, v1::ItemResult* out);
+// The closest item code of a store status and, unless it is OK or AlreadyExists, its message
+// (ItemResult::Set).
 void SetItemResult(const absl::Status& status, v1::ItemResult* out);
-// OnboardResponse.onboarded_pages: the leading items that succeeded (the usable prefix), which
-// with continue_after_miss is fewer than all that succeeded.
-uint32_t LeadingOk(const v1::OnboardResponse& resp);
+
+// The pools' locations, for dataplane::HostPool::Map and DevicePool::Open.
+dataplane::SharedMemoryFile SharedMemoryFileFromProto(const v1::SharedMemoryFile& file);
+dataplane::CudaIpcMemory CudaIpcMemoryFromProto(const v1::CudaIpcMemory& memory);
+
+// The data plane's batches of an Offload or Onboard request (hashes parsed; one that does not
+// parse fails its item), and their results as the responses carry them.
+dataplane::OffloadBatch OffloadBatchFromProto(const v1::OffloadRequest& req);
+dataplane::OnboardBatch OnboardBatchFromProto(const v1::OnboardRequest& req);
+void OffloadResultToProto(const dataplane::OffloadResult& result, v1::OffloadResponse* out);
+void OnboardResultToProto(const dataplane::OnboardResult& result, v1::OnboardResponse* out);
 
 }  // namespace kvtier::service
 

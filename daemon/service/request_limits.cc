@@ -2,7 +2,6 @@
 #include "daemon/service/request_limits.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/digest.h"
 #include "common/quote.h"
 
 namespace kvtier::service {
@@ -62,14 +61,6 @@ absl::Status CheckSelector(const v1::NamespaceSelector& selector) {
     default:
       return absl::OkStatus();
   }
-}
-
-absl::Status DistinctHashes::Add(const index::BlockHash& hash, int item) {
-  const auto [it, inserted] = first_.try_emplace(hash, item);
-  if (inserted) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("block hash ", LowerHex(hash), " repeats items[",
-                                                 it->second,
-                                                 "]; the hashes of one request must be distinct"));
 }
 
 }  // namespace kvtier::service

@@ -1,18 +1,16 @@
 // The request limits of the kvtier.v1 contract (proto/kvtier/v1/*.proto) other than a layout's
-// (codec::ValidateLayout has those): lengths of ids and names, enum values, namespace selectors,
-// and distinct hashes within one request. The handlers of KvTierService and KvTierAdminService
-// check with these before any lookup, so that a malformed value is INVALID_ARGUMENT, its message
-// quoting the value cut short (common/quote.h), never a NOT_FOUND that repeats it. Pure functions
-// and a single-threaded helper class.
+// (codec::ValidateLayout has those) and the distinct hashes of one request (the data plane's
+// DistinctHashes): lengths of ids and names, enum values, namespace selectors. The handlers of
+// KvTierService and KvTierAdminService check with these before any lookup, so that a malformed
+// value is INVALID_ARGUMENT, its message quoting the value cut short (common/quote.h), never a
+// NOT_FOUND that repeats it. Pure functions.
 #ifndef KVTIER_DAEMON_SERVICE_REQUEST_LIMITS_H_
 #define KVTIER_DAEMON_SERVICE_REQUEST_LIMITS_H_
 
 #include <cstddef>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "daemon/index/block_record.h"
 #include "kvtier/v1/cache.pb.h"
 #include "kvtier/v1/namespace.pb.h"
 
@@ -49,18 +47,6 @@ absl::Status CheckWriteOptions(v1::Priority priority, v1::WriteAck ack);
 // InvalidArgument for all = false (nothing selected) and for a match field longer than the
 // Namespace field it matches (tenant 128, model 256, partition 64 bytes).
 absl::Status CheckSelector(const v1::NamespaceSelector& selector);
-
-// The hashes of one request's items, so that an item repeating an earlier item's hash fails
-// (cache.proto: the hashes of one Offload are distinct). Not thread-safe; one per request.
-class DistinctHashes {
- public:
-  // OK the first time `hash` is added; InvalidArgument naming the hash and the earlier item
-  // ("items[0]") when an earlier item had it.
-  absl::Status Add(const index::BlockHash& hash, int item);
-
- private:
-  absl::flat_hash_map<index::BlockHash, int> first_;
-};
 
 }  // namespace kvtier::service
 

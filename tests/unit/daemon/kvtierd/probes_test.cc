@@ -60,7 +60,8 @@ class DaemonProbesTest : public ::testing::Test {
     service::ServiceOptions so;
     so.pool_dirs = {dir_->path()};
     so.worker_threads = 1;
-    service_ = std::make_unique<service::KvTierService>(store_.get(), so);
+    state_ = std::make_unique<service::ServiceState>(store_.get(), so);
+    service_ = std::make_unique<service::KvTierService>(store_.get(), so, state_.get());
     grpc::ServerBuilder builder;  // no port: the in-process channel only
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -72,11 +73,13 @@ class DaemonProbesTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown();
     server_.reset();
     service_.reset();
+    state_.reset();
     store_.reset();
   }
 
   std::unique_ptr<kvtier::testing::TempDir> dir_;
   std::unique_ptr<store::BlockStore> store_;
+  std::unique_ptr<service::ServiceState> state_;
   std::unique_ptr<service::KvTierService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<DaemonProbes> probes_;
@@ -93,7 +96,7 @@ TEST_F(DaemonProbesTest, AliveAndReadyWhileTheStoreAndTheServerAnswer) {
 
 TEST_F(DaemonProbesTest, NotAliveWhenTheServerDoesNotAnswerHello) {
   // A server with the admin service only: Hello is UNIMPLEMENTED there.
-  service::KvTierAdminService admin(store_.get(), service_.get());
+  service::KvTierAdminService admin(store_.get(), state_.get());
   grpc::ServerBuilder builder;
   builder.RegisterService(&admin);
   std::unique_ptr<grpc::Server> bare = builder.BuildAndStart();
@@ -118,10 +121,10 @@ TEST_F(DaemonProbesTest, NotAliveOnceTheGrpcServerStops) {
 }
 
 TEST_F(DaemonProbesTest, NotReadyWhileDrainingButAlive) {
-  service_->BeginDrain();
+  state_->dispatcher().BeginDrain();
   EXPECT_THAT(probes_->NotReady(), ElementsAre("draining"));
   EXPECT_TRUE(probes_->CheckAlive().ok()) << probes_->CheckAlive();
-  service_->EndDrain();
+  state_->dispatcher().EndDrain();
   EXPECT_THAT(probes_->NotReady(), IsEmpty());
 }
 

@@ -1,5 +1,5 @@
 // HostPool: maps an engine's shared-memory pool after checking where it is and how big it is.
-#include "daemon/service/host_pool.h"
+#include "daemon/dataplane/host_pool.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -24,7 +24,7 @@
 #include "common/status_macros.h"
 #include "daemon/io/posix_file.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 namespace {
 
 // The allowed directory `dir`, or its subdirectory `subdir` opened beneath it with no symlink.
@@ -45,13 +45,13 @@ int OpenBeneath(const std::string& dir, const std::string& subdir) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
-    const std::string& pool_name, const v1::SharedMemoryFile& file, uint32_t slots,
-    uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs,
-    const std::string& required_subdir, const std::vector<std::pair<dev_t, ino_t>>& forbidden) {
+    const std::string& pool_name, const SharedMemoryFile& file, uint32_t slots, uint64_t slot_bytes,
+    const std::vector<std::string>& allowed_dirs, const std::string& required_subdir,
+    const std::vector<std::pair<dev_t, ino_t>>& forbidden) {
   const std::string named = Quoted(pool_name);
   std::string path;
-  if (file.has_shm_name()) {
-    const std::string& name = file.shm_name();
+  if (file.shm_name.has_value()) {
+    const std::string& name = *file.shm_name;
     if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
         name.find('/', 1) != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -59,8 +59,8 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
           Quoted(name)));
     }
     path = "/dev/shm" + name;
-  } else if (file.has_path()) {
-    path = file.path();
+  } else if (file.path.has_value()) {
+    path = *file.path;
     if (path.empty() || path[0] != '/' || path.size() > 4096) {
       return absl::InvalidArgumentError(
           absl::StrFormat("pool %s: path %s must be absolute", named, Quoted(path)));
@@ -70,18 +70,18 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
         absl::StrFormat("pool %s: shared_memory needs a path or a shm_name", named));
   }
   const std::string shown = Quoted(path);
-  if (file.offset_bytes() % 4096 != 0) {
+  if (file.offset_bytes % 4096 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "pool %s: offset_bytes %d is not a multiple of 4096", named, file.offset_bytes()));
+        "pool %s: offset_bytes %d is not a multiple of 4096", named, file.offset_bytes));
   }
   if (slots == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("pool %s: 0 slots", named));
   }
   const unsigned __int128 needed = static_cast<unsigned __int128>(slots) * slot_bytes;
-  if (needed > file.size_bytes()) {
+  if (needed > file.size_bytes) {
     return absl::FailedPreconditionError(
         absl::StrFormat("pool %s: size_bytes %d is below %d slots of %d bytes", named,
-                        file.size_bytes(), slots, slot_bytes));
+                        file.size_bytes, slots, slot_bytes));
   }
   // Opened beneath an allowed directory with openat2: no symlink anywhere on the way and no ".."
   // out of it, so nothing can swap a path component between a check and the open. With a
@@ -161,18 +161,18 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
     return absl::InvalidArgumentError(
         absl::StrFormat("pool %s: %s is not a regular file", named, shown));
   }
-  const uint64_t end = file.offset_bytes() + file.size_bytes();
-  if (end < file.offset_bytes() || end > static_cast<uint64_t>(st.st_size)) {
+  const uint64_t end = file.offset_bytes + file.size_bytes;
+  if (end < file.offset_bytes || end > static_cast<uint64_t>(st.st_size)) {
     close(fd);
     return absl::InvalidArgumentError(
         absl::StrFormat("pool %s: [%d, %d) lies beyond the end of %s (%d bytes)", named,
-                        file.offset_bytes(), end, shown, static_cast<uint64_t>(st.st_size)));
+                        file.offset_bytes, end, shown, static_cast<uint64_t>(st.st_size)));
   }
   // Every page of the range backed before the daemon writes into it: a hole the file system
   // cannot fill (a full tmpfs) would raise SIGBUS at the first onboard.
   bool allocated = true;
-  if (fallocate(fd, 0, static_cast<off_t>(file.offset_bytes()),
-                static_cast<off_t>(file.size_bytes())) != 0) {
+  if (fallocate(fd, 0, static_cast<off_t>(file.offset_bytes),
+                static_cast<off_t>(file.size_bytes)) != 0) {
     const int err = errno;
     allocated = false;
     if (err == ENOSPC || err == EDQUOT || err == ENOMEM) {
@@ -180,26 +180,26 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
       return absl::ResourceExhaustedError(absl::StrFormat(
           "pool %s: %s cannot be backed: allocating its %d bytes at offset %d failed: %s (the "
           "file system holding it is full)",
-          named, shown, file.size_bytes(), file.offset_bytes(), io::ErrnoText(err)));
+          named, shown, file.size_bytes, file.offset_bytes, io::ErrnoText(err)));
     }
     // File systems without fallocate: the pages are populated after mapping, below.
   }
-  void* mapping = mmap(nullptr, file.size_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                       static_cast<off_t>(file.offset_bytes()));
+  void* mapping = mmap(nullptr, file.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                       static_cast<off_t>(file.offset_bytes));
   const int err = errno;
   if (mapping == MAP_FAILED) {
     close(fd);
     return ErrnoStatus(err, absl::StrFormat("pool %s: mmap %s", named, shown));
   }
 #ifdef MADV_POPULATE_WRITE
-  if (!allocated && madvise(mapping, file.size_bytes(), MADV_POPULATE_WRITE) != 0 &&
+  if (!allocated && madvise(mapping, file.size_bytes, MADV_POPULATE_WRITE) != 0 &&
       (errno == EFAULT || errno == ENOMEM || errno == EHWPOISON)) {
     const int populate_err = errno;
-    munmap(mapping, file.size_bytes());
+    munmap(mapping, file.size_bytes);
     close(fd);
     return absl::ResourceExhaustedError(
         absl::StrFormat("pool %s: %s cannot be backed: populating its %d bytes failed: %s", named,
-                        shown, file.size_bytes(), io::ErrnoText(populate_err)));
+                        shown, file.size_bytes, io::ErrnoText(populate_err)));
   }
 #endif
   struct statfs fs;
@@ -207,16 +207,16 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
                                 ? static_cast<size_t>(fs.f_bsize)
                                 : static_cast<size_t>(4096);
   absl::StatusOr<std::unique_ptr<MappingGuard>> guard =
-      MappingGuard::Guard(mapping, file.size_bytes(), page_bytes);
+      MappingGuard::Guard(mapping, file.size_bytes, page_bytes);
   if (!guard.ok()) {
-    munmap(mapping, file.size_bytes());
+    munmap(mapping, file.size_bytes);
     close(fd);
     return guard.status();
   }
   std::unique_ptr<HostPool> pool(new HostPool());
   pool->path_ = real;
   pool->mapping_ = mapping;
-  pool->mapping_bytes_ = file.size_bytes();
+  pool->mapping_bytes_ = file.size_bytes;
   pool->base_ = static_cast<uint8_t*>(mapping);
   pool->slots_ = slots;
   pool->slot_bytes_ = slot_bytes;
@@ -224,7 +224,7 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Map(
   pool->end_ = end;
   pool->dev_ = st.st_dev;
   pool->ino_ = st.st_ino;
-  pool->offset_ = file.offset_bytes();
+  pool->offset_ = file.offset_bytes;
   pool->guard_ = std::move(*guard);
   return pool;
 }
@@ -255,4 +255,4 @@ absl::Status HostPool::CheckIntact() const {
   return absl::OkStatus();
 }
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane

@@ -7,8 +7,8 @@
 // bytes. The mapping is damaged from then on (that page no longer shows the file): its pool must
 // be registered again. A bus error anywhere else keeps its default action (the handler that was
 // installed before, or a core dump). Thread-safe; the handler is async-signal-safe.
-#ifndef KVTIER_DAEMON_SERVICE_MAPPING_GUARD_H_
-#define KVTIER_DAEMON_SERVICE_MAPPING_GUARD_H_
+#ifndef KVTIER_DAEMON_DATAPLANE_MAPPING_GUARD_H_
+#define KVTIER_DAEMON_DATAPLANE_MAPPING_GUARD_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 
 class MappingGuard {
  public:
@@ -42,6 +42,6 @@ class MappingGuard {
   const int slot_;
 };
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
 
-#endif  // KVTIER_DAEMON_SERVICE_MAPPING_GUARD_H_
+#endif  // KVTIER_DAEMON_DATAPLANE_MAPPING_GUARD_H_

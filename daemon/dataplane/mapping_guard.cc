@@ -5,7 +5,7 @@
 // it is withdrawn by clearing `begin` first. mmap is a plain system call (made through syscall()
 // here, which takes no lock); replacing the page with MAP_FIXED leaves the rest of the engine's
 // mapping in place and lets the faulting instruction complete on return from the handler.
-#include "daemon/service/mapping_guard.h"
+#include "daemon/dataplane/mapping_guard.h"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 namespace {
 
 struct Range {
@@ -126,4 +126,4 @@ uint64_t MappingGuard::first_fault_offset() const {
   return g_ranges[slot_].first_fault.load(std::memory_order_acquire);
 }
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane

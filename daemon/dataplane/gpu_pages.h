@@ -1,8 +1,8 @@
 // The GPU side of the data plane: engine pools in GPU memory shared through CUDA IPC
 // (DevicePool). kernels::GpuBlockCodec moves whole pages between such a pool and cold blocks in
 // the daemon's CUDA-pinned host tier.
-#ifndef KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
-#define KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
+#ifndef KVTIER_DAEMON_DATAPLANE_GPU_PAGES_H_
+#define KVTIER_DAEMON_DATAPLANE_GPU_PAGES_H_
 
 #include <cstdint>
 #include <memory>
@@ -10,9 +10,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kvtier/v1/pool.pb.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
+
+// An engine's GPU allocation shared through CUDA IPC (the contract's CudaIpcMemory, which
+// proto_convert.h converts): the 64-byte handle, the device's 16-byte UUID and the engine's
+// ordinal for messages, and the range of the allocation that holds the pages.
+struct CudaIpcMemory {
+  std::string handle;
+  std::string device_uuid;
+  uint32_t device_ordinal = 0;
+  uint64_t base_offset_bytes = 0;
+  uint64_t size_bytes = 0;
+};
 
 class DevicePool {
  public:
@@ -21,7 +31,7 @@ class DevicePool {
   // rejects; FailedPrecondition when this process does not see the device; Unimplemented without
   // CUDA.
   static absl::StatusOr<std::unique_ptr<DevicePool>> Open(const std::string& pool_name,
-                                                          const v1::CudaIpcMemory& memory,
+                                                          const CudaIpcMemory& memory,
                                                           uint32_t slots, uint64_t slot_bytes);
   ~DevicePool();
   DevicePool(const DevicePool&) = delete;
@@ -41,6 +51,6 @@ class DevicePool {
   uint64_t slot_bytes_ = 0;
 };
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
 
-#endif  // KVTIER_DAEMON_SERVICE_GPU_PAGES_H_
+#endif  // KVTIER_DAEMON_DATAPLANE_GPU_PAGES_H_

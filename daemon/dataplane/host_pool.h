@@ -2,22 +2,32 @@
 // (MAP_SHARED) at registration: `slots` pages of `slot_bytes` each, starting `offset_bytes` into
 // the file. Page indices are checked by the caller against slots() before slot() is used.
 // Immutable after Map(); slot() may be called from any thread.
-#ifndef KVTIER_DAEMON_SERVICE_HOST_POOL_H_
-#define KVTIER_DAEMON_SERVICE_HOST_POOL_H_
+#ifndef KVTIER_DAEMON_DATAPLANE_HOST_POOL_H_
+#define KVTIER_DAEMON_DATAPLANE_HOST_POOL_H_
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/service/mapping_guard.h"
-#include "kvtier/v1/pool.pb.h"
+#include "daemon/dataplane/mapping_guard.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
+
+// Where a host pool lives (the contract's SharedMemoryFile, which proto_convert.h converts): a
+// file by absolute path or a POSIX shared-memory name ("/name", in /dev/shm), one of them set,
+// and the range of it that holds the pages.
+struct SharedMemoryFile {
+  std::optional<std::string> path;
+  std::optional<std::string> shm_name;
+  uint64_t offset_bytes = 0;
+  uint64_t size_bytes = 0;
+};
 
 class HostPool {
  public:
@@ -33,7 +43,7 @@ class HostPool {
   // is guarded (mapping_guard.h): a page that loses its backing later fails requests with
   // CheckFaults' status, never a signal.
   static absl::StatusOr<std::unique_ptr<HostPool>> Map(
-      const std::string& pool_name, const v1::SharedMemoryFile& file, uint32_t slots,
+      const std::string& pool_name, const SharedMemoryFile& file, uint32_t slots,
       uint64_t slot_bytes, const std::vector<std::string>& allowed_dirs,
       const std::string& required_subdir = "",
       const std::vector<std::pair<dev_t, ino_t>>& forbidden = {});
@@ -74,6 +84,6 @@ class HostPool {
   std::unique_ptr<MappingGuard> guard_;
 };
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
 
-#endif  // KVTIER_DAEMON_SERVICE_HOST_POOL_H_
+#endif  // KVTIER_DAEMON_DATAPLANE_HOST_POOL_H_

@@ -10,13 +10,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
-#include "daemon/service/data_plane.h"
-#include "daemon/service/engine_registry.h"
-#include "daemon/service/proto_convert.h"
-#include "daemon/service/request_limits.h"
+#include "daemon/dataplane/data_plane.h"
 #include "kernels/device.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 
 namespace {
 
@@ -47,26 +44,26 @@ size_t SealThreads() {
 class GpuDataPlane final : public DataPlane {
  public:
   GpuDataPlane(store::BlockStore* store, DataPlaneTotals* totals) : DataPlane(store, totals) {}
-  void Offload(const Engine& engine, const v1::OffloadRequest& req, v1::OffloadResponse* resp,
-               bool parked, ItemProgress* progress, int end) override;
-  void Onboard(const Engine& engine, const v1::OnboardRequest& req, v1::OnboardResponse* resp,
+  void Offload(const EnginePages& engine, const OffloadBatch& batch, OffloadResult* out,
+               ItemProgress* progress, int end) override;
+  void Onboard(const EnginePages& engine, const OnboardBatch& batch, OnboardResult* out,
                ItemProgress* progress, int end) override;
 };
 
-void GpuDataPlane::Offload(const Engine& engine, const v1::OffloadRequest& req,
-                           v1::OffloadResponse* resp, bool parked, ItemProgress* progress,
-                           int end) {
+void GpuDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch, OffloadResult* out,
+                           ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
-  const store::PutOptions put = PutOptionsFor(engine, req, parked);
+  const store::PutOptions put = PutOptionsFor(engine, batch);
   const uint64_t block_bytes = engine.codec->block_bytes();
-  while (resp->results_size() < req.items_size()) resp->add_results();  // in the first turn
+  const int size = static_cast<int>(batch.items.size());
+  if (out->results.size() < batch.items.size()) out->results.resize(size);  // in the first turn
   uint32_t stored = 0;
   DistinctHashes& distinct = progress->distinct;  // kept across turns
   const int first = progress->next;
   int next = first;
   // The rest in a later turn; a turn does at least one full pass (the staged paths need them).
-  end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), req.items_size());
+  end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), size);
   while (next < end) {
     // Reserve host slots for the next batch of valid, new items.
     std::vector<int> items;
@@ -74,32 +71,32 @@ void GpuDataPlane::Offload(const Engine& engine, const v1::OffloadRequest& req,
     std::vector<const uint8_t*> pages;
     std::vector<uint8_t*> blocks;
     for (; next < end && items.size() < kGpuBatch; ++next) {
-      const v1::OffloadItem& item = req.items(next);
-      v1::ItemResult* result = resp->mutable_results(next);
-      absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
-      if (!hash.ok()) {
-        SetItemResult(hash.status(), result);
+      const PageItem& item = batch.items[next];
+      ItemResult* result = &out->results[next];
+      if (!item.hash.ok()) {
+        result->Set(item.hash.status());
         continue;
       }
-      if (absl::Status repeated = distinct.Add(*hash, next); !repeated.ok()) {
-        SetItemResult(repeated, result);
+      const index::BlockHash& hash = *item.hash;
+      if (absl::Status repeated = distinct.Add(hash, next); !repeated.ok()) {
+        result->Set(repeated);
         continue;
       }
-      if (absl::Status page = engine.CheckPage(item.page_index()); !page.ok()) {
-        SetItemResult(page, result);
+      if (absl::Status page = engine.CheckPage(item.page_index); !page.ok()) {
+        result->Set(page);
         continue;
       }
-      absl::StatusOr<store::HostReservation> r = store_->Reserve({engine.ns, *hash}, block_bytes);
+      absl::StatusOr<store::HostReservation> r = store_->Reserve({engine.ns, hash}, block_bytes);
       if (absl::IsAlreadyExists(r.status())) {
-        OffloadStoredItem({engine.ns, *hash}, put, result);
+        OffloadStoredItem({engine.ns, hash}, put, result);
         continue;
       }
       if (!r.ok()) {
-        SetItemResult(r.status(), result);
+        result->Set(r.status());
         continue;
       }
       items.push_back(next);
-      pages.push_back(engine.device_pool->slot(item.page_index()));
+      pages.push_back(engine.device_pool->slot(item.page_index));
       blocks.push_back(r->bytes().data());
       reservations.push_back(std::move(*r));
     }
@@ -122,44 +119,44 @@ void GpuDataPlane::Offload(const Engine& engine, const v1::OffloadRequest& req,
     if (!st.ok()) {
       (void)engine.gpu->Wait();  // nothing may still write the reserved slots
       KVTIER_LOG(kError, "engine ", engine.id, ": GPU encode failed: ", st.message());
-      for (int i : items)
-        SetItemResult(absl::InternalError(st.message()), resp->mutable_results(i));
+      for (int i : items) out->results[i].Set(absl::InternalError(st.message()));
       continue;  // the reservations are released unstored
     }
     store::PutOptions sealed = put;
     sealed.sealed_by_caller = true;  // just sealed above: the store checks the header only
     for (size_t k = 0; k < items.size(); ++k) {
-      v1::ItemResult* result = resp->mutable_results(items[k]);
+      ItemResult& result = out->results[items[k]];
       absl::Status committed = store_->Commit(std::move(reservations[k]), sealed);
-      SetItemResult(committed, result);
+      result.Set(committed);
       if (!committed.ok()) continue;
-      result->set_tier(v1::TIER_HOST);
+      result.tier = index::Tier::kHost;
       ++stored;
     }
   }
   progress->next = next;
-  resp->set_stored_pages(resp->stored_pages() + stored);
-  resp->set_hot_bytes_read(resp->hot_bytes_read() + uint64_t{stored} * engine.hot_page_bytes);
-  resp->set_cold_bytes_written(resp->cold_bytes_written() + uint64_t{stored} * block_bytes);
+  out->stored_pages += stored;
+  out->hot_bytes_read += uint64_t{stored} * engine.hot_page_bytes;
+  out->cold_bytes_written += uint64_t{stored} * block_bytes;
   totals_->hot_bytes_offloaded += uint64_t{stored} * engine.hot_page_bytes;
   totals_->cold_bytes_offloaded += uint64_t{stored} * block_bytes;
   totals_->dropped_offloads += static_cast<uint64_t>(next - first) - stored;
 }
 
-void GpuDataPlane::Onboard(const Engine& engine, const v1::OnboardRequest& req,
-                           v1::OnboardResponse* resp, ItemProgress* progress, int end) {
+void GpuDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch, OnboardResult* out,
+                           ItemProgress* progress, int end) {
   ItemProgress whole;
   if (progress == nullptr) progress = &whole;
   // Kept across turns: a page written by an earlier turn is still taken, a stop still holds.
   absl::flat_hash_set<uint32_t>& destinations = progress->destinations;
   bool& stopped = progress->stopped;
   uint32_t onboarded = 0;
-  const uint64_t cold_before = resp->cold_bytes_read();
-  while (resp->results_size() < req.items_size()) resp->add_results();  // in the first turn
+  const uint64_t cold_before = out->cold_bytes_read;
+  const int size = static_cast<int>(batch.items.size());
+  if (out->results.size() < batch.items.size()) out->results.resize(size);  // in the first turn
   const int first = progress->next;
   int next = first;
   // The rest in a later turn; a turn does at least one full pass (the staged paths need them).
-  end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), req.items_size());
+  end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), size);
   while (next < end && !stopped) {
     std::vector<int> items;
     std::vector<store::PinnedBlock> pinned;
@@ -180,22 +177,22 @@ void GpuDataPlane::Onboard(const Engine& engine, const v1::OnboardRequest& req,
     };
     for (; next < end && items.size() < kGpuBatch && !stopped; ++next) {
       if (items.size() - enqueued >= kOnboardChunk) enqueue();
-      const v1::OnboardItem& item = req.items(next);
-      v1::ItemResult* result = resp->mutable_results(next);
+      const PageItem& item = batch.items[next];
+      ItemResult* result = &out->results[next];
       absl::Status st;
-      absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
-      if (!hash.ok()) {
-        st = hash.status();
-      } else if (!engine.CheckPage(item.page_index()).ok()) {
-        st = engine.CheckPage(item.page_index());
-      } else if (!destinations.insert(item.page_index()).second) {
+      if (!item.hash.ok()) {
+        st = item.hash.status();
+      } else if (!engine.CheckPage(item.page_index).ok()) {
+        st = engine.CheckPage(item.page_index);
+      } else if (!destinations.insert(item.page_index).second) {
         st = absl::InvalidArgumentError(
             absl::StrFormat("page index %d is the destination of an earlier item of this request",
-                            item.page_index()));
+                            item.page_index));
       }
       std::optional<store::PinnedBlock> block;
       if (st.ok()) {
-        absl::StatusOr<std::optional<store::PinnedBlock>> got = store_->Acquire({engine.ns, *hash});
+        absl::StatusOr<std::optional<store::PinnedBlock>> got =
+            store_->Acquire({engine.ns, *item.hash});
         st = got.status();
         if (st.ok() && !got->has_value()) st = absl::NotFoundError("");
         if (st.ok()) {
@@ -204,15 +201,15 @@ void GpuDataPlane::Onboard(const Engine& engine, const v1::OnboardRequest& req,
         }
       }
       if (!st.ok()) {
-        SetItemResult(st, result);
-        if (absl::IsNotFound(st)) result->clear_message();
-        stopped = !req.continue_after_miss();
+        result->Set(st);
+        if (absl::IsNotFound(st)) result->message.clear();
+        stopped = !batch.continue_after_miss;
         continue;
       }
-      result->set_tier(TierToProto(block->served_from()));
+      result->tier = block->served_from();
       items.push_back(next);
       blocks.push_back(block->bytes().data());
-      pages.push_back(engine.device_pool->slot(item.page_index()));
+      pages.push_back(engine.device_pool->slot(item.page_index));
       pinned.push_back(std::move(*block));
     }
     if (items.empty()) continue;
@@ -220,30 +217,24 @@ void GpuDataPlane::Onboard(const Engine& engine, const v1::OnboardRequest& req,
     absl::Status st = launched;
     st.Update(engine.gpu->Wait());  // also after a failed launch: earlier chunks use the pins
     for (int i : items) {
-      SetItemResult(st.ok() ? absl::OkStatus() : absl::InternalError(st.message()),
-                    resp->mutable_results(i));
+      out->results[i].Set(st.ok() ? absl::OkStatus() : absl::InternalError(st.message()));
     }
     if (!st.ok()) {
       KVTIER_LOG(kError, "engine ", engine.id, ": GPU decode failed: ", st.message());
       continue;
     }
     onboarded += static_cast<uint32_t>(items.size());
-    for (const store::PinnedBlock& b : pinned) {
-      resp->set_cold_bytes_read(resp->cold_bytes_read() + b.bytes().size());
-    }
+    for (const store::PinnedBlock& b : pinned) out->cold_bytes_read += b.bytes().size();
   }
   if (stopped) {
-    for (int i = next; i < req.items_size(); ++i) {  // never attempted
-      resp->mutable_results(i)->set_code(v1::ITEM_CODE_SKIPPED);
-    }
-    next = req.items_size();
+    for (int i = next; i < size; ++i) out->results[i].code = ItemCode::kSkipped;  // not attempted
+    next = size;
   }
   progress->next = next;
-  if (next == req.items_size()) resp->set_onboarded_pages(LeadingOk(*resp));
-  resp->set_hot_bytes_written(resp->hot_bytes_written() +
-                              uint64_t{onboarded} * engine.hot_page_bytes);
+  if (next == size) out->onboarded_pages = LeadingOk(out->results);
+  out->hot_bytes_written += uint64_t{onboarded} * engine.hot_page_bytes;
   totals_->hot_bytes_onboarded += uint64_t{onboarded} * engine.hot_page_bytes;
-  totals_->cold_bytes_onboarded += resp->cold_bytes_read() - cold_before;
+  totals_->cold_bytes_onboarded += out->cold_bytes_read - cold_before;
 }
 
 }  // namespace
@@ -252,4 +243,4 @@ std::unique_ptr<DataPlane> MakeGpuDataPlane(store::BlockStore* store, DataPlaneT
   return std::make_unique<GpuDataPlane>(store, totals);
 }
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
