@@ -4,7 +4,7 @@
 // are verified once when they enter (Commit) and on every read from disk, where the header
 // checksum recorded at store time must also match, so a slot reused after a crash can never
 // pass for the block that lived there before. All index writes are queued in the order the
-// memory state changed and applied by the background thread (block_store_background.cc); a
+// memory state changed and applied by the background thread (the Demoter, demoter.h); a
 // caller who needs durability waits for the commit of its sequence number.
 #include "daemon/store/block_store.h"
 
@@ -33,6 +33,15 @@ uint64_t NowMs(const BlockStoreOptions& options) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count());
+}
+
+absl::StatusOr<const kernels::GpuBlockCodec*> HotCodecOf(const State& s, NamespaceId ns) {
+  auto hot = s.hot.find(ns);
+  if (hot == s.hot.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", ns));
+  }
+  return hot->second;
 }
 
 void CountNamespaceRead(State& s, NamespaceId ns, bool hit, uint64_t now_ms) {
@@ -462,7 +471,8 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
   if (s.disk->capacity_bytes() > 0) {
     warn_chunks("disk", "disk.chunk", s.disk->capacity_bytes(), options.disk.chunk_bytes);
   }
-  s.background = std::thread([raw = store.get()] { raw->BackgroundLoop(); });
+  s.demoter = std::make_unique<Demoter>(s, Demoter::Policy::From(store->options_));
+  s.demoter->Start();
   return store;
 }
 
@@ -473,7 +483,7 @@ BlockStore::~BlockStore() {
     s.stop = true;
     s.work_cv.SignalAll();
   }
-  if (s.background.joinable()) s.background.join();
+  if (s.demoter != nullptr) s.demoter->Join();
   if (s.index == nullptr) return;             // Open failed before the index opened
   if (!s.index->Health().writable()) return;  // nothing was written that a sync would keep
   absl::Status st = s.index->Sync();
@@ -705,12 +715,7 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   Entry* e = nullptr;
   {
     absl::MutexLock lock(&s.mu);
-    auto hot = s.hot.find(key.ns);
-    if (hot == s.hot.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", key.ns));
-    }
-    const kernels::GpuBlockCodec* codec = hot->second;
+    KVTIER_ASSIGN_OR_RETURN(const kernels::GpuBlockCodec* codec, internal::HotCodecOf(s, key.ns));
     if (s.stop) return absl::UnavailableError("the store is shutting down");
     if (s.map.contains(key)) {
       ++s.counters.duplicate_puts;

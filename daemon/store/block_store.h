@@ -2,9 +2,9 @@
 // (GpuTier, daemon-owned device memory) and cold blocks in a host tier (HostArena) and a disk tier
 // (DiskTier), indexes them in memory and durably in RocksDB (BlockIndex), moves them down
 // (gpu -> host with the fused NVFP4 encode, host -> disk -> drop) on a background thread by LRU
-// with watermarks, enforces per-namespace quotas, verifies every block it reads back, and rebuilds
-// itself from the index at start. Every public method is thread-safe. See docs/ARCHITECTURE.md,
-// "Storage engine".
+// with watermarks (the Demoter, demoter.h), enforces per-namespace quotas, verifies every block
+// it reads back, and rebuilds itself from the index at start. Every public method is thread-safe.
+// See docs/ARCHITECTURE.md, "Storage engine".
 #ifndef KVTIER_DAEMON_STORE_BLOCK_STORE_H_
 #define KVTIER_DAEMON_STORE_BLOCK_STORE_H_
 
@@ -173,6 +173,15 @@ class HostReservation {
   absl::Span<uint8_t> bytes_;
 };
 
+// Why one class with about 27 public methods (the house limit is ~15): every method is an
+// operation on the same set of blocks, under the same lock (State::mu) and the same entry
+// lifecycle (EntryState), and the groups share their internals: the hot-page calls (SetHotLayout,
+// PutHot, ReadHot) publish and read through the same InsertWriting/Publish/AcquireImpl as Put and
+// Acquire, and the admin calls (ClearNamespace, UsageOf, Evict, Verify, Snapshot) walk the same
+// map and LRU lists. A separate facade for a group would need the same State and friendship, so
+// it would split the API, not a concern. The concerns that do stand alone are classes behind it:
+// the tier stack (StorageTier), NamespaceTable, Scrubber (Verify), Demoter (the background
+// thread). Callers (the service, the admin service, the data plane) hold one store.
 class BlockStore {
  public:
   // Opens the index, the host arena and the disk files, rebuilds the in-memory state from the
@@ -420,7 +429,6 @@ class BlockStore {
   // Evicts blocks of namespace `id` until a block of `slot_size` fits its quota.
   // ResourceExhausted (counted) when it cannot. REQUIRES: state_->mu held.
   absl::Status MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64_t slot_size);
-  void BackgroundLoop();
   // How AcquireImpl reads: `touch` counts a read (LRU, reuse, counters); `verify_host` checks a
   // host copy's checksum; `force_disk` reads the disk copy even when a host copy exists;
   // `keep_corrupt` leaves a block that fails in place; `failure` receives why it failed and

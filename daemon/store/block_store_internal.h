@@ -11,18 +11,19 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/histogram.h"
 #include "daemon/index/block_index.h"
 #include "daemon/store/block_store.h"
 #include "daemon/store/block_store_entry.h"
+#include "daemon/store/demoter.h"
 #include "daemon/store/entry_state.h"
 #include "daemon/store/gpu_tier.h"
 #include "daemon/store/host_tier.h"
@@ -125,7 +126,7 @@ struct BlockStore::State {
   Counters counters;
   LatencyHistogram read_latency;
   LatencyHistogram put_latency;
-  std::thread background;
+  std::unique_ptr<Demoter> demoter;  // the background thread; null until Open starts it
 };
 
 namespace internal {
@@ -133,6 +134,11 @@ namespace internal {
 using Entry = BlockStore::Entry;
 using State = BlockStore::State;
 
+// Writes the queued index changes (State::pending, and the namespace records and meta entries
+// that waited for the index) as one batch, synced under kBatch; on failure puts them back in
+// front of what was queued meanwhile. Called by the Demoter alone. REQUIRES: s.mu held; releases
+// it during the write.
+void CommitPending(State& s, index::SyncPolicy policy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 // Why a durable write cannot be made now (the index's refusal). REQUIRES: s.mu held.
 absl::Status IndexRefusal(const State& s);
 // Reads the index's health into s.index_writable / s.index_status when the last reading is older
@@ -202,6 +208,10 @@ void Quarantine(State& s, StorageTier& tier, const TierSlot& slot, uint64_t size
 // Returns the quarantined slots whose deletion is committed to their tiers.
 void ReleaseQuarantine(State& s);
 uint64_t NowMs(const BlockStoreOptions& options);
+// The codec of namespace `ns`'s hot pages (SetHotLayout); FailedPrecondition when it has none.
+// REQUIRES: s.mu held.
+absl::StatusOr<const kernels::GpuBlockCodec*> HotCodecOf(const State& s, NamespaceId ns)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 // Counts a touching read of namespace `ns` (a namespace the store has never seen is not created).
 void CountNamespaceRead(State& s, NamespaceId ns, bool hit, uint64_t now_ms)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);

@@ -29,12 +29,7 @@ absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, voi
   Entry* e = nullptr;
   {
     absl::MutexLock lock(&s.mu);
-    auto hot = s.hot.find(key.ns);
-    if (hot == s.hot.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("namespace %d has no hot-page layout (SetHotLayout)", key.ns));
-    }
-    codec = hot->second;
+    KVTIER_ASSIGN_OR_RETURN(codec, internal::HotCodecOf(s, key.ns));
     auto it = s.map.find(key);
     if (it != s.map.end() && !it->second->writing() && it->second->gpu.has_value()) {
       e = it->second.get();
@@ -273,6 +268,26 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
         size, options_.put_wait_ms, s.host_tier->used_bytes(), s.host_tier->arena().size(),
         s.pinned));
   }
+  // The end of both staged paths: the block (filled and verified at `dst`, the staging slot) is
+  // served from `from`; drops the entry's pin (the handle owns the staging slot) and counts the
+  // read (`bytes_out` of that tier).
+  auto serve_staged = [&](Tier from, uint64_t bytes_out,
+                          uint8_t* dst) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    unpin();
+    if (touch) {
+      ++s.counters.hits[static_cast<int>(from)];
+      s.counters.bytes_out[static_cast<int>(from)] += bytes_out;
+      internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
+    }
+    PinnedBlock pinned;
+    pinned.store_ = this;
+    pinned.staging_offset_ = *staging;
+    pinned.staging_size_ = size;
+    pinned.bytes_ = absl::Span<const uint8_t>(dst, size);
+    pinned.served_from_ = from;
+    record_latency();
+    return std::optional<PinnedBlock>(std::move(pinned));
+  };
   if (from_gpu) {
     s.host_used = s.host_tier->used_bytes();
     uint8_t* dst = s.host_tier->data() + *staging;
@@ -287,20 +302,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
       unpin();
       return encoded;
     }
-    unpin();
-    if (touch) {
-      ++s.counters.hits[static_cast<int>(Tier::kGpu)];
-      s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += hot->page_bytes();
-      internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
-    }
-    PinnedBlock pinned;
-    pinned.store_ = this;
-    pinned.staging_offset_ = *staging;
-    pinned.staging_size_ = size;
-    pinned.bytes_ = absl::Span<const uint8_t>(dst, size);
-    pinned.served_from_ = Tier::kGpu;
-    record_latency();
-    return std::optional<PinnedBlock>(std::move(pinned));
+    return serve_staged(Tier::kGpu, hot->page_bytes(), dst);
   }
   s.host_used = s.host_tier->used_bytes();
   const DiskSlot slot = *e->disk;
@@ -322,20 +324,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
                       : std::string(crc.status().message())));
     return std::nullopt;
   }
-  unpin();
-  if (touch) {
-    ++s.counters.hits[static_cast<int>(Tier::kDisk)];
-    s.counters.bytes_out[static_cast<int>(Tier::kDisk)] += size;
-    internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
-  }
-  PinnedBlock pinned;
-  pinned.store_ = this;
-  pinned.staging_offset_ = *staging;
-  pinned.staging_size_ = size;
-  pinned.bytes_ = absl::Span<const uint8_t>(dst, size);
-  pinned.served_from_ = Tier::kDisk;
-  record_latency();
-  return std::optional<PinnedBlock>(std::move(pinned));
+  return serve_staged(Tier::kDisk, size, dst);
 }
 
 void BlockStore::Unpin(void* raw, std::optional<uint64_t> staging, uint64_t staging_size) {

@@ -13,11 +13,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/store/slot_allocator.h"
-#include "daemon/store/tier.h"
+#include "daemon/store/slotted_tier.h"
 
 namespace kvtier::store {
 
-class GpuTier final : public StorageTier {
+class GpuTier final : public SlottedTier {
  public:
   // `capacity_bytes` of device memory on `device`, cut into chunks of `chunk_bytes`.
   //   Unimplemented      built without CUDA;
@@ -32,35 +32,23 @@ class GpuTier final : public StorageTier {
 
   int device() const { return device_; }
   uint8_t* data() const { return data_; }
-  // Not thread-safe: the store serializes calls under its mutex.
-  SlotAllocator& slots() { return slots_; }
-  const SlotAllocator& slots() const { return slots_; }
 
-  // StorageTier: slots are offsets in the device allocation (file 0); bytes move by a copy on
-  // the calling thread's stream of the tier's device (host or device memory, unified addressing).
-  // Volatile: nothing in it outlives the process.
+  // StorageTier: slots are offsets in the device allocation (file 0, SlottedTier); bytes move by
+  // a copy on the calling thread's stream of the tier's device (host or device memory, unified
+  // addressing). Volatile: nothing in it outlives the process.
   index::Tier id() const override { return index::Tier::kGpu; }
   bool persistent() const override { return false; }
-  uint64_t SlotSize(uint64_t bytes) const override { return slots_.SlotSize(bytes); }
-  std::optional<TierSlot> Allocate(uint64_t bytes) override;
-  absl::Status Free(const TierSlot& slot, uint64_t bytes) override;
-  absl::Status MarkAllocated(const TierSlot& slot, uint64_t bytes) override;
   void SubmitWrite(const TierSlot& slot, absl::Span<const uint8_t> src,
                    std::function<void(absl::Status)> done) override;
   absl::Status Read(const TierSlot& slot, absl::Span<uint8_t> dst) const override;
-  absl::Status Sync() override { return absl::OkStatus(); }
-  uint64_t capacity_bytes() const override { return slots_.capacity_bytes(); }
-  uint64_t used_bytes() const override { return slots_.used_bytes(); }
-  uint64_t chunk_bytes() const override { return slots_.chunk_bytes(); }
 
   static constexpr uint32_t kSlotAlignment = 256;
 
  private:
   GpuTier(int device, uint8_t* data, SlotAllocator slots)
-      : device_(device), data_(data), slots_(std::move(slots)) {}
+      : SlottedTier(std::move(slots), "GPU"), device_(device), data_(data) {}
   int device_;
   uint8_t* data_;
-  SlotAllocator slots_;
 };
 
 }  // namespace kvtier::store

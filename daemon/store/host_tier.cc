@@ -15,24 +15,6 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(std::unique_ptr<HostA
   return std::unique_ptr<HostTier>(new HostTier(std::move(arena), std::move(slots)));
 }
 
-std::optional<TierSlot> HostTier::Allocate(uint64_t bytes) {
-  std::optional<uint64_t> offset = slots_.Allocate(bytes);
-  if (!offset.has_value()) return std::nullopt;
-  return TierSlot{0, *offset};
-}
-
-absl::Status HostTier::Free(const TierSlot& slot, uint64_t bytes) {
-  if (slot.file != 0) return absl::InternalError(absl::StrCat("host slot in file ", slot.file));
-  return slots_.Free(slot.offset, bytes);
-}
-
-absl::Status HostTier::MarkAllocated(const TierSlot& slot, uint64_t bytes) {
-  if (slot.file != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("host slot in file ", slot.file));
-  }
-  return slots_.MarkAllocated(slot.offset, bytes);
-}
-
 absl::Status HostTier::CheckRange(const TierSlot& slot, uint64_t bytes) const {
   if (slot.file != 0 || slot.offset > arena_->size() || bytes > arena_->size() - slot.offset) {
     return absl::InternalError(absl::StrCat("host slot ", slot.file, ":", slot.offset, " of ",

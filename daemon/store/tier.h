@@ -3,6 +3,10 @@
 // (which tier a block goes to, when it moves down, what the index records) stays in BlockStore;
 // a tier knows nothing of blocks, keys or the index. The interface is named StorageTier because
 // `Tier` is already the tier's id (index::Tier, re-exported as store::Tier).
+//
+// GpuTier, HostTier and DiskTier have more public methods than the house limit (~15): this
+// interface's 13 plus the few accessors the store uses outside it (the memory tiers' data() and
+// slots(), GpuTier::device(), HostTier::arena(), DiskTier's files and CanAllocate).
 #ifndef KVTIER_DAEMON_STORE_TIER_H_
 #define KVTIER_DAEMON_STORE_TIER_H_
 
