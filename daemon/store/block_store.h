@@ -181,7 +181,9 @@ class HostReservation {
 // map and LRU lists. A separate facade for a group would need the same State and friendship, so
 // it would split the API, not a concern. The concerns that do stand alone are classes behind it:
 // the tier stack (StorageTier), NamespaceTable, Scrubber (Verify), Demoter (the background
-// thread). Callers (the service, the admin service, the data plane) hold one store.
+// thread). Callers (the service, the admin service, the data plane) hold one store. For the same
+// reason block_store.cc (Open, Reserve, Commit, PutHot and the publish path, near 900 lines) is
+// one file: what is left in it is that one write path.
 class BlockStore {
  public:
   // Opens the index, the host arena and the disk files, rebuilds the in-memory state from the
