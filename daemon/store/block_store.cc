@@ -747,11 +747,9 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
     e->hot = codec;
   }
   // The copy runs outside the lock; the entry is invisible while `writing`.
-  absl::Status copied;
-  s.gpu->SubmitWrite(
+  const absl::Status copied = s.gpu->Write(
       TierSlot{0, *e->gpu},
-      absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), e->hot->page_bytes()),
-      [&copied](absl::Status st) { copied = std::move(st); });  // done before it returns
+      absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), e->hot->page_bytes()));
   absl::MutexLock lock(&s.mu);
   if (!copied.ok() || s.stop) {
     internal::Detach(s, e, RemovedBy::kSilent);

@@ -151,12 +151,7 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKe
   const bool touch = mode.touch, verify_host = mode.verify_host, force_disk = mode.force_disk;
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
-  auto record_latency = [&] {
-    s.read_latency.Record(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                  std::chrono::steady_clock::now() - start)
-                                  .count()));
-  };
+  auto record_latency = [&] { internal::RecordLatency(s.read_latency, start); };
   absl::MutexLock lock(&s.mu);
   auto it = s.map.find(key);
   if (it == s.map.end() || it->second->writing()) {

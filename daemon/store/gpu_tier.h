@@ -41,6 +41,9 @@ class GpuTier final : public SlottedTier {
   void SubmitWrite(const TierSlot& slot, absl::Span<const uint8_t> src,
                    std::function<void(absl::Status)> done) override;
   absl::Status Read(const TierSlot& slot, absl::Span<uint8_t> dst) const override;
+  // The copy SubmitWrite does, returning once it has finished (PutHot's one caller needs the
+  // outcome before it publishes the entry).
+  absl::Status Write(const TierSlot& slot, absl::Span<const uint8_t> src);
 
   static constexpr uint32_t kSlotAlignment = 256;
 

@@ -7,14 +7,17 @@
 #include "kernels/device.h"
 
 namespace kvtier::store {
+absl::Status GpuTier::Write(const TierSlot& slot, absl::Span<const uint8_t> src) {
+  KVTIER_RETURN_IF_ERROR(CheckFile(slot));
+  KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device_));
+  void* stream = kernels::PerThreadStream();
+  KVTIER_RETURN_IF_ERROR(kernels::CopyAsync(data_ + slot.offset, src.data(), src.size(), stream));
+  return kernels::SynchronizeStream(stream);
+}
+
 void GpuTier::SubmitWrite(const TierSlot& slot, absl::Span<const uint8_t> src,
                           std::function<void(absl::Status)> done) {
-  absl::Status st = CheckFile(slot);
-  if (st.ok()) st = kernels::UseDevice(device_);
-  void* stream = kernels::PerThreadStream();
-  if (st.ok()) st = kernels::CopyAsync(data_ + slot.offset, src.data(), src.size(), stream);
-  if (st.ok()) st = kernels::SynchronizeStream(stream);
-  done(std::move(st));
+  done(Write(slot, src));
 }
 
 absl::Status GpuTier::Read(const TierSlot& slot, absl::Span<uint8_t> dst) const {
