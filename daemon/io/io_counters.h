@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -113,20 +114,21 @@ struct SubmittedIo {
 };
 
 // Submit()'s first step in every implementation: a request ValidateIoRequest rejects is counted
-// and `done` runs at once with the error (false); otherwise `op` takes the request, the callback
-// and the submission time (true).
-inline bool AcceptIo(const IoRequest& request, IoCallback& done, uint64_t size_bytes,
-                     uint32_t alignment, absl::string_view path, IoCounters& counters,
-                     SubmittedIo* op) {
+// and `done` runs at once with the error (null); otherwise a new Op (a SubmittedIo) holding the
+// request, the callback and the submission time.
+template <typename Op>
+std::unique_ptr<Op> AcceptIo(const IoRequest& request, IoCallback& done, uint64_t size_bytes,
+                             uint32_t alignment, absl::string_view path, IoCounters& counters) {
   if (absl::Status valid = ValidateIoRequest(request, size_bytes, alignment, path); !valid.ok()) {
     counters.OnRejected(request.kind);
     done(std::move(valid));
-    return false;
+    return nullptr;
   }
+  auto op = std::make_unique<Op>();
   op->request = request;
   op->done = std::move(done);
   op->submitted = IoCounters::Clock::now();
-  return true;
+  return op;
 }
 
 }  // namespace kvtier::io

@@ -61,8 +61,8 @@ ThreadPoolBlockFile::~ThreadPoolBlockFile() {
 }
 
 void ThreadPoolBlockFile::Submit(const IoRequest& request, IoCallback done) {
-  auto op = std::make_unique<Op>();
-  if (!AcceptIo(request, done, size_bytes_, alignment_, path_, counters_, op.get())) return;
+  std::unique_ptr<Op> op = AcceptIo<Op>(request, done, size_bytes_, alignment_, path_, counters_);
+  if (op == nullptr) return;
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {

@@ -436,8 +436,8 @@ void UringBlockFile::WakeRingThread() {
 }
 
 void UringBlockFile::Submit(const IoRequest& request, IoCallback done) {
-  auto op = std::make_unique<Op>();
-  if (!AcceptIo(request, done, size_bytes_, alignment_, path_, counters_, op.get())) return;
+  std::unique_ptr<Op> op = AcceptIo<Op>(request, done, size_bytes_, alignment_, path_, counters_);
+  if (op == nullptr) return;
   bool wake = false;
   {
     absl::MutexLock lock(&mu_);
