@@ -83,7 +83,7 @@ void HostDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch
       continue;
     }
     const store::BlockKey key{engine.ns, hash};
-    absl::StatusOr<store::HostReservation> reservation =
+    absl::StatusOr<store::Reservation> reservation =
         store_->Reserve(key, engine.codec->block_bytes());
     if (absl::IsAlreadyExists(reservation.status())) {
       OffloadStoredItem(key, put, &result);

@@ -1,6 +1,10 @@
-// GpuDataPlane: offload and onboard of engines' GPU pools (CUDA IPC) through GpuBlockCodec: the
-// fused kernels between the engine's pages and the daemon's CUDA-pinned host tier, with the host
-// sealing blocks while the GPU works (offload) and pinning blocks while it decodes (onboard).
+// GpuDataPlane: offload and onboard of engines' GPU pools (CUDA IPC). With the store's GPU tier on
+// the engine's device (EnginePages::gpu_tier_copier), an offload copies pages device to device
+// into it and is done (the background thread encodes them into the host tier later), and an
+// onboard copies the pages still there back the same way. Every other page takes the direct path
+// through GpuBlockCodec: the fused kernels between the engine's pages and the daemon's
+// CUDA-pinned host tier, with the host sealing blocks while the GPU works (offload) and pinning
+// blocks while it decodes (onboard).
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -48,6 +52,15 @@ class GpuDataPlane final : public DataPlane {
                ItemProgress* progress, int end) override;
   void Onboard(const EnginePages& engine, const OnboardBatch& batch, OnboardResult* out,
                ItemProgress* progress, int end) override;
+
+ private:
+  // The direct path of one pass: the fused encode of `pages` into the reserved host slots
+  // `blocks`, sealed on the host, then committed. Sets the items' results; returns how many
+  // were stored.
+  uint32_t EncodeAndCommit(const EnginePages& engine, const store::PutOptions& put,
+                           const std::vector<int>& items, const std::vector<const uint8_t*>& pages,
+                           const std::vector<uint8_t*>& blocks,
+                           std::vector<store::Reservation>& reservations, OffloadResult* out);
 };
 
 void GpuDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch, OffloadResult* out,
@@ -58,19 +71,22 @@ void GpuDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch,
   const uint64_t block_bytes = engine.codec->block_bytes();
   const int size = static_cast<int>(batch.items.size());
   if (out->results.size() < batch.items.size()) out->results.resize(size);  // in the first turn
-  uint32_t stored = 0;
+  // A hot page is volatile: durable offloads take the direct path, whose blocks reach disk.
+  const bool gpu_tier = engine.gpu_tier_copier != nullptr && !batch.durable;
+  uint32_t stored = 0, stored_hot = 0;
   DistinctHashes& distinct = progress->distinct;  // kept across turns
   const int first = progress->next;
   int next = first;
   // The rest in a later turn; a turn does at least one full pass (the staged paths need them).
   end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), size);
   while (next < end) {
-    // Reserve host slots for the next batch of valid, new items.
-    std::vector<int> items;
-    std::vector<store::HostReservation> reservations;
+    // Reserve a GPU-tier slot, or else a host slot, for the next batch of valid, new items.
+    std::vector<int> items, hot_items;
+    std::vector<store::Reservation> reservations, hot_reservations;
     std::vector<const uint8_t*> pages;
     std::vector<uint8_t*> blocks;
-    for (; next < end && items.size() < kGpuBatch; ++next) {
+    std::vector<kernels::CopySpan> hot_copies;
+    for (; next < end && items.size() + hot_items.size() < kGpuBatch; ++next) {
       const PageItem& item = batch.items[next];
       ItemResult* result = &out->results[next];
       if (!item.hash.ok()) {
@@ -86,9 +102,26 @@ void GpuDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch,
         result->Set(page);
         continue;
       }
-      absl::StatusOr<store::HostReservation> r = store_->Reserve({engine.ns, hash}, block_bytes);
+      const store::BlockKey key{engine.ns, hash};
+      if (gpu_tier) {
+        absl::StatusOr<store::Reservation> hot =
+            store_->ReserveHot(key, engine.gpu->plan().fingerprint);
+        if (hot.ok()) {
+          hot_items.push_back(next);
+          hot_copies.push_back({engine.device_pool->slot(item.page_index), hot->bytes().data(),
+                                hot->bytes().size()});
+          hot_reservations.push_back(std::move(*hot));
+          continue;
+        }
+        if (absl::IsAlreadyExists(hot.status())) {
+          OffloadStoredItem(key, put, result);
+          continue;
+        }
+        // No GPU room now: the direct path, whose errors are the item's.
+      }
+      absl::StatusOr<store::Reservation> r = store_->Reserve(key, block_bytes);
       if (absl::IsAlreadyExists(r.status())) {
-        OffloadStoredItem({engine.ns, hash}, put, result);
+        OffloadStoredItem(key, put, result);
         continue;
       }
       if (!r.ok()) {
@@ -100,46 +133,86 @@ void GpuDataPlane::Offload(const EnginePages& engine, const OffloadBatch& batch,
       blocks.push_back(r->bytes().data());
       reservations.push_back(std::move(*r));
     }
-    if (items.empty()) continue;
-    // The host seals each chunk's blocks (CRC32C) as soon as the GPU has written them, while it
-    // encodes the later chunks.
-    std::vector<void*> done;
-    absl::Status st = engine.gpu->EncodeChunks(pages, blocks, kSealChunk, &done);
-    std::vector<absl::Status> sealed_chunks(done.size());
-    ParallelFor(done.size(), SealThreads(), [&](size_t c) {
-      sealed_chunks[c] = kernels::UseDevice(engine.gpu->device());  // no context on device 0
-      if (sealed_chunks[c].ok()) sealed_chunks[c] = kernels::WaitEvent(done[c]);
-      if (!sealed_chunks[c].ok()) return;
-      for (size_t k = c * kSealChunk; k < std::min(blocks.size(), (c + 1) * kSealChunk); ++k) {
-        engine.gpu->Seal(blocks[k]);
-      }
-    });
-    for (void* event : done) kernels::DestroyEvent(event);
-    for (const absl::Status& s : sealed_chunks) st.Update(s);
-    if (!st.ok()) {
-      (void)engine.gpu->Wait();  // nothing may still write the reserved slots
-      KVTIER_LOG(kError, "engine ", engine.id, ": GPU encode failed: ", st.message());
-      for (int i : items) out->results[i].Set(absl::InternalError(st.message()));
-      continue;  // the reservations are released unstored
+    // The pages for the GPU tier are copied in one launch, beside the encode of the others.
+    absl::Status hot_copied;
+    void* hot_stream = nullptr;
+    if (!hot_items.empty()) {
+      hot_copied = kernels::UseDevice(engine.gpu->device());
+      hot_stream = kernels::PerThreadStream();
+      if (hot_copied.ok()) hot_copied = engine.gpu_tier_copier->Enqueue(hot_copies, hot_stream);
     }
-    store::PutOptions sealed = put;
-    sealed.sealed_by_caller = true;  // just sealed above: the store checks the header only
-    for (size_t k = 0; k < items.size(); ++k) {
-      ItemResult& result = out->results[items[k]];
-      absl::Status committed = store_->Commit(std::move(reservations[k]), sealed);
-      result.Set(committed);
-      if (!committed.ok()) continue;
-      result.tier = index::Tier::kHost;
-      ++stored;
+    if (!items.empty())
+      stored += EncodeAndCommit(engine, put, items, pages, blocks, reservations, out);
+    if (!hot_items.empty()) {
+      // Also after a failed launch: nothing may still write the reserved slots.
+      absl::Status synced = kernels::SynchronizeStream(hot_stream);
+      if (hot_copied.ok()) hot_copied = synced;
+      if (!hot_copied.ok()) {
+        KVTIER_LOG(kError, "engine ", engine.id,
+                   ": copy into the GPU tier failed: ", hot_copied.message());
+      }
+      for (size_t k = 0; k < hot_items.size(); ++k) {
+        ItemResult& result = out->results[hot_items[k]];
+        if (!hot_copied.ok()) {
+          result.Set(absl::InternalError(hot_copied.message()));
+          continue;  // the reservation is released unstored
+        }
+        absl::Status committed = store_->Commit(std::move(hot_reservations[k]), put);
+        result.Set(committed);
+        if (!committed.ok()) continue;
+        result.tier = index::Tier::kGpu;
+        ++stored_hot;
+      }
     }
   }
   progress->next = next;
-  out->stored_pages += stored;
-  out->hot_bytes_read += uint64_t{stored} * engine.hot_page_bytes;
+  out->stored_pages += stored + stored_hot;
+  out->hot_bytes_read += uint64_t{stored + stored_hot} * engine.hot_page_bytes;
   out->cold_bytes_written += uint64_t{stored} * block_bytes;
-  totals_->hot_bytes_offloaded += uint64_t{stored} * engine.hot_page_bytes;
+  totals_->hot_bytes_offloaded += uint64_t{stored + stored_hot} * engine.hot_page_bytes;
   totals_->cold_bytes_offloaded += uint64_t{stored} * block_bytes;
-  totals_->dropped_offloads += static_cast<uint64_t>(next - first) - stored;
+  totals_->dropped_offloads += static_cast<uint64_t>(next - first) - stored - stored_hot;
+}
+
+uint32_t GpuDataPlane::EncodeAndCommit(const EnginePages& engine, const store::PutOptions& put,
+                                       const std::vector<int>& items,
+                                       const std::vector<const uint8_t*>& pages,
+                                       const std::vector<uint8_t*>& blocks,
+                                       std::vector<store::Reservation>& reservations,
+                                       OffloadResult* out) {
+  // The host seals each chunk's blocks (CRC32C) as soon as the GPU has written them, while it
+  // encodes the later chunks.
+  std::vector<void*> done;
+  absl::Status st = engine.gpu->EncodeChunks(pages, blocks, kSealChunk, &done);
+  std::vector<absl::Status> sealed_chunks(done.size());
+  ParallelFor(done.size(), SealThreads(), [&](size_t c) {
+    sealed_chunks[c] = kernels::UseDevice(engine.gpu->device());  // no context on device 0
+    if (sealed_chunks[c].ok()) sealed_chunks[c] = kernels::WaitEvent(done[c]);
+    if (!sealed_chunks[c].ok()) return;
+    for (size_t k = c * kSealChunk; k < std::min(blocks.size(), (c + 1) * kSealChunk); ++k) {
+      engine.gpu->Seal(blocks[k]);
+    }
+  });
+  for (void* event : done) kernels::DestroyEvent(event);
+  for (const absl::Status& s : sealed_chunks) st.Update(s);
+  if (!st.ok()) {
+    (void)engine.gpu->Wait();  // nothing may still write the reserved slots
+    KVTIER_LOG(kError, "engine ", engine.id, ": GPU encode failed: ", st.message());
+    for (int i : items) out->results[i].Set(absl::InternalError(st.message()));
+    return 0;  // the reservations are released unstored
+  }
+  store::PutOptions sealed = put;
+  sealed.sealed_by_caller = true;  // just sealed above: the store checks the header only
+  uint32_t stored = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    ItemResult& result = out->results[items[k]];
+    absl::Status committed = store_->Commit(std::move(reservations[k]), sealed);
+    result.Set(committed);
+    if (!committed.ok()) continue;
+    result.tier = index::Tier::kHost;
+    ++stored;
+  }
+  return stored;
 }
 
 void GpuDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch, OnboardResult* out,
@@ -158,10 +231,11 @@ void GpuDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch,
   // The rest in a later turn; a turn does at least one full pass (the staged paths need them).
   end = std::min(std::max(end, first + static_cast<int>(kGpuBatch)), size);
   while (next < end && !stopped) {
-    std::vector<int> items;
-    std::vector<store::PinnedBlock> pinned;
+    std::vector<int> items, hot_items;
+    std::vector<store::PinnedBlock> pinned, hot_pinned;
     std::vector<const uint8_t*> blocks;
     std::vector<uint8_t*> pages;
+    std::vector<kernels::CopySpan> hot_copies;  // GPU-tier pages: device to device
     // The GPU decodes the pages acquired so far while the store pins the next ones; the pins are
     // held until the batch's Wait.
     const bool staged =
@@ -175,7 +249,7 @@ void GpuDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch,
       }
       enqueued = items.size();
     };
-    for (; next < end && items.size() < kGpuBatch && !stopped; ++next) {
+    for (; next < end && items.size() + hot_items.size() < kGpuBatch && !stopped; ++next) {
       if (items.size() - enqueued >= kOnboardChunk) enqueue();
       const PageItem& item = batch.items[next];
       ItemResult* result = &out->results[next];
@@ -188,6 +262,19 @@ void GpuDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch,
         st = absl::InvalidArgumentError(
             absl::StrFormat("page index %d is the destination of an earlier item of this request",
                             item.page_index));
+      }
+      if (st.ok() && engine.gpu_tier_copier != nullptr) {
+        absl::StatusOr<std::optional<store::PinnedBlock>> hot =
+            store_->AcquireHot({engine.ns, *item.hash}, engine.gpu->plan().fingerprint);
+        st = hot.status();
+        if (st.ok() && hot->has_value()) {
+          result->tier = index::Tier::kGpu;
+          hot_items.push_back(next);
+          hot_copies.push_back({(*hot)->bytes().data(), engine.device_pool->slot(item.page_index),
+                                (*hot)->bytes().size()});
+          hot_pinned.push_back(std::move(**hot));
+          continue;
+        }
       }
       std::optional<store::PinnedBlock> block;
       if (st.ok()) {
@@ -212,19 +299,34 @@ void GpuDataPlane::Onboard(const EnginePages& engine, const OnboardBatch& batch,
       pages.push_back(engine.device_pool->slot(item.page_index));
       pinned.push_back(std::move(*block));
     }
-    if (items.empty()) continue;
+    if (items.empty() && hot_items.empty()) continue;
+    absl::Status copied;
+    void* hot_stream = nullptr;
+    if (!hot_items.empty()) {
+      copied = kernels::UseDevice(engine.gpu->device());
+      hot_stream = kernels::PerThreadStream();
+      if (copied.ok()) copied = engine.gpu_tier_copier->Enqueue(hot_copies, hot_stream);
+    }
     enqueue();
     absl::Status st = launched;
     st.Update(engine.gpu->Wait());  // also after a failed launch: earlier chunks use the pins
+    if (!hot_items.empty()) copied.Update(kernels::SynchronizeStream(hot_stream));
     for (int i : items) {
       out->results[i].Set(st.ok() ? absl::OkStatus() : absl::InternalError(st.message()));
     }
-    if (!st.ok()) {
-      KVTIER_LOG(kError, "engine ", engine.id, ": GPU decode failed: ", st.message());
-      continue;
+    for (int i : hot_items) {
+      out->results[i].Set(copied.ok() ? absl::OkStatus() : absl::InternalError(copied.message()));
     }
-    onboarded += static_cast<uint32_t>(items.size());
-    for (const store::PinnedBlock& b : pinned) out->cold_bytes_read += b.bytes().size();
+    if (!st.ok()) KVTIER_LOG(kError, "engine ", engine.id, ": GPU decode failed: ", st.message());
+    if (!copied.ok()) {
+      KVTIER_LOG(kError, "engine ", engine.id,
+                 ": copy from the GPU tier failed: ", copied.message());
+    }
+    if (st.ok()) {
+      onboarded += static_cast<uint32_t>(items.size());
+      for (const store::PinnedBlock& b : pinned) out->cold_bytes_read += b.bytes().size();
+    }
+    if (copied.ok()) onboarded += static_cast<uint32_t>(hot_items.size());
   }
   if (stopped) {
     for (int i = next; i < size; ++i) out->results[i].code = ItemCode::kSkipped;  // not attempted

@@ -387,6 +387,17 @@ absl::Status KvTierService::DoRegister(const v1::RegisterEngineRequest& request,
   engine->lease = lease;
   engine->hot_page_bytes = engine->layout.HotBytes();
   engine->plane = engine->gpu != nullptr ? gpu_plane_.get() : host_plane_.get();
+  if (engine->device_pool != nullptr &&
+      store_->GpuTierDevice() == std::optional<int>(engine->device_pool->device())) {
+    // The store's GPU tier is on this engine's device: its offloads are acknowledged once their
+    // pages are copied there (docs/ARCHITECTURE.md, "GPU tier"); a codec the fused kernels
+    // cannot encode from the tier (raw) keeps the direct path.
+    absl::Status hot = dataplane::UseGpuTier(*store_, *spec, *engine);
+    if (!hot.ok()) {
+      KVTIER_LOG(kInfo, "engine pages of namespace ", absl::StrFormat("%016x", ns.id),
+                 " bypass the GPU tier: ", hot.message());
+    }
+  }
   engine->registered = absl::Now();
   engine->peer = peer;
   engine->pid = options_.peers != nullptr ? options_.peers->PidOf(engine->peer) : 0;

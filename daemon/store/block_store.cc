@@ -326,7 +326,7 @@ std::string RecoveryReport::ToString() const {
       tiers_open_seconds, scan_seconds, dropped_volatile, dropped_invalid);
 }
 
-// ---- PinnedBlock / HostReservation ----
+// ---- PinnedBlock / Reservation ----
 
 PinnedBlock::PinnedBlock(PinnedBlock&& other) noexcept { *this = std::move(other); }
 
@@ -353,20 +353,21 @@ void PinnedBlock::Release() {
   bytes_ = {};
 }
 
-HostReservation::HostReservation(HostReservation&& other) noexcept { *this = std::move(other); }
+Reservation::Reservation(Reservation&& other) noexcept { *this = std::move(other); }
 
-HostReservation& HostReservation::operator=(HostReservation&& other) noexcept {
+Reservation& Reservation::operator=(Reservation&& other) noexcept {
   if (this != &other) {
     if (store_ != nullptr) store_->AbortReservation(entry_);
     store_ = std::exchange(other.store_, nullptr);
     entry_ = std::exchange(other.entry_, nullptr);
     key_ = other.key_;
     bytes_ = std::exchange(other.bytes_, {});
+    tier_ = other.tier_;
   }
   return *this;
 }
 
-HostReservation::~HostReservation() {
+Reservation::~Reservation() {
   if (store_ != nullptr) store_->AbortReservation(entry_);
 }
 
@@ -512,7 +513,7 @@ std::vector<std::pair<NamespaceId, std::pair<std::string, uint64_t>>> BlockStore
   return state_->namespaces.Registered();
 }
 
-absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_t size) {
+absl::StatusOr<Reservation> BlockStore::Reserve(const BlockKey& key, uint64_t size) {
   State& s = *state_;
   if (size == 0 || size > options_.max_block_bytes) {
     return absl::InvalidArgumentError(
@@ -545,11 +546,12 @@ absl::StatusOr<HostReservation> BlockStore::Reserve(const BlockKey& key, uint64_
       options_.host_watermarks.high * static_cast<double>(s.host_tier->arena().size())) {
     s.work_cv.Signal();
   }
-  HostReservation r;
+  Reservation r;
   r.store_ = this;
   r.entry_ = e;
   r.key_ = key;
   r.bytes_ = absl::Span<uint8_t>(s.host_tier->data() + slot->offset, size);
+  r.tier_ = Tier::kHost;
   return r;
 }
 
@@ -589,7 +591,8 @@ void BlockStore::AbortReservation(void* raw) {
   internal::Detach(s, e, RemovedBy::kSilent);
 }
 
-absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& options) {
+absl::Status BlockStore::Commit(Reservation reservation, const PutOptions& options) {
+  if (reservation.tier_ == Tier::kGpu) return CommitHot(std::move(reservation), options);
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   Entry* e = static_cast<Entry*>(reservation.entry_);
@@ -660,7 +663,7 @@ absl::Status BlockStore::Commit(HostReservation reservation, const PutOptions& o
 absl::Status BlockStore::Put(const BlockKey& key, absl::Span<const uint8_t> block,
                              const PutOptions& options) {
   for (int attempt = 0; attempt < 3; ++attempt) {
-    absl::StatusOr<HostReservation> r = Reserve(key, block.size());
+    absl::StatusOr<Reservation> r = Reserve(key, block.size());
     if (absl::IsAlreadyExists(r.status())) {
       ++state_->counters.duplicate_puts;
       if (!options.durable) return absl::OkStatus();
@@ -674,95 +677,6 @@ absl::Status BlockStore::Put(const BlockKey& key, absl::Span<const uint8_t> bloc
     return Commit(std::move(*r), options);
   }
   return absl::UnavailableError("the block was removed three times while being stored");
-}
-
-absl::Status BlockStore::SetHotLayout(NamespaceId ns, const codec::PageLayout& layout,
-                                      const codec::CodecSpec& spec) {
-  KVTIER_ASSIGN_OR_RETURN(codec::BlockPlan plan, codec::MakeBlockPlan(layout, spec));
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<kernels::GpuBlockCodec> hot,
-                          kernels::GpuBlockCodec::CreateFused(plan));
-  if (hot->plan().block_bytes > options_.max_block_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("namespace %d: a block of this layout has %d bytes, more than the "
-                        "store's max_block_bytes (%d)",
-                        ns, hot->plan().block_bytes, options_.max_block_bytes));
-  }
-  State& s = *state_;
-  if (s.gpu && hot->page_bytes() > s.gpu->chunk_bytes()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "namespace %d: a hot page of this layout needs a %d-byte GPU slot, more than the GPU "
-        "tier's chunk size (%d)",
-        ns, hot->page_bytes(), s.gpu->chunk_bytes()));
-  }
-  absl::MutexLock lock(&s.mu);
-  s.hot[ns] = hot.get();
-  s.hot_codecs.push_back(std::move(hot));
-  return absl::OkStatus();
-}
-
-absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
-                                const PutOptions& options) {
-  State& s = *state_;
-  const auto start = std::chrono::steady_clock::now();
-  if (!s.gpu) {
-    return absl::FailedPreconditionError("the store has no GPU tier (gpu.capacity_bytes is 0)");
-  }
-  if (options.durable || options.wait_durable) {
-    return absl::InvalidArgumentError(
-        "a hot page is volatile and cannot be stored as durable; Put its cold block instead");
-  }
-  if (device_page == nullptr) return absl::InvalidArgumentError("null device page");
-  Entry* e = nullptr;
-  {
-    absl::MutexLock lock(&s.mu);
-    KVTIER_ASSIGN_OR_RETURN(const kernels::GpuBlockCodec* codec, internal::HotCodecOf(s, key.ns));
-    if (s.stop) return absl::UnavailableError("the store is shutting down");
-    if (s.map.contains(key)) {
-      ++s.counters.duplicate_puts;
-      return absl::OkStatus();
-    }
-    const uint64_t block_bytes = codec->plan().block_bytes;
-    const uint64_t slot_size = s.host_tier->SlotSize(block_bytes);
-    KVTIER_RETURN_IF_ERROR(MakeNamespaceRoom(key.ns, block_bytes, slot_size));
-    std::optional<TierSlot> slot = internal::AllocateWaiting(
-        s, *s.gpu, codec->page_bytes(), options_.put_wait_ms, s.gpu_room_waiters, nullptr);
-    if (!slot.has_value()) {
-      ++s.counters.put_rejected;
-      if (s.stop) return absl::UnavailableError("the store is shutting down");
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "GPU tier full: no room for a %d-byte page within %d ms (%d of %d bytes used, %d "
-          "pages pinned or being demoted)",
-          codec->page_bytes(), options_.put_wait_ms, s.gpu->used_bytes(), s.gpu->capacity_bytes(),
-          s.pinned + s.migrating));
-    }
-    if (s.map.contains(key)) {
-      (void)s.gpu->Free(*slot, codec->page_bytes());
-      ++s.counters.duplicate_puts;
-      return absl::OkStatus();
-    }
-    s.gpu_used = s.gpu->used_bytes();
-    e = internal::InsertWriting(s, key, block_bytes, slot_size);
-    e->rec.codec = static_cast<uint8_t>(codec::PlanHeader(codec->plan()).codec);
-    e->gpu = slot->offset;
-    e->hot = codec;
-  }
-  // The copy runs outside the lock; the entry is invisible while `writing`.
-  const absl::Status copied = s.gpu->Write(
-      TierSlot{0, *e->gpu},
-      absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), e->hot->page_bytes()));
-  absl::MutexLock lock(&s.mu);
-  if (!copied.ok() || s.stop) {
-    internal::Detach(s, e, RemovedBy::kSilent);
-    if (!copied.ok()) return copied;
-    return absl::UnavailableError("the store is shutting down");
-  }
-  internal::Publish(s, e, options, internal::NowMs(options_), Tier::kGpu, e->hot->page_bytes(),
-                    /*durable=*/false);
-  if (s.gpu_used > options_.gpu.watermarks.high * static_cast<double>(s.gpu->capacity_bytes())) {
-    s.work_cv.Signal();
-  }
-  internal::RecordLatency(s.put_latency, start);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> BlockStore::MakeDurable(const BlockKey& key, bool wait) {

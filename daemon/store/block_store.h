@@ -125,7 +125,8 @@ class BlockStore;
 
 // A block's bytes in host memory, readable until the handle is destroyed: a host-tier block
 // cannot be moved or freed while pinned; a block read from disk lives in a staging slot owned by
-// the handle. Move-only. Must be destroyed before its store.
+// the handle. AcquireHot's handle holds a GPU-tier page instead: bytes() is then the hot page in
+// device memory (served_from() kGpu). Move-only. Must be destroyed before its store.
 class PinnedBlock {
  public:
   PinnedBlock(PinnedBlock&& other) noexcept;
@@ -150,40 +151,46 @@ class PinnedBlock {
   Tier served_from_ = Tier::kHost;
 };
 
-// A host slot reserved for a block that the caller writes in place (the data plane encodes
-// straight into it), then hands to Commit(). Destroying it uncommitted frees the slot. Move-only.
-class HostReservation {
+// A slot reserved in one tier for a block that the caller writes in place, then hands to
+// Commit(): a host slot for a cold block (Reserve; the data plane encodes straight into it), or a
+// GPU-tier slot for a hot page (ReserveHot; bytes() is then device memory on the GPU tier's
+// device, which the data plane copies the engine's page into). Destroying it uncommitted frees
+// the slot. Move-only.
+class Reservation {
  public:
-  HostReservation(HostReservation&& other) noexcept;
-  HostReservation& operator=(HostReservation&& other) noexcept;
-  HostReservation(const HostReservation&) = delete;
-  HostReservation& operator=(const HostReservation&) = delete;
-  ~HostReservation();
+  Reservation(Reservation&& other) noexcept;
+  Reservation& operator=(Reservation&& other) noexcept;
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation();
 
   absl::Span<uint8_t> bytes() const { return bytes_; }
   const BlockKey& key() const { return key_; }
+  Tier tier() const { return tier_; }
 
  private:
   friend class BlockStore;
-  HostReservation() = default;
+  Reservation() = default;
 
   BlockStore* store_ = nullptr;
   void* entry_ = nullptr;
   BlockKey key_;
   absl::Span<uint8_t> bytes_;
+  Tier tier_ = Tier::kHost;
 };
 
-// Why one class with about 27 public methods (the house limit is ~15): every method is an
+// Why one class with about 30 public methods (the house limit is ~15): every method is an
 // operation on the same set of blocks, under the same lock (State::mu) and the same entry
 // lifecycle (EntryState), and the groups share their internals: the hot-page calls (SetHotLayout,
-// PutHot, ReadHot) publish and read through the same InsertWriting/Publish/AcquireImpl as Put and
-// Acquire, and the admin calls (ClearNamespace, UsageOf, Evict, Verify, Snapshot) walk the same
-// map and LRU lists. A separate facade for a group would need the same State and friendship, so
-// it would split the API, not a concern. The concerns that do stand alone are classes behind it:
-// the tier stack (StorageTier), NamespaceTable, Scrubber (Verify), Demoter (the background
-// thread). Callers (the service, the admin service, the data plane) hold one store. For the same
-// reason block_store.cc (Open, Reserve, Commit, PutHot and the publish path, near 900 lines) is
-// one file: what is left in it is that one write path.
+// ReserveHot, PutHot, AcquireHot, ReadHot) publish and read through the same Reservation,
+// InsertWriting/Publish and pins as Reserve/Commit and Acquire, and the admin calls
+// (ClearNamespace, UsageOf, Evict, Verify, Snapshot) walk the same map and LRU lists. A separate
+// facade for a group would need the same State and friendship, so it would split the API, not a
+// concern. The concerns that do stand alone are classes behind it: the tier stack (StorageTier),
+// NamespaceTable, Scrubber (Verify), Demoter (the background thread). Callers (the service, the
+// admin service, the data plane) hold one store. For the same reason block_store.cc (Open, Reserve,
+// Commit and the publish path, about 800 lines) is one file: what is left in it is that one write
+// path (the hot-page calls are block_store_hot.cc).
 class BlockStore {
  public:
   // Opens the index, the host arena and the disk files, rebuilds the in-memory state from the
@@ -194,7 +201,7 @@ class BlockStore {
 
   // Stops the background thread after its current round (committing queued index changes) and
   // syncs the index (unless the index cannot take writes: see BlockIndex). REQUIRES: no other
-  // thread is inside a method of the store, and no PinnedBlock or HostReservation outlives it.
+  // thread is inside a method of the store, and no PinnedBlock or Reservation outlives it.
   ~BlockStore();
 
   const RecoveryReport& recovery() const { return recovery_; }
@@ -246,8 +253,8 @@ class BlockStore {
   // The zero-copy form of Put: reserves a host slot of `size` bytes for `key`, invisible to
   // lookups until Commit(). AlreadyExists when the key is stored or being stored; other errors
   // as Put.
-  absl::StatusOr<HostReservation> Reserve(const BlockKey& key, uint64_t size);
-  absl::Status Commit(HostReservation reservation, const PutOptions& options = {});
+  absl::StatusOr<Reservation> Reserve(const BlockKey& key, uint64_t size);
+  absl::Status Commit(Reservation reservation, const PutOptions& options = {});
 
   // Makes a block that is stored (or being stored: waits for its commit) durable, as a durable
   // Put of it would: queued for write-through, and with `wait` returned once it is on disk and
@@ -259,27 +266,52 @@ class BlockStore {
 
   // ---- GPU tier (hot pages) ----
 
-  // Sets the layout and codec of the hot pages of namespace `ns`, which PutHot and ReadHot use;
-  // pages already stored keep the layout they were stored with. Does not need a GPU tier (ReadHot
-  // decodes host and disk blocks without one) but needs CUDA:
-  //   Unimplemented    built without CUDA, or a codec the GPU kernels lack (they do nvfp4 and
-  //                    nvfp4+rope);
+  // Sets the layout and codec of the hot pages of namespace `ns`, which the hot-page calls use;
+  // pages already stored keep the layout they were stored with, and setting the layout the
+  // namespace has already is a no-op. Does not need a GPU tier (ReadHot decodes host and disk
+  // blocks without one) but needs CUDA:
+  //   Unimplemented    built without CUDA, or a codec the GPU kernels lack (they do nvfp4,
+  //                    nvfp4+rope and nvfp4x2; not raw);
   //   InvalidArgument  the layout and codec make no valid block plan, or its block or page
   //                    does not fit the store's slots (max_block_bytes, gpu.chunk_bytes).
   absl::Status SetHotLayout(NamespaceId ns, const codec::PageLayout& layout,
                             const codec::CodecSpec& spec);
 
-  // Copies the hot page at `device_page` (device memory, laid out flat as codec::FlatPageView
-  // describes, in the namespace's hot layout) into the GPU tier under `key`. The page stays
-  // there, lossless, until the background thread demotes it: it encodes it with the fused kernel
-  // straight into a host slot, where it becomes an ordinary cold block. A key already stored
-  // keeps its bytes. Returns
-  //   FailedPrecondition  no GPU tier, or no hot layout for the namespace;
-  //   InvalidArgument     options.durable (a hot page is volatile: Put its cold block instead);
-  //   ResourceExhausted   quota, or no GPU room within put_wait_ms;
-  //   Unavailable         shutting down; Internal with the CUDA error when the copy fails.
-  // Blocks until the copy is done. Uses the calling thread's stream on the tier's device.
+  // The GPU tier's device, or nullopt when the store has no GPU tier. The hot-page calls take
+  // device memory on this device (the data plane uses them for engines on it only).
+  std::optional<int> GpuTierDevice() const;
+
+  // Reserves a GPU-tier slot for the hot page of `key`, which the caller copies into the
+  // reservation's bytes() (device memory, codec::FlatPageBytes of the namespace's hot layout)
+  // and hands to Commit(), which publishes it as a GPU-tier page: it stays there, lossless,
+  // until the background thread demotes it (encoded with the fused kernel straight into a host
+  // slot, where it becomes an ordinary cold block). `layout_fingerprint` is the layout the
+  // caller's page is in. Never waits for room:
+  //   AlreadyExists       the key is stored or being stored;
+  //   FailedPrecondition  no GPU tier, no hot layout for the namespace, or another one;
+  //   ResourceExhausted   the namespace's quota, or the GPU tier has no free slot now (the
+  //                       caller takes another path; the background thread is woken to make
+  //                       room);
+  //   Unavailable         shutting down.
+  // Commit of such a reservation: InvalidArgument for options.durable (a hot page is volatile:
+  // store its cold block instead), Unavailable when shutting down; it checks no header (a hot
+  // page has none).
+  absl::StatusOr<Reservation> ReserveHot(const BlockKey& key, uint64_t layout_fingerprint);
+
+  // Copies the hot page at `device_page` into the GPU tier under `key`: ReserveHot (waiting up
+  // to put_wait_ms for room), a copy on the calling thread's stream of the tier's device, Commit.
+  // A key already stored keeps its bytes (OK). Errors as ReserveHot and Commit (ResourceExhausted
+  // once put_wait_ms has passed without room), InvalidArgument for a null page, Internal with
+  // the CUDA error when the copy fails. Blocks until the copy is done.
   absl::Status PutHot(const BlockKey& key, const void* device_page, const PutOptions& options = {});
+
+  // The block's GPU-tier page, pinned (no demotion or removal) until the handle is destroyed:
+  // bytes() is the hot page in device memory on GpuTierDevice(), for a device-to-device copy.
+  // nullopt when the block is not in the GPU tier or its page is in another layout than
+  // `layout_fingerprint` (the caller reads the cold block instead, Acquire). Counts a GPU-tier
+  // hit and touches the block as Acquire does. Never blocks on I/O.
+  absl::StatusOr<std::optional<PinnedBlock>> AcquireHot(const BlockKey& key,
+                                                        uint64_t layout_fingerprint);
 
   // Writes the block's hot page into `device_dst` (device memory, FlatPageBytes of the
   // namespace's hot layout): a GPU-tier hit is copied as stored (lossless); a host or disk block
@@ -422,12 +454,17 @@ class BlockStore {
 
  private:
   friend class PinnedBlock;
-  friend class HostReservation;
+  friend class Reservation;
 
   explicit BlockStore(const BlockStoreOptions& options);
   absl::Status Recover();
   void Unpin(void* entry, std::optional<uint64_t> staging_offset, uint64_t staging_size);
   void AbortReservation(void* entry);
+  // ReserveHot, waiting up to `wait_ms` for GPU room (PutHot) or not at all (ReserveHot).
+  absl::StatusOr<Reservation> ReserveHotWaiting(const BlockKey& key, uint64_t layout_fingerprint,
+                                                uint32_t wait_ms);
+  // Commit of a GPU-tier reservation (Commit dispatches on the reservation's tier).
+  absl::Status CommitHot(Reservation reservation, const PutOptions& options);
   // Evicts blocks of namespace `id` until a block of `slot_size` fits its quota.
   // ResourceExhausted (counted) when it cannot. REQUIRES: state_->mu held.
   absl::Status MakeNamespaceRoom(NamespaceId id, uint64_t size, uint64_t slot_size);

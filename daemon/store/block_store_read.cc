@@ -1,5 +1,5 @@
 // BlockStore's read path: LookupChain, Acquire (from the host tier, or staged from the GPU tier or
-// disk and verified), Hold, Read, and ReadHot (a GPU-tier hit, or a decode into device memory).
+// disk and verified), Hold and Read. The hot-page reads are in block_store_hot.cc.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -20,70 +20,6 @@ namespace kvtier::store {
 
 using internal::Entry;
 using internal::State;
-
-absl::StatusOr<std::optional<Tier>> BlockStore::ReadHot(const BlockKey& key, void* device_dst,
-                                                        void* stream) {
-  State& s = *state_;
-  if (device_dst == nullptr) return absl::InvalidArgumentError("null device destination");
-  const kernels::GpuBlockCodec* codec = nullptr;
-  Entry* e = nullptr;
-  {
-    absl::MutexLock lock(&s.mu);
-    KVTIER_ASSIGN_OR_RETURN(codec, internal::HotCodecOf(s, key.ns));
-    auto it = s.map.find(key);
-    if (it != s.map.end() && !it->second->writing() && it->second->gpu.has_value()) {
-      e = it->second.get();
-      if (e->hot->plan().fingerprint != codec->plan().fingerprint) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "the page was stored under another layout of namespace %d (fingerprint %016x, the "
-            "namespace's is now %016x)",
-            key.ns, e->hot->plan().fingerprint, codec->plan().fingerprint));
-      }
-      ++e->pins;
-      ++s.pinned;
-      e->rec.flags |= index::kBlockFlagReused;
-      e->rec.last_access_ms = internal::NowMs(options_);
-      s.gpu_lru.MoveToFront(e);
-      s.namespaces.Touch(e);
-    }
-  }
-  const int device = s.gpu ? s.gpu->device() : options_.gpu.device;
-  KVTIER_RETURN_IF_ERROR(kernels::UseDevice(device));
-  if (stream == nullptr) stream = kernels::PerThreadStream();
-  if (e != nullptr) {  // a GPU hit: the page as stored
-    absl::Status st =
-        kernels::CopyAsync(device_dst, s.gpu->data() + *e->gpu, codec->page_bytes(), stream);
-    if (st.ok()) st = kernels::SynchronizeStream(stream);
-    absl::MutexLock lock(&s.mu);
-    internal::DropPin(s, e);
-    if (!st.ok()) return st;
-    ++s.counters.hits[static_cast<int>(Tier::kGpu)];
-    s.counters.bytes_out[static_cast<int>(Tier::kGpu)] += codec->page_bytes();
-    internal::CountNamespaceRead(s, key.ns, true, internal::NowMs(options_));
-    return std::optional<Tier>(Tier::kGpu);
-  }
-  if (s.host_tier->arena().pin_mechanism() != "cuda") {
-    return absl::FailedPreconditionError(
-        "ReadHot decodes from the host tier, which must be pinned with CUDA (it is pinned with: " +
-        s.host_tier->arena().pin_mechanism() + ")");
-  }
-  KVTIER_ASSIGN_OR_RETURN(std::optional<PinnedBlock> pinned, Acquire(key));
-  if (!pinned.has_value()) return std::optional<Tier>();
-  KVTIER_ASSIGN_OR_RETURN(codec::ColdBlockHeader header,
-                          codec::ParseColdBlockHeader(pinned->bytes()));
-  if (header.layout_fingerprint != codec->plan().fingerprint ||
-      pinned->bytes().size() != codec->plan().block_bytes) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the block was stored under another layout than namespace %d's hot layout (fingerprint "
-        "%016x, %d bytes; expected %016x, %d bytes)",
-        key.ns, header.layout_fingerprint, pinned->bytes().size(), codec->plan().fingerprint,
-        codec->plan().block_bytes));
-  }
-  KVTIER_RETURN_IF_ERROR(
-      codec->EnqueueDecode(pinned->bytes().data(), static_cast<uint8_t*>(device_dst), stream));
-  KVTIER_RETURN_IF_ERROR(kernels::SynchronizeStream(stream));
-  return std::optional<Tier>(pinned->served_from());
-}
 
 size_t BlockStore::LookupChain(NamespaceId ns, absl::Span<const BlockHash> chain,
                                std::vector<Tier>* tiers) const {

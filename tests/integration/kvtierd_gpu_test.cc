@@ -3,7 +3,10 @@
 // Offload runs the fused NVFP4 encode (or the batched raw copy) from the pool into the daemon's
 // CUDA-pinned host tier; Onboard runs the decode back into other pages of the pool. The bytes are
 // checked against the CPU codec: raw must come back exactly, nvfp4 as the CPU codec's round trip.
-// Repeated hashes and corrupt disk blocks get the item codes the host path gives them.
+// Repeated hashes and corrupt disk blocks get the item codes the host path gives them. With a GPU
+// tier (gpu.capacity), offloads land there and onboards of its pages are lossless copies.
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "kernels/device.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -277,6 +280,117 @@ TEST_F(KvtierdGpuTest, RepeatedHashesAndCorruptBlocksGetTheirItemCodes) {
   uint64_t failures = 0;
   for (const v1::TierStats& t : stats.tiers()) failures += t.checksum_failures();
   EXPECT_EQ(failures, 1u);
+}
+
+// With a GPU tier on the engine's device, an offload is a device-to-device copy into it (tier GPU,
+// no cold bytes written) and an onboard of a page still there gives the page back exactly; once
+// the background thread has encoded the pages into the host tier they come back as the CPU
+// codec's round trip. Pages that find no GPU room, durable offloads and raw engines take the
+// direct path; every page is stored either way.
+TEST_F(KvtierdGpuTest, GpuTierAcknowledgesOffloadsAndServesOnboardsDeviceToDevice) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      {"--set=host.pin=cuda", "--set=host.capacity=256MiB", "--set=gpu.capacity=64MiB"}));
+  constexpr uint32_t kPages = 80;  // 1 MiB pages: more than the 64 MiB tier holds
+  const codec::PageLayout layout =
+      codec::BuildGqaLayout({8, 8, 128, 32, codec::DType::kBf16, 0, 0}).value();
+  GpuEngine engine(dir_->File("mirror-tier"), 2 * kPages, layout);
+  for (uint32_t i = 0; i < kPages; ++i) {
+    engine.mirror().Fill(i, 1300 + i);
+    engine.Upload(i);
+  }
+  const v1::RegisterEngineResponse reg = Register(*stub_, engine.Request("nvfp4"));
+  // A first small offload fits the empty tier whole.
+  {
+    const v1::OffloadResponse resp = Offload(*stub_, reg.engine_id(), 4, 0, 8);
+    ASSERT_EQ(resp.stored_pages(), 8u);
+    for (const v1::ItemResult& r : resp.results()) {
+      EXPECT_EQ(r.code(), v1::ITEM_CODE_OK) << r.message();
+      EXPECT_EQ(r.tier(), v1::TIER_GPU);
+    }
+    EXPECT_EQ(resp.cold_bytes_written(), 0u) << "nothing is encoded before the acknowledgement";
+    EXPECT_EQ(TierStatsOf(*stub_, v1::TIER_GPU).blocks(), 8u);
+    const v1::LookupResponse look = Lookup(*stub_, reg.engine_id(), 4, 8);
+    ASSERT_EQ(look.tiers_size(), 8);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(look.tiers(i), v1::TIER_GPU);
+  }
+  {
+    const v1::OnboardResponse resp = Onboard(*stub_, reg.engine_id(), 4, 8, kPages);
+    ASSERT_EQ(resp.onboarded_pages(), 8u);
+    for (uint32_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(resp.results(i).tier(), v1::TIER_GPU);
+      EXPECT_TRUE(engine.Download(kPages + i) == engine.mirror().Bytes(i))
+          << "page " << i << ": a GPU-tier page must come back exactly";
+    }
+  }
+  // The whole batch: what finds no GPU room is encoded into the host tier in the same call.
+  std::vector<v1::Tier> stored_in(kPages);
+  {
+    const v1::OffloadResponse resp = Offload(*stub_, reg.engine_id(), 5, 0, kPages);
+    ASSERT_EQ(resp.stored_pages(), kPages);
+    uint32_t direct = 0;
+    for (uint32_t i = 0; i < kPages; ++i) {
+      EXPECT_EQ(resp.results(i).code(), v1::ITEM_CODE_OK) << resp.results(i).message();
+      stored_in[i] = resp.results(i).tier();
+      direct += stored_in[i] == v1::TIER_HOST;
+    }
+    EXPECT_GT(direct, 0u) << "80 MiB of pages cannot all fit a 64 MiB GPU tier";
+  }
+  // Onboard all of them: each as its tier gives it (GPU: exact; host: the codec's round trip).
+  // The background thread may have encoded GPU pages meanwhile, so the onboard's own tier says.
+  auto check_onboard = [&](const char* when) {
+    const v1::OnboardResponse resp = Onboard(*stub_, reg.engine_id(), 5, kPages, kPages);
+    ASSERT_EQ(resp.onboarded_pages(), kPages) << when;
+    for (uint32_t i = 0; i < kPages; ++i) {
+      const std::vector<uint8_t> got = engine.Download(kPages + i);
+      if (resp.results(i).tier() == v1::TIER_GPU) {
+        EXPECT_TRUE(got == engine.mirror().Bytes(i)) << when << ": page " << i;
+      } else {
+        EXPECT_TRUE(got == engine.mirror().RoundTrip(i, "nvfp4")) << when << ": page " << i;
+      }
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(check_onboard("mixed tiers"));
+  // Demote every GPU page (admin Evict moves them down the usual path: the fused encode).
+  {
+    auto admin = v1::KvTierAdmin::NewStub(channel_);
+    grpc::ClientContext ctx;
+    v1::EvictRequest req;
+    req.mutable_namespaces()->set_namespace_id(reg.namespace_id());
+    req.set_tier(v1::TIER_GPU);
+    req.set_block_count(1000);
+    v1::EvictResponse resp;
+    ASSERT_TRUE(admin->Evict(Context(&ctx), req, &resp).ok());
+  }
+  for (int i = 0; i < 200 && TierStatsOf(*stub_, v1::TIER_GPU).blocks() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(TierStatsOf(*stub_, v1::TIER_GPU).blocks(), 0u) << "the GPU pages were not demoted";
+  ASSERT_NO_FATAL_FAILURE(check_onboard("after demotion"));
+  {
+    const v1::OnboardResponse resp = Onboard(*stub_, reg.engine_id(), 4, 8, kPages);
+    ASSERT_EQ(resp.onboarded_pages(), 8u);
+    for (uint32_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(resp.results(i).tier(), v1::TIER_HOST);
+      EXPECT_TRUE(engine.Download(kPages + i) == engine.mirror().RoundTrip(i, "nvfp4"))
+          << "page " << i << ": the demoted page is the fused encode's block";
+    }
+  }
+  // Durable offloads go straight to cold blocks (a GPU-tier page is volatile).
+  {
+    const v1::OffloadResponse resp = Offload(*stub_, reg.engine_id(), 6, 0, 4, /*durable=*/true);
+    ASSERT_EQ(resp.stored_pages(), 4u);
+    for (const v1::ItemResult& r : resp.results()) EXPECT_EQ(r.tier(), v1::TIER_HOST);
+    EXPECT_EQ(TierStatsOf(*stub_, v1::TIER_GPU).blocks(), 0u);
+  }
+  // A raw engine (the tier encodes with the fused NVFP4 kernels only) keeps the direct path.
+  GpuEngine raw(dir_->File("mirror-raw"), 8);
+  raw.mirror().Fill(0, 7);
+  raw.Upload(0);
+  const v1::RegisterEngineResponse raw_reg = Register(*stub_, raw.Request("raw"));
+  const v1::OffloadResponse resp = Offload(*stub_, raw_reg.engine_id(), 7, 0, 1);
+  ASSERT_EQ(resp.stored_pages(), 1u);
+  EXPECT_EQ(resp.results(0).tier(), v1::TIER_HOST);
 }
 
 TEST_F(KvtierdGpuTest, RejectsWhatTheGpuPathCannotTake) {

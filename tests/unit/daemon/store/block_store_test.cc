@@ -63,7 +63,7 @@ TEST_F(BlockStoreTest, DuplicatePutKeepsTheFirst) {
   ASSERT_TRUE(store->Put(Key(1), Block(1)).ok());
   EXPECT_EQ(store->Stats().duplicate_puts, 1u);
   EXPECT_EQ(store->Stats().tiers[1].blocks, 1u);
-  absl::StatusOr<HostReservation> r = store->Reserve(Key(1), 4096);
+  absl::StatusOr<Reservation> r = store->Reserve(Key(1), 4096);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
 }
 
@@ -71,12 +71,12 @@ TEST_F(BlockStoreTest, ReservationIsInvisibleUntilCommitAndFreedOnAbort) {
   auto store = Open().value();
   const std::vector<uint8_t> block = Block(5);
   {
-    HostReservation r = store->Reserve(Key(5), block.size()).value();
+    Reservation r = store->Reserve(Key(5), block.size()).value();
     EXPECT_EQ(store->LookupChain(1, {kvtier::testing::TestHash(5)}), 0u);
     EXPECT_FALSE(store->Acquire(Key(5)).value().has_value());
   }  // aborted
   EXPECT_EQ(store->Stats().tiers[1].used_bytes, 0u);
-  HostReservation r = store->Reserve(Key(5), block.size()).value();
+  Reservation r = store->Reserve(Key(5), block.size()).value();
   std::copy(block.begin(), block.end(), r.bytes().begin());
   ASSERT_TRUE(store->Commit(std::move(r)).ok());
   EXPECT_EQ(ExpectBlock(*store, 5), Tier::kHost);
