@@ -69,9 +69,9 @@ absl::StatusOr<Reservation> BlockStore::ReserveHotWaiting(const BlockKey& key,
   absl::MutexLock lock(&s.mu);
   KVTIER_ASSIGN_OR_RETURN(const kernels::GpuBlockCodec* codec, internal::HotCodecOf(s, key.ns));
   if (codec->plan().fingerprint != layout_fingerprint) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "namespace %d's hot pages have layout %016x, not %016x", key.ns,
-        codec->plan().fingerprint, layout_fingerprint));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("namespace %d's hot pages have layout %016x, not %016x", key.ns,
+                        codec->plan().fingerprint, layout_fingerprint));
   }
   if (s.stop) return absl::UnavailableError("the store is shutting down");
   if (s.map.contains(key)) return absl::AlreadyExistsError("block is already stored");
@@ -160,7 +160,8 @@ absl::Status BlockStore::PutHot(const BlockKey& key, const void* device_page,
   // destroying the reservation on an error frees its slot.
   const TierSlot slot{0, static_cast<uint64_t>(r->bytes().data() - s.gpu->data())};
   KVTIER_RETURN_IF_ERROR(s.gpu->Write(
-      slot, absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), r->bytes().size())));
+      slot,
+      absl::Span<const uint8_t>(static_cast<const uint8_t*>(device_page), r->bytes().size())));
   KVTIER_RETURN_IF_ERROR(Commit(std::move(*r), options));
   internal::RecordLatency(s.put_latency, start);
   return absl::OkStatus();

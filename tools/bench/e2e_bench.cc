@@ -85,7 +85,7 @@ constexpr uint32_t kMaxPages = 65536;  // per batch; the pool has twice as many 
 constexpr uint32_t kMaxRounds = 1000;
 
 // "16GiB", "512MiB", "4096" (the daemon's grammar for sizes) -> bytes; zero is refused.
-absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
+absl::StatusOr<uint64_t> ParseSize(absl::string_view flag, absl::string_view text) {
   size_t digits = 0;
   while (digits < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[digits]))) {
     ++digits;
@@ -109,7 +109,7 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   if (number.empty() || scale == 0 || !absl::SimpleAtoi(number, &value) || value == 0 ||
       value > std::numeric_limits<uint64_t>::max() / scale) {
     return cli::UsageError(
-        absl::StrCat("--host-capacity: '", text,
+        absl::StrCat("--", flag, ": '", text,
                      "' is not a positive size (bytes, or a number with KiB, MiB, "
                      "GiB or TiB)"));
   }
@@ -147,8 +147,12 @@ absl::StatusOr<E2eFlags> ParseFlags(const cli::Values& values) {
                                             tools::kDeepseekV3Preset));
       }
       flags.preset = *value;
+    } else if (name == "gpu-capacity") {
+      absl::StatusOr<uint64_t> bytes = ParseSize(name, *value);
+      if (!bytes.ok()) return bytes.status();
+      flags.gpu_capacity = *value;
     } else {  // host-capacity
-      absl::StatusOr<uint64_t> bytes = ParseSize(*value);
+      absl::StatusOr<uint64_t> bytes = ParseSize(name, *value);
       if (!bytes.ok()) return bytes.status();
       flags.host_capacity = *value;
       flags.host_capacity_bytes = *bytes;
@@ -200,10 +204,11 @@ void PrintTable(const Report& report, const Setup& setup, const std::string& kvt
               static_cast<double>(setup.device.memory_bytes) / (uint64_t{1} << 30));
   std::printf(
       "preset %s: %llu hot bytes a page, one flat pool \"%s\"; %u pages per batch (%.3f GB hot); "
-      "%u rounds per codec; host tier %s pinned with CUDA, no disk tier\n",
+      "%u rounds per codec; host tier %s pinned with CUDA, %s, no disk tier\n",
       flags.preset.c_str(), static_cast<unsigned long long>(setup.slot_bytes),
       setup.layout.pools[0].name.c_str(), flags.pages, static_cast<double>(batch_hot) / 1e9,
-      flags.rounds, flags.host_capacity.c_str());
+      flags.rounds, flags.host_capacity.c_str(),
+      flags.gpu_capacity.empty() ? "no GPU tier" : ("GPU tier " + flags.gpu_capacity).c_str());
   std::printf(
       "baseline cudaMemcpy of %.3f GB in this process (best of %d): device -> pinned host "
       "%.2f ms (%.2f GB/s), pinned host -> device %.2f ms (%.2f GB/s)\n",
@@ -269,6 +274,7 @@ Json ToJson(const Report& report, const Setup& setup, const std::string& kvtierd
   doc["pages"] = flags.pages;
   doc["rounds"] = flags.rounds;
   doc["host_capacity"] = flags.host_capacity;
+  doc["gpu_capacity"] = flags.gpu_capacity;
   doc["baseline"] = Json{{"copy_bytes", b.copy_bytes},
                          {"repeats", kCopyRepeats},
                          {"d2h_ms", b.d2h_ms},
@@ -349,6 +355,10 @@ void DeclareE2eBenchFlags(cli::Command& command) {
   command.AddFlag("host-capacity", "SIZE",
                   "the daemon's host tier (host.capacity): bytes, or a number with KiB, MiB,\n"
                   "GiB or TiB; one batch of cold blocks must fit in it (default 16GiB)");
+  command.AddFlag("gpu-capacity", "SIZE",
+                  "the daemon's GPU tier (gpu.capacity), as --host-capacity: nvfp4 offloads\n"
+                  "are then acknowledged once copied into it, and onboarded from it (default:\n"
+                  "no GPU tier)");
   command.AddSwitch("json", "print JSON instead of the table");
 }
 

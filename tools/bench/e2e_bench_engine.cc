@@ -614,11 +614,13 @@ absl::StatusOr<CodecResult> RunCodec(DaemonProcess& daemon, Resources& resources
 
 absl::StatusOr<Report> RunWithDaemon(DaemonProcess& daemon, Resources& resources, Setup& setup,
                                      const std::string& kvtierd, const std::string& dir) {
-  const std::vector<std::string> settings = {
+  std::vector<std::string> settings = {
       "host.pin=cuda",       "host.capacity=" + setup.flags.host_capacity,
       "host.chunk=64MiB",
       "disk.capacity=0",  // no disk tier
       "metrics.listen=\"\"", "server.workers=4"};
+  if (!setup.flags.gpu_capacity.empty())
+    settings.push_back("gpu.capacity=" + setup.flags.gpu_capacity);
   DaemonStartOptions options;
   options.client_name = "kvtier-bench e2e";
   options.start_timeout = kStartTimeout;

@@ -31,6 +31,7 @@ struct E2eFlags {
   std::string preset = std::string(tools::kQwen3_8bPreset);
   std::string host_capacity = "16GiB";  // passed to the daemon as written
   uint64_t host_capacity_bytes = uint64_t{16} << 30;
+  std::string gpu_capacity;  // gpu.capacity as written; empty: no GPU tier
   bool json = false;
 };
 
