@@ -3,6 +3,7 @@
 // watermark (byte-identical to the CPU codec's blocks), carried down to disk and across restarts
 // like any block, and never survive a restart on their own. Without CUDA or a device, the tier is
 // refused with a precise status and the GPU cases skip.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <random>
@@ -233,6 +234,78 @@ TEST_F(GpuTierTest, HotPagesAreLosslessUntilDemoted) {
   EXPECT_TRUE((*store)->Remove(Key(0)).value());
   EXPECT_EQ((*store)->Stats().tiers[0].blocks, 5u);
   EXPECT_FALSE((*store)->ReadHot(Key(0), out.get()).value().has_value());
+}
+
+// The data plane's two-step write (ReserveHot, a copy into the reservation, Commit) and its
+// pinned read (AcquireHot): a full tier refuses at once without counting a rejected put (the
+// caller stores the page another way), another layout is refused, an uncommitted reservation
+// leaves nothing behind, and a pinned page is the page as stored.
+TEST_F(GpuTierTest, ReserveHotNeverWaitsAndAcquireHotPinsThePage) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  options_.put_wait_ms = 60000;  // a ReserveHot that waited would stall the test
+  auto store = OpenWithLayout();
+  ASSERT_TRUE(store.ok()) << store.status();
+  const uint64_t fingerprint = codec::MakeBlockPlan(layout_, spec_).value().fingerprint;
+  EXPECT_EQ((*store)->ReserveHot(Key(1), fingerprint + 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*store)->ReserveHot(Key(1, /*ns=*/2), fingerprint).status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "a namespace without a hot layout";
+  {
+    absl::StatusOr<Reservation> dropped = (*store)->ReserveHot(Key(1), fingerprint);
+    ASSERT_TRUE(dropped.ok()) << dropped.status();
+    EXPECT_EQ(dropped->tier(), Tier::kGpu);
+    EXPECT_EQ(dropped->bytes().size(), page_bytes_);
+  }
+  EXPECT_EQ((*store)->Stats().tiers[0].used_bytes, 0u) << "an uncommitted reservation is freed";
+  std::vector<Reservation> held;
+  absl::Status st;
+  for (uint64_t id = 0; id < 64; ++id) {
+    absl::StatusOr<Reservation> r = (*store)->ReserveHot(Key(id), fingerprint);
+    if (!r.ok()) {
+      st = r.status();
+      break;
+    }
+    const std::vector<uint8_t> page = Page(id);
+    ASSERT_TRUE(
+        kernels::CopyAsync(r->bytes().data(), page.data(), page.size(), kernels::PerThreadStream())
+            .ok());
+    ASSERT_TRUE(kernels::SynchronizeStream(kernels::PerThreadStream()).ok());
+    held.push_back(*std::move(r));
+  }
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << "8 MiB hold fewer than 64 pages";
+  EXPECT_EQ((*store)->Stats().put_rejected, 0u);
+  const size_t stored = held.size();
+  ASSERT_GT(stored, 2u);
+  EXPECT_EQ((*store)->ReserveHot(Key(0), fingerprint).status().code(),
+            absl::StatusCode::kAlreadyExists)
+      << "a key being stored";
+  for (Reservation& r : held) ASSERT_TRUE((*store)->Commit(std::move(r)).ok());
+  EXPECT_EQ((*store)->Stats().tiers[0].blocks, stored);
+  EXPECT_FALSE((*store)->AcquireHot(Key(0), fingerprint + 1).value().has_value())
+      << "another layout reads the cold block instead";
+  EXPECT_FALSE((*store)->AcquireHot(Key(stored + 5), fingerprint).value().has_value());
+  absl::StatusOr<std::optional<PinnedBlock>> pinned = (*store)->AcquireHot(Key(1), fingerprint);
+  ASSERT_TRUE(pinned.ok() && pinned->has_value());
+  EXPECT_EQ((*pinned)->served_from(), Tier::kGpu);
+  std::vector<uint8_t> got((*pinned)->bytes().size());
+  ASSERT_TRUE(kernels::CopyAsync(got.data(), (*pinned)->bytes().data(), got.size(),
+                                 kernels::PerThreadStream())
+                  .ok());
+  ASSERT_TRUE(kernels::SynchronizeStream(kernels::PerThreadStream()).ok());
+  EXPECT_TRUE(got == Page(1));
+  EXPECT_EQ((*store)->Stats().tiers[0].hits, 1u);
+  // A demotion while the page is pinned leaves its GPU slot to the pin: still the page.
+  ASSERT_TRUE((*store)->DemoteAll().ok());
+  std::fill(got.begin(), got.end(), 0);
+  ASSERT_TRUE(kernels::CopyAsync(got.data(), (*pinned)->bytes().data(), got.size(),
+                                 kernels::PerThreadStream())
+                  .ok());
+  ASSERT_TRUE(kernels::SynchronizeStream(kernels::PerThreadStream()).ok());
+  EXPECT_TRUE(got == Page(1));
+  pinned->reset();
+  EXPECT_EQ((*store)->Stats().tiers[0].used_bytes, 0u) << "the unpin frees the demoted slot";
+  EXPECT_EQ(ExpectCold(**store, 1), Tier::kHost);
 }
 
 TEST_F(GpuTierTest, DemotionEncodesIntoTheHostTier) {
