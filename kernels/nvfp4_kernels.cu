@@ -10,7 +10,9 @@
 // end as 16-byte words. Both write each cold byte once, straight to the block, and the same bytes;
 // lossless parts are copied byte for byte and the padding zeroed. Decode reads codes
 // and scales from the block in warp tiles of whole 128-byte lines and writes the hot rows. Headers
-// and checksums are written by the host (nvfp4_gpu_codec.cc).
+// and checksums are written by the host (nvfp4_gpu_codec.cc). Over 800 lines because encode and
+// decode of the three codecs share the device helpers and launch plans here and nvcc compiles the
+// file once; the per-group math is in nvfp4_device.cuh.
 //
 // FP8 groups would take the general scale search of nvfp4_device.cuh (the decoded FP8 grid is
 // rounded) for every group. Their inputs have only 127 magnitudes, so each CTA instead evaluates

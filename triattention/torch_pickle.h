@@ -4,7 +4,9 @@
 // anything: a global is a name compared against the whitelist, and a tensor is a typed, bounds-
 // checked view of bytes inside the file. Main types: TorchCheckpoint (the result), PickleValue
 // (the values it holds), TorchTensor. A checkpoint is immutable once read and may be shared
-// between threads.
+// between threads. torch_pickle.cc is over 800 lines because the ZIP reader and the pickle
+// interpreter are one strict parser: the interpreter reads only what the archive's bounds checks
+// admitted, and splitting them would expose an unchecked interface between the two.
 #ifndef KVTIER_TRIATTENTION_TORCH_PICKLE_H_
 #define KVTIER_TRIATTENTION_TORCH_PICKLE_H_
 

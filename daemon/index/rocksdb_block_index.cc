@@ -1,6 +1,8 @@
 // RocksDbBlockIndex: the BlockIndex on RocksDB (column families "blocks", "namespaces", "meta").
 // OpenRocksDbBlockIndex is the only entry point; the class lives in this file. Thread-safe: RocksDB
-// is, and the only other state is atomic counters.
+// is, and the only other state is atomic counters. Over 800 lines because the class is one
+// RocksDB client: options, open and repair, the batched reads and writes, and recovery's scans
+// share the column-family handles and the write options, and nothing outside it includes RocksDB.
 //
 // Design and tuning, for ~1-100M records of 40-byte keys and 62-byte values (~10 GB at most):
 //  - Reads are point lookups, batched (MultiGet of a prompt's block chain), many of them misses:

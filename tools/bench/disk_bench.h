@@ -1,6 +1,8 @@
 // `kvtier-bench disk`: throughput of the disk tier's block I/O (BlockFile) at fixed queue depths,
 // next to fio on the same file with the same block size, depth and direct I/O as the baseline.
-// Single entry point; not thread-safe (runs once per process).
+// Single entry point; not thread-safe (runs once per process). disk_bench.cc is over 800 lines
+// because it holds the benchmark's one flow: flags, the file set-up, the BlockFile runs, the fio
+// runs of the same shapes and the report that compares them.
 #ifndef KVTIER_TOOLS_BENCH_DISK_BENCH_H_
 #define KVTIER_TOOLS_BENCH_DISK_BENCH_H_
 
