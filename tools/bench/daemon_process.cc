@@ -165,6 +165,7 @@ absl::Status DaemonProcess::Start(const std::string& kvtierd, const std::string&
   }
   channel_ = grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials());
   stub_ = v1::KvTier::NewStub(channel_);
+  admin_ = v1::KvTierAdmin::NewStub(channel_);
   while (Clock::now() < deadline) {
     if (absl::Status exited = CheckRunning(); !exited.ok()) return exited;
     grpc::ClientContext ctx;
@@ -181,6 +182,7 @@ absl::Status DaemonProcess::Start(const std::string& kvtierd, const std::string&
 
 absl::Status DaemonProcess::Stop() {
   stub_.reset();
+  admin_.reset();
   channel_.reset();
   if (pid_ <= 0) return absl::OkStatus();
   const pid_t pid = pid_;

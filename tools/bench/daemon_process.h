@@ -78,6 +78,7 @@ class DaemonProcess {
 
   // REQUIRES: Start() succeeded and Stop() was not called.
   v1::KvTier::Stub& stub() { return *stub_; }
+  v1::KvTierAdmin::Stub& admin() { return *admin_; }
   // The answer to the Hello that ended Start().
   const v1::HelloResponse& hello() const { return hello_; }
   pid_t pid() const { return pid_; }  // 0 when not running
@@ -95,6 +96,7 @@ class DaemonProcess {
   pid_t pid_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KvTier::Stub> stub_;
+  std::unique_ptr<v1::KvTierAdmin::Stub> admin_;
   v1::HelloResponse hello_;
 };
 

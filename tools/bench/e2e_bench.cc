@@ -247,6 +247,15 @@ void PrintTable(const Report& report, const Setup& setup, const std::string& kvt
   std::vector<std::string> checks;
   for (const CodecResult& c : report.codecs) checks.push_back(DescribeCheck(c));
   std::printf("checks after round 1: %s\n", absl::StrJoin(checks, "; ").c_str());
+  for (const CodecResult& c : report.codecs) {
+    if (c.gpu_demoted_pages == 0) continue;
+    const uint64_t demoted = c.gpu_demoted_pages * c.hot_page_bytes;
+    std::printf(
+        "GPU tier, %s: %llu pages (%.3f GB hot) demoted into the host tier by the background "
+        "encode in %.2f ms (%.2f GB/s)\n",
+        c.codec.c_str(), static_cast<unsigned long long>(c.gpu_demoted_pages),
+        static_cast<double>(demoted) / 1e9, c.gpu_demote_ms, GBps(demoted, c.gpu_demote_ms));
+  }
 }
 
 Json TimesJson(const std::vector<double>& ms) {
@@ -311,6 +320,12 @@ Json ToJson(const Report& report, const Setup& setup, const std::string& kvtierd
       check["cpu_codec_match"] = c.check.cpu_codec_match;
     }
     j["check"] = std::move(check);
+    if (c.gpu_demoted_pages > 0) {
+      const uint64_t demoted = c.gpu_demoted_pages * c.hot_page_bytes;
+      j["gpu_tier_demotion"] = Json{{"pages", c.gpu_demoted_pages},
+                                    {"ms", c.gpu_demote_ms},
+                                    {"hot_gbps", GBps(demoted, c.gpu_demote_ms)}};
+    }
     codecs.push_back(std::move(j));
   }
   doc["codecs"] = std::move(codecs);

@@ -15,6 +15,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -299,6 +300,7 @@ struct Engine {
   std::string id;
   uint64_t hot_page_bytes = 0;
   uint64_t cold_block_bytes = 0;
+  uint64_t namespace_id = 0;
 };
 
 // Registers an engine of `spec` whose one pool is `pool` (shared through CUDA IPC).
@@ -330,7 +332,8 @@ absl::StatusOr<Engine> RegisterEngine(DaemonProcess& daemon, const Setup& setup,
                                  slots, " slots)"),
                     st);
   }
-  return Engine{resp.engine_id(), resp.hot_page_bytes(), resp.cold_block_bytes()};
+  return Engine{resp.engine_id(), resp.hot_page_bytes(), resp.cold_block_bytes(),
+                resp.namespace_id()};
 }
 
 absl::Status Unregister(DaemonProcess& daemon, const std::string& engine_id) {
@@ -531,6 +534,58 @@ absl::StatusOr<PageCheck> CheckOnboarded(const Setup& setup, const codec::CodecS
   return check;
 }
 
+// The daemon's statistics of `which` (an empty TierStats when it has none).
+absl::StatusOr<v1::TierStats> TierStatsOf(DaemonProcess& daemon, v1::Tier which) {
+  v1::StatsResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(RpcDeadline());
+  if (grpc::Status st = daemon.stub().Stats(&ctx, v1::StatsRequest(), &resp); !st.ok()) {
+    return RpcError("Stats", st);
+  }
+  for (const v1::TierStats& t : resp.tiers()) {
+    if (t.tier() == which) return t;
+  }
+  return v1::TierStats();
+}
+
+// With a GPU tier holding the engine's offloaded pages: asks the daemon to demote them all (admin
+// Evict of the GPU tier: the background thread's fused encode into the host tier) and times until
+// the tier is empty, polling Stats every millisecond. Sets the result's demotion figures; nothing
+// when the tier holds none of them.
+absl::Status MeasureGpuTierDemotion(DaemonProcess& daemon, const Engine& engine,
+                                    CodecResult* result) {
+  absl::StatusOr<v1::TierStats> before = TierStatsOf(daemon, v1::TIER_GPU);
+  if (!before.ok()) return before.status();
+  if (before->blocks() == 0) return absl::OkStatus();
+  const Clock::time_point start = Clock::now();
+  {
+    v1::EvictRequest req;
+    req.mutable_namespaces()->set_namespace_id(engine.namespace_id);
+    req.set_tier(v1::TIER_GPU);
+    req.set_block_count(before->blocks());
+    v1::EvictResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(RpcDeadline());
+    if (grpc::Status st = daemon.admin().Evict(&ctx, req, &resp); !st.ok()) {
+      return RpcError("admin Evict of the GPU tier", st);
+    }
+  }
+  while (true) {
+    absl::StatusOr<v1::TierStats> now = TierStatsOf(daemon, v1::TIER_GPU);
+    if (!now.ok()) return now.status();
+    if (now->blocks() == 0) break;
+    if (Clock::now() - start > std::chrono::seconds(60)) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "the GPU tier still holds %d of %d pages 60 s after they were to be demoted",
+          now->blocks(), before->blocks()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  result->gpu_demoted_pages = before->blocks();
+  result->gpu_demote_ms = Milliseconds(Clock::now() - start);
+  return absl::OkStatus();
+}
+
 // The rounds of one registered engine (and, for the first, the empty-Offload baseline).
 absl::StatusOr<CodecResult> MeasureEngine(DaemonProcess& daemon, const Setup& setup,
                                           const codec::CodecSpec& spec, uint32_t codec_index,
@@ -568,6 +623,7 @@ absl::StatusOr<CodecResult> MeasureEngine(DaemonProcess& daemon, const Setup& se
     }
     result.rounds.push_back(*round);
   }
+  if (absl::Status st = MeasureGpuTierDemotion(daemon, engine, &result); !st.ok()) return st;
   return result;
 }
 

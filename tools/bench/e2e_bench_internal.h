@@ -119,6 +119,10 @@ struct CodecResult {
   uint64_t cold_block_bytes = 0;
   std::vector<RoundResult> rounds;
   PageCheck check;
+  // With a GPU tier: its pages of every round demoted into the host tier by the background
+  // thread's fused encode, and how long from the request until the tier was empty.
+  uint64_t gpu_demoted_pages = 0;
+  double gpu_demote_ms = 0;
 
   std::vector<double> OffloadMs() const {
     std::vector<double> v;
