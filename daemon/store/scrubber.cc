@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "common/status_macros.h"
 
 namespace kvtier::store {
@@ -46,8 +47,9 @@ absl::StatusOr<BlockStore::VerifyReport> Scrubber::Run(const BlockStore::VerifyO
       report.complete = false;
       break;
     }
-    // The tiers holding a copy now (it may have moved since Select).
-    std::vector<Tier> held;
+    // The tiers holding a copy now (it may have moved since Select); at most one per tier, so
+    // no allocation per block.
+    absl::InlinedVector<Tier, index::kTierCount> held;
     {
       absl::MutexLock lock(&s_.mu);
       auto it = s_.map.find(key);
