@@ -1,4 +1,18 @@
-// EngineRegistry: registration limits, leases and the active count of each engine.
+// EngineRegistry: registration limits, leases and the holds of each engine.
+//
+// A request's hold is a count in its engine (Engine::holds), not a shared_ptr control block per
+// request: Enter raises it under the registry's mutex (which Take's removal from engines_ also
+// holds, so no request enters an engine being taken), a copy of a ref raises it without the
+// mutex (its source holds one already, so Take cannot have returned), and each ref leaving
+// lowers it. Copies count as holds of their own; the engine is idle when the count is zero,
+// which is what "copies share one hold" promises. Leaving takes the mutex only while a Take
+// waits: Take raises takers_ and then reads `holds`, Leave lowers `holds` and then reads
+// takers_, both sequentially consistent, so at least one sees the other (Take sees zero, or
+// Leave sees a Take and signals it under the mutex, which Take holds until it waits, so the
+// signal is not lost). takers_ is the registry's, not the engine's: once `holds` is zero a Take
+// may return and the engine be destroyed, so Leave touches only the registry after lowering it.
+// The raw Engine* in a ref stays valid because Take is the only way out of the registry and
+// returns the engine only once no hold is left.
 #include "daemon/service/engine_registry.h"
 
 #include <utility>
@@ -46,21 +60,25 @@ absl::Status EngineRegistry::Add(std::shared_ptr<Engine> engine) {
   return absl::OkStatus();
 }
 
+EngineRef::EngineRef(const EngineRef& other) : registry_(other.registry_), engine_(other.engine_) {
+  if (engine_ != nullptr) engine_->holds.fetch_add(1, std::memory_order_relaxed);
+}
+
+void EngineRef::reset() {
+  if (engine_ == nullptr) return;
+  registry_->Leave(std::exchange(engine_, nullptr));
+  registry_ = nullptr;
+}
+
 EngineRef EngineRegistry::Enter(const std::string& engine_id, const std::string* tenant) {
-  std::shared_ptr<Engine> engine;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = engines_.find(engine_id);
-    if (it == engines_.end()) return EngineRef();
-    if (tenant != nullptr && it->second->tenant != *tenant) return EngineRef();  // no renewal
-    it->second->expires = absl::Now() + it->second->lease;
-    ++it->second->active;
-    engine = it->second;
-  }
-  // The hold: a pointer to the engine whose deleter leaves it (and keeps it alive until then).
-  Engine* raw = engine.get();
-  return EngineRef(std::shared_ptr<const Engine>(
-      raw, [this, engine = std::move(engine)](const Engine*) { Leave(engine.get()); }));
+  absl::MutexLock lock(&mu_);
+  auto it = engines_.find(engine_id);
+  if (it == engines_.end()) return EngineRef();
+  Engine* engine = it->second.get();
+  if (tenant != nullptr && engine->tenant != *tenant) return EngineRef();  // no renewal
+  engine->expires = absl::Now() + engine->lease;
+  engine->holds.fetch_add(1, std::memory_order_relaxed);
+  return EngineRef(this, engine);
 }
 
 absl::StatusOr<EngineRef> EngineRegistry::EnterChecked(const std::string& engine_id,
@@ -83,8 +101,12 @@ absl::StatusOr<EngineRef> EngineRegistry::EnterChecked(const std::string& engine
 }
 
 void EngineRegistry::Leave(Engine* engine) {
+  // Once `holds` reaches zero a waiting Take may return and its caller destroy the engine: only
+  // the registry is touched after it.
+  if (engine->holds.fetch_sub(1, std::memory_order_seq_cst) != 1) return;
+  if (takers_.load(std::memory_order_seq_cst) == 0) return;
   absl::MutexLock lock(&mu_);
-  if (--engine->active == 0) idle_cv_.SignalAll();
+  idle_cv_.SignalAll();
 }
 
 std::shared_ptr<Engine> EngineRegistry::Take(const std::string& engine_id, bool only_if_expired) {
@@ -95,7 +117,9 @@ std::shared_ptr<Engine> EngineRegistry::Take(const std::string& engine_id, bool 
   if (only_if_expired && it->second->expires >= absl::Now()) return nullptr;
   std::shared_ptr<Engine> engine = std::move(it->second);
   engines_.erase(it);
-  while (engine->active > 0) idle_cv_.Wait(&mu_);
+  takers_.fetch_add(1, std::memory_order_seq_cst);
+  while (engine->holds.load(std::memory_order_seq_cst) > 0) idle_cv_.Wait(&mu_);
+  takers_.fetch_sub(1, std::memory_order_relaxed);
   return engine;
 }
 

@@ -7,9 +7,11 @@
 #ifndef KVTIER_DAEMON_SERVICE_ENGINE_REGISTRY_H_
 #define KVTIER_DAEMON_SERVICE_ENGINE_REGISTRY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -39,26 +41,44 @@ struct Engine : dataplane::EnginePages {
   int32_t pid = 0;   // its process (ServiceOptions::peers), 0 when unknown
   // Guarded by the registry's mutex (EngineRegistry::ExpiresOf and ForEach read it):
   absl::Time expires;
-  int active = 0;  // requests working on its pools
+  // The holds of requests working on its pools (EngineRef copies); the registry's alone
+  // (engine_registry.cc says how they pair with its mutex).
+  std::atomic<int> holds{0};
 };
+
+class EngineRegistry;
 
 // A request's hold on an engine (EngineRegistry::Enter): while any copy exists the engine counts
 // the request as active, and Take waits. Copies share one hold, so that a ref captured by a
 // copyable callback (std::function) is left when the callback's last copy is destroyed. An
-// empty ref holds nothing.
+// empty ref holds nothing. Allocates nothing: the hold is a count in the engine.
 class EngineRef {
  public:
   EngineRef() = default;
+  EngineRef(const EngineRef& other);
+  EngineRef(EngineRef&& other) noexcept
+      : registry_(std::exchange(other.registry_, nullptr)),
+        engine_(std::exchange(other.engine_, nullptr)) {}
+  EngineRef& operator=(EngineRef other) noexcept {
+    std::swap(registry_, other.registry_);
+    std::swap(engine_, other.engine_);
+    return *this;
+  }
+  ~EngineRef() { reset(); }
+
   explicit operator bool() const { return engine_ != nullptr; }
   const Engine& operator*() const { return *engine_; }
-  const Engine* operator->() const { return engine_.get(); }
+  const Engine* operator->() const { return engine_; }
   // Leaves now (when this is the last copy).
-  void reset() { engine_.reset(); }
+  void reset();
 
  private:
   friend class EngineRegistry;
-  explicit EngineRef(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {}
-  std::shared_ptr<const Engine> engine_;  // its deleter leaves the engine
+  // REQUIRES: the registry counted a hold of `engine` for this ref.
+  EngineRef(EngineRegistry* registry, Engine* engine) : registry_(registry), engine_(engine) {}
+
+  EngineRegistry* registry_ = nullptr;
+  Engine* engine_ = nullptr;  // the registry's until Take returns it, which waits for this ref
 };
 
 class EngineRegistry {
@@ -101,11 +121,14 @@ class EngineRegistry {
   void ForEach(absl::FunctionRef<void(const Engine&)> fn) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  friend class EngineRef;
+  // Drops one hold of `engine`; wakes a Take waiting for it when that was the last.
   void Leave(Engine* engine) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Limits limits_;
   mutable absl::Mutex mu_;
-  absl::CondVar idle_cv_;  // an engine's active count reached zero
+  absl::CondVar idle_cv_;       // the last hold of an engine being taken was dropped
+  std::atomic<int> takers_{0};  // Takes waiting for holds (raised under mu_)
   absl::flat_hash_map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
 };
 
