@@ -32,7 +32,15 @@ absl::Time PinTable::Pin(const Engine& engine, absl::Span<const index::BlockHash
     }
     result.tier = (*hold)->served_from();
     absl::MutexLock lock(&mu_);
-    pins_.try_emplace(key, HeldPin{std::move(**hold), expires});
+    auto it = pins_.find(key);
+    if (it != pins_.end()) {
+      // Pinned by a concurrent call meanwhile: extend its pin. This call's hold is released
+      // when `hold` goes, after the lock (never under mu_, which the store must not be called
+      // under).
+      it->second.expires = std::max(it->second.expires, expires);
+      continue;
+    }
+    pins_.emplace(key, HeldPin{std::move(**hold), expires});
   }
   return expires;
 }

@@ -73,8 +73,7 @@ TEST(RequestLimitsTest, Selectors) {
   selector.mutable_match()->set_partition(std::string(kMaxPartitionBytes + 1, 'p'));
   absl::Status partition = CheckSelector(selector);
   EXPECT_EQ(partition.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StartsWith(partition.message(), "namespaces.match.partition '"))
-      << partition;
+  EXPECT_TRUE(absl::StartsWith(partition.message(), "namespaces.match.partition '")) << partition;
   selector.mutable_match()->clear_partition();
   selector.mutable_match()->set_model(std::string(kMaxModelBytes + 1, 'm'));
   EXPECT_TRUE(absl::StartsWith(CheckSelector(selector).message(), "namespaces.match.model '"));
