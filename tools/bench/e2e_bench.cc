@@ -147,6 +147,10 @@ absl::StatusOr<E2eFlags> ParseFlags(const cli::Values& values) {
                                             tools::kDeepseekV3Preset));
       }
       flags.preset = *value;
+    } else if (name == "layers") {
+      if (!absl::SimpleAtoi(*value, &flags.layers) || flags.layers == 0 || flags.layers > 1000) {
+        return cli::UsageError(absl::StrCat("--layers: '", *value, "' is not in [1, 1000]"));
+      }
     } else if (name == "gpu-capacity") {
       absl::StatusOr<uint64_t> bytes = ParseSize(name, *value);
       if (!bytes.ok()) return bytes.status();
@@ -279,6 +283,7 @@ Json ToJson(const Report& report, const Setup& setup, const std::string& kvtierd
                        {"sm", absl::StrCat(setup.device.sm_major, ".", setup.device.sm_minor)},
                        {"memory_bytes", setup.device.memory_bytes}};
   doc["preset"] = flags.preset;
+  doc["layers"] = flags.layers;
   doc["slot_bytes"] = setup.slot_bytes;
   doc["pages"] = flags.pages;
   doc["rounds"] = flags.rounds;
@@ -367,6 +372,9 @@ void DeclareE2eBenchFlags(cli::Command& command) {
   command.AddFlag("preset", "NAME",
                   "page layout: qwen3-8b (36 layers, 8 KV heads, 128 dims, 32 tokens, BF16:\n"
                   "4,718,592 bytes a page) or deepseek-v3 (default qwen3-8b)");
+  command.AddFlag("layers", "N",
+                  "layers of the preset's page (default: the model's); --layers=1 with\n"
+                  "qwen3-8b gives 131,072-byte pages, the small-launch case");
   command.AddFlag("host-capacity", "SIZE",
                   "the daemon's host tier (host.capacity): bytes, or a number with KiB, MiB,\n"
                   "GiB or TiB; one batch of cold blocks must fit in it (default 16GiB)");
@@ -393,7 +401,7 @@ int RunE2eBench(const cli::Values& values) {
   }
   setup.device = devices->front();
 
-  absl::StatusOr<codec::PageLayout> layout = PresetLayout(flags.preset);
+  absl::StatusOr<codec::PageLayout> layout = PresetLayout(flags.preset, flags.layers);
   if (!layout.ok()) {
     std::fprintf(stderr, "kvtier-bench e2e: %s\n", layout.status().ToString().c_str());
     return 1;

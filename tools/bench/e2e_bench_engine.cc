@@ -141,10 +141,16 @@ absl::StatusOr<std::vector<uint8_t>> Download(const uint8_t* device, uint64_t by
 
 // ---- The pages ----
 
-absl::StatusOr<codec::PageLayout> PresetLayout(absl::string_view preset) {
-  if (preset == tools::kQwen3_8bPreset) return codec::BuildGqaLayout(tools::Qwen3_8bOptions());
+absl::StatusOr<codec::PageLayout> PresetLayout(absl::string_view preset, uint32_t layers) {
+  if (preset == tools::kQwen3_8bPreset) {
+    codec::GqaOptions options = tools::Qwen3_8bOptions();
+    if (layers > 0) options.num_layers = layers;
+    return codec::BuildGqaLayout(options);
+  }
   if (preset == tools::kDeepseekV3Preset) {
-    return codec::BuildMlaLayout(tools::DeepseekV3Options());
+    codec::MlaOptions options = tools::DeepseekV3Options();
+    if (layers > 0) options.num_layers = layers;
+    return codec::BuildMlaLayout(options);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown preset '", preset, "'"));
 }

@@ -29,6 +29,7 @@ struct E2eFlags {
   uint32_t pages = 256;
   uint32_t rounds = 3;
   std::string preset = std::string(tools::kQwen3_8bPreset);
+  uint32_t layers = 0;                  // 0: the preset model's
   std::string host_capacity = "16GiB";  // passed to the daemon as written
   uint64_t host_capacity_bytes = uint64_t{16} << 30;
   std::string gpu_capacity;  // gpu.capacity as written; empty: no GPU tier
@@ -65,7 +66,8 @@ class DeviceBuffer {
 };
 
 // The layout of a --preset: one pool "kv", buffers back to back.
-absl::StatusOr<codec::PageLayout> PresetLayout(absl::string_view preset);
+// The preset's layout, with `layers` layers instead of the model's when it is not 0.
+absl::StatusOr<codec::PageLayout> PresetLayout(absl::string_view preset, uint32_t layers);
 
 // What this benchmark assumes of a layout: flat (one pool whose slot is exactly the flat page, as
 // the daemon's GPU data plane needs), and a first buffer of BF16 values at least kMarkerBytes long
