@@ -14,25 +14,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/parallel_for.h"
 #include "daemon/dataplane/data_plane.h"
 #include "kernels/device.h"
 
 namespace kvtier::dataplane {
 
 namespace {
-
-// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's included).
-void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn) {
-  threads = std::max<size_t>(1, std::min(threads, n));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (size_t i = t; i < n; i += threads) fn(i);
-    });
-  }
-  for (size_t i = 0; i < n; i += threads) fn(i);
-  for (std::thread& th : pool) th.join();
-}
 
 constexpr size_t kGpuBatch = 256;  // pages per kernel pass (bounds the host slots held at once)
 // Offload seals the blocks of every kSealChunk pages as soon as the GPU has written them.

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "codec/cold_block.h"
 #include "common/logging.h"
+#include "common/parallel_for.h"
 #include "daemon/store/block_store_internal.h"
 #include "kernels/device.h"
 
@@ -83,21 +84,29 @@ bool DemoteGpu(State& s, uint64_t target, uint32_t batch, bool persistent_host)
   }
   if (moves.empty()) return false;
   s.mu.Unlock();
-  // One launch per page (a round's pages may have different layouts), one wait for the round.
-  absl::Status ready = kernels::UseDevice(s.gpu->device());
-  void* stream = kernels::PerThreadStream();
-  for (GpuMove& m : moves) {
+  // One launch per page (a round's pages may have different layouts), page i on the tier's
+  // stream i % kStreams; then a thread per stream waits for it and seals its pages (CRC32C on
+  // the host) while the other streams still encode.
+  const absl::Status ready = kernels::UseDevice(s.gpu->device());
+  for (size_t i = 0; i < moves.size(); ++i) {
+    GpuMove& m = moves[i];
     m.result = ready;
     if (m.result.ok()) {
-      m.result = m.entry->hot->EnqueueEncode(s.gpu->data() + *m.entry->gpu,
-                                             s.host_tier->data() + m.host, stream);
+      m.result =
+          m.entry->hot->EnqueueEncode(s.gpu->data() + *m.entry->gpu, s.host_tier->data() + m.host,
+                                      s.gpu->stream(static_cast<int>(i)));
     }
   }
-  if (ready.ok()) ready = kernels::SynchronizeStream(stream);
-  for (GpuMove& m : moves) {
-    if (m.result.ok()) m.result = ready;
-    if (m.result.ok()) m.entry->hot->Seal(s.host_tier->data() + m.host);
-  }
+  const size_t streams = std::min<size_t>(GpuTier::kStreams, moves.size());
+  ParallelFor(streams, streams, [&](size_t k) {
+    absl::Status done = kernels::UseDevice(s.gpu->device());  // a new thread: no context yet
+    if (done.ok()) done = kernels::SynchronizeStream(s.gpu->stream(static_cast<int>(k)));
+    for (size_t i = k; i < moves.size(); i += GpuTier::kStreams) {
+      GpuMove& m = moves[i];
+      if (m.result.ok()) m.result = done;
+      if (m.result.ok()) m.entry->hot->Seal(s.host_tier->data() + m.host);
+    }
+  });
   s.mu.Lock();
   size_t failed = 0;
   for (GpuMove& m : moves) {

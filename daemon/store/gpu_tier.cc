@@ -32,10 +32,17 @@ absl::StatusOr<std::unique_ptr<GpuTier>> GpuTier::Create(int device, uint64_t ca
                           SlotAllocator::Create(capacity_bytes, chunk_bytes, kSlotAlignment));
   KVTIER_ASSIGN_OR_RETURN(void* memory,
                           kernels::AllocateDeviceMemory(device, slots.capacity_bytes()));
-  return std::unique_ptr<GpuTier>(
+  std::unique_ptr<GpuTier> tier(
       new GpuTier(device, static_cast<uint8_t*>(memory), std::move(slots)));
+  for (void*& stream : tier->streams_) {
+    KVTIER_ASSIGN_OR_RETURN(stream, kernels::CreateStream(device));  // the destructor frees all
+  }
+  return tier;
 }
 
-GpuTier::~GpuTier() { kernels::FreeDeviceMemory(data_); }
+GpuTier::~GpuTier() {
+  for (void* stream : streams_) kernels::DestroyStream(stream);
+  kernels::FreeDeviceMemory(data_);
+}
 
 }  // namespace kvtier::store

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,6 +33,10 @@ class GpuTier final : public SlottedTier {
 
   int device() const { return device_; }
   uint8_t* data() const { return data_; }
+  // Streams of the tier's device for the background encode of its pages into the host tier (the
+  // Demoter spreads a round's pages over them); kStreams of them.
+  static constexpr int kStreams = 8;
+  void* stream(int i) const { return streams_[i % kStreams]; }
 
   // StorageTier: slots are offsets in the device allocation (file 0, SlottedTier); bytes move by
   // a copy on the calling thread's stream of the tier's device (host or device memory, unified
@@ -52,6 +57,7 @@ class GpuTier final : public SlottedTier {
       : SlottedTier(std::move(slots), "GPU"), device_(device), data_(data) {}
   int device_;
   uint8_t* data_;
+  void* streams_[kStreams] = {};
 };
 
 }  // namespace kvtier::store
