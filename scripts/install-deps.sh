@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev nlohmann-json3-dev
   librocksdb-dev liburing-dev fio
+  ceph-mon ceph-osd librados-dev
   libyaml-cpp-dev libssl-dev openssl libmicrohttpd-dev libcli11-dev
   clang clang-format libclang-rt-14-dev
   python3-grpcio python3-grpc-tools prometheus

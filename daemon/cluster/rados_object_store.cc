@@ -1,0 +1,385 @@
+#include "daemon/cluster/rados_object_store.h"
+
+#include <rados/librados.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "codec/cold_block.h"
+#include "common/coding.h"
+
+namespace kvtier::cluster {
+namespace {
+
+constexpr char kXattrNs[] = "kvtier.ns";      // 8 bytes big-endian namespace id
+constexpr char kXattrHash[] = "kvtier.hash";  // 32 raw bytes
+constexpr char kXattrCodec[] = "kvtier.codec";
+constexpr char kXattrLayout[] = "kvtier.layout";
+constexpr char kXattrChecksum[] = "kvtier.checksum";
+constexpr char kXattrWriter[] = "kvtier.writer";
+constexpr char kXattrCreated[] = "kvtier.created";
+constexpr char kLeaseObject[] = "kvtier.evict-lease";
+constexpr char kLeaseName[] = "evict";
+
+std::string Hex(const uint8_t* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = d[p[i] >> 4];
+    s[2 * i + 1] = d[p[i] & 15];
+  }
+  return s;
+}
+
+std::string Be64(uint64_t v) {
+  std::string s(8, '\0');
+  EncodeBigEndian64(s.data(), v);
+  return s;
+}
+
+std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d)); }
+
+}  // namespace
+
+std::string ObjectName(const BlockKey& key) {
+  const std::string ns = Be64(key.ns);
+  return absl::StrCat(Hex(reinterpret_cast<const uint8_t*>(ns.data()), 8), ".",
+                      Hex(key.hash.data(), key.hash.size()));
+}
+
+struct RadosObjectStore::Handles {
+  rados_t cluster = nullptr;
+  rados_ioctx_t io = nullptr;
+  ~Handles() {
+    if (io != nullptr) rados_ioctx_destroy(io);
+    if (cluster != nullptr) rados_shutdown(cluster);
+  }
+};
+
+RadosObjectStore::RadosObjectStore(std::unique_ptr<Handles> h, ClusterOptions options)
+    : h_(std::move(h)), options_(std::move(options)) {}
+
+RadosObjectStore::~RadosObjectStore() = default;
+
+absl::Status RadosObjectStore::Error(int r, const std::string& what) {
+  const int e = r < 0 ? -r : r;
+  const std::string msg = absl::StrFormat("%s: %s (errno %d)", what, std::strerror(e), e);
+  if (e == ETIMEDOUT) {
+    counters_.timeouts.fetch_add(1);
+    return absl::DeadlineExceededError(msg);
+  }
+  counters_.errors.fetch_add(1);
+  switch (e) {
+    case ENOENT: return absl::NotFoundError(msg);
+    case EEXIST: return absl::AlreadyExistsError(msg);
+    case EDQUOT:
+    case ENOSPC: return absl::ResourceExhaustedError(msg);
+    case EBUSY: return absl::FailedPreconditionError(msg);
+    case ENOTCONN:
+    case ECONNREFUSED:
+    case ESHUTDOWN: return absl::UnavailableError(msg);
+    case EACCES:
+    case EPERM: return absl::PermissionDeniedError(msg);
+    default: return absl::InternalError(msg);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RadosObjectStore>> RadosObjectStore::Connect(
+    const ClusterOptions& o) {
+  auto h = std::make_unique<Handles>();
+  int r = rados_create(&h->cluster, o.client_id.c_str());
+  if (r < 0) return absl::InternalError(absl::StrCat("rados_create: ", std::strerror(-r)));
+  if (!o.conf_path.empty() && (r = rados_conf_read_file(h->cluster, o.conf_path.c_str())) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rados_conf_read_file ", o.conf_path, ": ", std::strerror(-r)));
+  }
+  const std::vector<std::pair<const char*, std::string>> settings = {
+      {"keyring", o.keyring},
+      {"rados_osd_op_timeout", Seconds(o.osd_op_timeout)},
+      {"rados_mon_op_timeout", Seconds(o.mon_op_timeout)},
+      {"client_mount_timeout", Seconds(o.mount_timeout)},
+      {"log_to_stderr", "false"},
+      {"err_to_stderr", "false"},
+  };
+  for (const auto& [k, v] : settings) {
+    if (v.empty()) continue;
+    if ((r = rados_conf_set(h->cluster, k, v.c_str())) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("rados_conf_set ", k, "=", v, ": ",
+                                                     std::strerror(-r)));
+    }
+  }
+  if (!o.mon_host.empty() && (r = rados_conf_set(h->cluster, "mon_host", o.mon_host.c_str())) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mon_host: ", std::strerror(-r)));
+  }
+  if ((r = rados_connect(h->cluster)) < 0) {
+    return absl::UnavailableError(absl::StrFormat("rados_connect as client.%s: %s (errno %d)",
+                                                  o.client_id, std::strerror(-r), -r));
+  }
+  if ((r = rados_ioctx_create(h->cluster, o.pool.c_str(), &h->io)) < 0) {
+    h->io = nullptr;
+    return r == -ENOENT ? absl::NotFoundError(absl::StrCat("pool ", o.pool, " does not exist"))
+                        : absl::UnavailableError(absl::StrCat("rados_ioctx_create ", o.pool, ": ",
+                                                              std::strerror(-r)));
+  }
+  return std::unique_ptr<RadosObjectStore>(new RadosObjectStore(std::move(h), o));
+}
+
+absl::Status RadosObjectStore::Put(const std::string& rados_ns, const BlockKey& key,
+                                   absl::Span<const uint8_t> block, const BlockAttrs& attrs) {
+  const std::string name = ObjectName(key);
+  // A block that does not verify is never stored: readers rely on every object being whole.
+  if (absl::StatusOr<uint32_t> v = codec::VerifyColdBlock(block); !v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("put ", name, ": ", v.status().message()));
+  }
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  const std::string ns = Be64(key.ns);
+  const std::string layout = Be64(attrs.layout_fingerprint);
+  const std::string created = Be64(static_cast<uint64_t>(attrs.created_unix_micros));
+  char codec[4], sum[4];
+  EncodeBigEndian32(codec, attrs.codec);
+  EncodeBigEndian32(sum, attrs.payload_checksum);
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
+  rados_write_op_write_full(op, reinterpret_cast<const char*>(block.data()), block.size());
+  rados_write_op_setxattr(op, kXattrNs, ns.data(), ns.size());
+  rados_write_op_setxattr(op, kXattrHash, reinterpret_cast<const char*>(key.hash.data()),
+                          key.hash.size());
+  rados_write_op_setxattr(op, kXattrCodec, codec, 4);
+  rados_write_op_setxattr(op, kXattrLayout, layout.data(), layout.size());
+  rados_write_op_setxattr(op, kXattrChecksum, sum, 4);
+  rados_write_op_setxattr(op, kXattrWriter, attrs.writer_node.data(), attrs.writer_node.size());
+  rados_write_op_setxattr(op, kXattrCreated, created.data(), created.size());
+  const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  rados_ioctx_destroy(io);
+  counters_.puts.fetch_add(1);
+  if (r == -EEXIST) {
+    counters_.put_already_exists.fetch_add(1);
+    return absl::AlreadyExistsError(absl::StrCat("put ", rados_ns, "/", name, ": already exists"));
+  }
+  if (r < 0) return Error(r, absl::StrCat("put ", rados_ns, "/", name));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStore::Get(
+    const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  struct Pending {
+    std::string name, ns;
+    std::vector<uint8_t> buf;
+    size_t bytes_read = 0;
+    int read_rval = 0, ns_rval = 0, hash_rval = 0;
+    rados_read_op_t op = nullptr;
+    rados_completion_t c = nullptr;
+  };
+  std::vector<Pending> p(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    p[i].name = ObjectName(keys[i]);
+    p[i].ns = Be64(keys[i].ns);
+    p[i].buf.resize(options_.max_block_bytes + 1);
+    p[i].op = rados_create_read_op();
+    // The xattrs must match what was asked: an object under the right name with another block's
+    // identity is a miss, not that block.
+    rados_read_op_cmpxattr(p[i].op, kXattrNs, LIBRADOS_CMPXATTR_OP_EQ, p[i].ns.data(), 8);
+    rados_read_op_cmpxattr(p[i].op, kXattrHash, LIBRADOS_CMPXATTR_OP_EQ,
+                           reinterpret_cast<const char*>(keys[i].hash.data()), 32);
+    rados_read_op_read(p[i].op, 0, p[i].buf.size(), reinterpret_cast<char*>(p[i].buf.data()),
+                       &p[i].bytes_read, &p[i].read_rval);
+    rados_aio_create_completion2(nullptr, nullptr, &p[i].c);
+    rados_aio_read_op_operate(p[i].op, io, p[i].c, p[i].name.c_str(), 0);
+  }
+  bool timed_out = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    while (!rados_aio_is_complete(p[i].c)) {
+      if (absl::Now() >= deadline) {
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (timed_out) break;
+  }
+  std::vector<std::optional<std::vector<uint8_t>>> out(keys.size());
+  absl::Status err;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (timed_out && !rados_aio_is_complete(p[i].c)) rados_aio_cancel(io, p[i].c);
+    rados_aio_wait_for_complete(p[i].c);
+    const int r = rados_aio_get_return_value(p[i].c);
+    rados_aio_release(p[i].c);
+    rados_release_read_op(p[i].op);
+    counters_.gets.fetch_add(1);
+    if (timed_out) continue;
+    if (r == -ENOENT || r == -ENODATA) {
+      counters_.get_misses.fetch_add(1);
+      if (r == -ENODATA) counters_.verify_failures.fetch_add(1);
+      continue;
+    }
+    if (r == -ECANCELED) {
+      // cmpxattr mismatch: the object is not the block asked for.
+      counters_.get_misses.fetch_add(1);
+      counters_.verify_failures.fetch_add(1);
+      continue;
+    }
+    if (r < 0) {
+      if (err.ok()) err = Error(r, absl::StrCat("get ", rados_ns, "/", p[i].name));
+      continue;
+    }
+    absl::Span<const uint8_t> bytes(p[i].buf.data(), p[i].bytes_read);
+    if (p[i].bytes_read > options_.max_block_bytes || !codec::VerifyColdBlock(bytes).ok()) {
+      counters_.get_misses.fetch_add(1);
+      counters_.verify_failures.fetch_add(1);
+      continue;
+    }
+    counters_.get_hits.fetch_add(1);
+    out[i] = std::vector<uint8_t>(bytes.begin(), bytes.end());
+  }
+  rados_ioctx_destroy(io);
+  if (timed_out) {
+    counters_.timeouts.fetch_add(1);
+    return absl::DeadlineExceededError(
+        absl::StrFormat("get of %d objects in %s: deadline passed", keys.size(), rados_ns));
+  }
+  if (!err.ok()) return err;
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> RadosObjectStore::Exists(const std::string& rados_ns,
+                                                           absl::Span<const BlockKey> keys,
+                                                           absl::Time deadline) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  std::vector<rados_completion_t> c(keys.size());
+  std::vector<uint64_t> size(keys.size());
+  std::vector<time_t> mtime(keys.size());
+  std::vector<std::string> names(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    names[i] = ObjectName(keys[i]);
+    rados_aio_create_completion2(nullptr, nullptr, &c[i]);
+    rados_aio_stat(io, names[i].c_str(), c[i], &size[i], &mtime[i]);
+  }
+  bool timed_out = false;
+  for (size_t i = 0; i < c.size() && !timed_out; ++i) {
+    while (!rados_aio_is_complete(c[i])) {
+      if (absl::Now() >= deadline) {
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  std::vector<bool> out(keys.size());
+  absl::Status err;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (timed_out && !rados_aio_is_complete(c[i])) rados_aio_cancel(io, c[i]);
+    rados_aio_wait_for_complete(c[i]);
+    const int r = rados_aio_get_return_value(c[i]);
+    rados_aio_release(c[i]);
+    if (timed_out) continue;
+    if (r == 0) out[i] = true;
+    else if (r != -ENOENT && err.ok()) err = Error(r, absl::StrCat("stat ", rados_ns, "/", names[i]));
+  }
+  rados_ioctx_destroy(io);
+  if (timed_out) {
+    counters_.timeouts.fetch_add(1);
+    return absl::DeadlineExceededError(
+        absl::StrFormat("stat of %d objects in %s: deadline passed", keys.size(), rados_ns));
+  }
+  if (!err.ok()) return err;
+  return out;
+}
+
+absl::Status RadosObjectStore::Remove(const std::string& rados_ns, const BlockKey& key) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  const std::string name = ObjectName(key);
+  const int r = rados_remove(io, name.c_str());
+  rados_ioctx_destroy(io);
+  if (r < 0) return Error(r, absl::StrCat("remove ", rados_ns, "/", name));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ObjectInfo>> RadosObjectStore::List(const std::string& rados_ns) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  rados_list_ctx_t ctx = nullptr;
+  int r = rados_nobjects_list_open(io, &ctx);
+  if (r < 0) {
+    rados_ioctx_destroy(io);
+    return Error(r, absl::StrCat("list ", rados_ns));
+  }
+  std::vector<ObjectInfo> out;
+  const char* entry = nullptr;
+  while ((r = rados_nobjects_list_next(ctx, &entry, nullptr, nullptr)) == 0) {
+    if (std::strcmp(entry, kLeaseObject) == 0) continue;
+    ObjectInfo info;
+    info.name = entry;
+    time_t mtime = 0;
+    if (rados_stat(io, entry, &info.size, &mtime) == 0) {
+      info.mtime_unix = mtime;
+      out.push_back(std::move(info));
+    }
+  }
+  rados_nobjects_list_close(ctx);
+  rados_ioctx_destroy(io);
+  if (r != -ENOENT) return Error(r, absl::StrCat("list ", rados_ns));
+  return out;
+}
+
+absl::StatusOr<PoolUsage> RadosObjectStore::Usage() {
+  rados_pool_stat_t st{};
+  const int r = rados_ioctx_pool_stat(h_->io, &st);
+  if (r < 0) return Error(r, absl::StrCat("pool stat ", options_.pool));
+  return PoolUsage{st.num_bytes, st.num_objects};
+}
+
+absl::Status RadosObjectStore::AcquireLease(const std::string& rados_ns, const std::string& cookie,
+                                            absl::Duration duration) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  timeval tv{};
+  tv.tv_sec = absl::ToInt64Seconds(duration);
+  tv.tv_usec = absl::ToInt64Microseconds(duration) % 1000000;
+  // LOCK_FLAG_MAY_RENEW: the holder renews by locking again with its cookie.
+  const int r = rados_lock_exclusive(io, kLeaseObject, kLeaseName, cookie.c_str(),
+                                     "kvtier eviction lease", &tv, LIBRADOS_LOCK_FLAG_RENEW);
+  rados_ioctx_destroy(io);
+  if (r < 0) return Error(r, absl::StrCat("lease ", rados_ns, "/", kLeaseObject, " as ", cookie));
+  return absl::OkStatus();
+}
+
+absl::Status RadosObjectStore::ReleaseLease(const std::string& rados_ns,
+                                            const std::string& cookie) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  const int r = rados_unlock(io, kLeaseObject, kLeaseName, cookie.c_str());
+  rados_ioctx_destroy(io);
+  if (r < 0) return Error(r, absl::StrCat("unlock ", rados_ns, "/", kLeaseObject, " as ", cookie));
+  return absl::OkStatus();
+}
+
+absl::Status RadosObjectStore::WriteRawForTest(const std::string& rados_ns,
+                                               const std::string& name,
+                                               absl::Span<const uint8_t> bytes) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  const int r =
+      rados_write_full(io, name.c_str(), reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  rados_ioctx_destroy(io);
+  if (r < 0) return Error(r, absl::StrCat("raw write ", rados_ns, "/", name));
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::cluster

@@ -1,0 +1,124 @@
+// RadosObjectStore: the shared cluster tier's blocks as immutable RADOS objects (docs/CLUSTER.md).
+// The only module that includes librados. Thread-safe: librados' cluster handle and io context
+// are thread-safe, and counters are atomics.
+#ifndef KVTIER_DAEMON_CLUSTER_RADOS_OBJECT_STORE_H_
+#define KVTIER_DAEMON_CLUSTER_RADOS_OBJECT_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "daemon/index/block_record.h"
+
+namespace kvtier::cluster {
+
+struct ClusterOptions {
+  std::string conf_path;  // a ceph.conf; may be empty when mon_host is set
+  std::string mon_host;   // overrides the conf's
+  std::string keyring;    // path of the client's keyring
+  std::string client_id = "admin";  // client.<id>
+  std::string pool;
+  // Bounds on every librados call, so that none blocks forever on an unreachable cluster.
+  absl::Duration osd_op_timeout = absl::Seconds(10);
+  absl::Duration mon_op_timeout = absl::Seconds(10);
+  absl::Duration mount_timeout = absl::Seconds(10);
+  // The largest object Get reads; larger objects are misses (verify failures).
+  uint32_t max_block_bytes = 4 << 20;
+};
+
+struct BlockKey {
+  index::NamespaceId ns = 0;
+  index::BlockHash hash{};
+};
+
+// What the writer records next to a block (xattrs, docs/CLUSTER.md).
+struct BlockAttrs {
+  uint32_t codec = 0;
+  uint64_t layout_fingerprint = 0;
+  uint32_t payload_checksum = 0;
+  std::string writer_node;
+  int64_t created_unix_micros = 0;
+};
+
+struct ObjectInfo {
+  std::string name;
+  uint64_t size = 0;
+  int64_t mtime_unix = 0;  // RADOS mtime: the write time (blocks are immutable)
+};
+
+struct PoolUsage {
+  uint64_t bytes_used = 0;
+  uint64_t objects = 0;
+};
+
+// Monotonic counters; the daemon turns them into metrics.
+struct ClusterCounters {
+  std::atomic<uint64_t> puts{0}, put_already_exists{0}, gets{0}, get_hits{0}, get_misses{0},
+      verify_failures{0}, errors{0}, timeouts{0};
+};
+
+// The object name of a block: 16 lower-hex digits of the namespace id, '.', 64 of the hash.
+std::string ObjectName(const BlockKey& key);
+
+class RadosObjectStore {
+ public:
+  // Connects (bounded by mount_timeout) and opens the pool. Unavailable when the cluster cannot be
+  // reached, NotFound when the pool does not exist.
+  static absl::StatusOr<std::unique_ptr<RadosObjectStore>> Connect(const ClusterOptions& options);
+  ~RadosObjectStore();
+  RadosObjectStore(const RadosObjectStore&) = delete;
+  RadosObjectStore& operator=(const RadosObjectStore&) = delete;
+
+  // One compound op: exclusive create + write_full + xattrs. AlreadyExists when the object exists
+  // (a block written twice is one object). ResourceExhausted when the pool is full or over quota.
+  absl::Status Put(const std::string& rados_ns, const BlockKey& key,
+                   absl::Span<const uint8_t> block, const BlockAttrs& attrs);
+
+  // Reads every key in parallel; per key the verified bytes or nullopt (a miss: absent, or failed
+  // verification, counted). DeadlineExceeded when the deadline passed before all answered;
+  // Unavailable/other errors for cluster failures.
+  absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> Get(
+      const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline);
+
+  // Per key whether the object exists; same deadline semantics.
+  absl::StatusOr<std::vector<bool>> Exists(const std::string& rados_ns,
+                                           absl::Span<const BlockKey> keys, absl::Time deadline);
+
+  // NotFound when absent.
+  absl::Status Remove(const std::string& rados_ns, const BlockKey& key);
+
+  absl::StatusOr<std::vector<ObjectInfo>> List(const std::string& rados_ns);
+  absl::StatusOr<PoolUsage> Usage();
+
+  // The eviction lease: an exclusive cls_lock on object "kvtier.evict-lease" in `rados_ns`, held
+  // for `duration` (renew by calling again with the same cookie). Busy -> FailedPrecondition.
+  absl::Status AcquireLease(const std::string& rados_ns, const std::string& cookie,
+                            absl::Duration duration);
+  absl::Status ReleaseLease(const std::string& rados_ns, const std::string& cookie);
+
+  // Raw access for tests and repair: write `bytes` over an object, bypassing Put's checks.
+  absl::Status WriteRawForTest(const std::string& rados_ns, const std::string& name,
+                               absl::Span<const uint8_t> bytes);
+
+  const ClusterCounters& counters() const { return counters_; }
+
+ private:
+  struct Handles;
+  explicit RadosObjectStore(std::unique_ptr<Handles> h, ClusterOptions options);
+  absl::Status Error(int r, const std::string& what);
+
+  std::unique_ptr<Handles> h_;
+  ClusterOptions options_;
+  ClusterCounters counters_;
+};
+
+}  // namespace kvtier::cluster
+
+#endif  // KVTIER_DAEMON_CLUSTER_RADOS_OBJECT_STORE_H_
