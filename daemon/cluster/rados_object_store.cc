@@ -73,17 +73,24 @@ absl::Status RadosObjectStore::Error(int r, const std::string& what) {
   }
   counters_.errors.fetch_add(1);
   switch (e) {
-    case ENOENT: return absl::NotFoundError(msg);
-    case EEXIST: return absl::AlreadyExistsError(msg);
+    case ENOENT:
+      return absl::NotFoundError(msg);
+    case EEXIST:
+      return absl::AlreadyExistsError(msg);
     case EDQUOT:
-    case ENOSPC: return absl::ResourceExhaustedError(msg);
-    case EBUSY: return absl::FailedPreconditionError(msg);
+    case ENOSPC:
+      return absl::ResourceExhaustedError(msg);
+    case EBUSY:
+      return absl::FailedPreconditionError(msg);
     case ENOTCONN:
     case ECONNREFUSED:
-    case ESHUTDOWN: return absl::UnavailableError(msg);
+    case ESHUTDOWN:
+      return absl::UnavailableError(msg);
     case EACCES:
-    case EPERM: return absl::PermissionDeniedError(msg);
-    default: return absl::InternalError(msg);
+    case EPERM:
+      return absl::PermissionDeniedError(msg);
+    default:
+      return absl::InternalError(msg);
   }
 }
 
@@ -107,8 +114,8 @@ absl::StatusOr<std::unique_ptr<RadosObjectStore>> RadosObjectStore::Connect(
   for (const auto& [k, v] : settings) {
     if (v.empty()) continue;
     if ((r = rados_conf_set(h->cluster, k, v.c_str())) < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("rados_conf_set ", k, "=", v, ": ",
-                                                     std::strerror(-r)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rados_conf_set ", k, "=", v, ": ", std::strerror(-r)));
     }
   }
   if (!o.mon_host.empty() && (r = rados_conf_set(h->cluster, "mon_host", o.mon_host.c_str())) < 0) {
@@ -121,8 +128,8 @@ absl::StatusOr<std::unique_ptr<RadosObjectStore>> RadosObjectStore::Connect(
   if ((r = rados_ioctx_create(h->cluster, o.pool.c_str(), &h->io)) < 0) {
     h->io = nullptr;
     return r == -ENOENT ? absl::NotFoundError(absl::StrCat("pool ", o.pool, " does not exist"))
-                        : absl::UnavailableError(absl::StrCat("rados_ioctx_create ", o.pool, ": ",
-                                                              std::strerror(-r)));
+                        : absl::UnavailableError(
+                              absl::StrCat("rados_ioctx_create ", o.pool, ": ", std::strerror(-r)));
   }
   return std::unique_ptr<RadosObjectStore>(new RadosObjectStore(std::move(h), o));
 }
@@ -283,8 +290,10 @@ absl::StatusOr<std::vector<bool>> RadosObjectStore::Exists(const std::string& ra
     const int r = rados_aio_get_return_value(c[i]);
     rados_aio_release(c[i]);
     if (timed_out) continue;
-    if (r == 0) out[i] = true;
-    else if (r != -ENOENT && err.ok()) err = Error(r, absl::StrCat("stat ", rados_ns, "/", names[i]));
+    if (r == 0)
+      out[i] = true;
+    else if (r != -ENOENT && err.ok())
+      err = Error(r, absl::StrCat("stat ", rados_ns, "/", names[i]));
   }
   rados_ioctx_destroy(io);
   if (timed_out) {
@@ -369,8 +378,7 @@ absl::Status RadosObjectStore::ReleaseLease(const std::string& rados_ns,
   return absl::OkStatus();
 }
 
-absl::Status RadosObjectStore::WriteRawForTest(const std::string& rados_ns,
-                                               const std::string& name,
+absl::Status RadosObjectStore::WriteRawForTest(const std::string& rados_ns, const std::string& name,
                                                absl::Span<const uint8_t> bytes) {
   rados_ioctx_t io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);

@@ -20,9 +20,9 @@
 namespace kvtier::cluster {
 
 struct ClusterOptions {
-  std::string conf_path;  // a ceph.conf; may be empty when mon_host is set
-  std::string mon_host;   // overrides the conf's
-  std::string keyring;    // path of the client's keyring
+  std::string conf_path;            // a ceph.conf; may be empty when mon_host is set
+  std::string mon_host;             // overrides the conf's
+  std::string keyring;              // path of the client's keyring
   std::string client_id = "admin";  // client.<id>
   std::string pool;
   // Bounds on every librados call, so that none blocks forever on an unreachable cluster.

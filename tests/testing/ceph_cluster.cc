@@ -159,8 +159,8 @@ absl::StatusOr<std::string> CephCluster::Run(const std::vector<std::string>& arg
 }
 
 absl::StatusOr<std::string> CephCluster::Ceph(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"ceph", "-c", conf_, "-k", admin_keyring_, "-n",
-                                   "client.admin", "--connect-timeout", "15"};
+  std::vector<std::string> argv = {
+      "ceph", "-c", conf_, "-k", admin_keyring_, "-n", "client.admin", "--connect-timeout", "15"};
   argv.insert(argv.end(), args.begin(), args.end());
   return Run(argv);
 }
@@ -207,9 +207,8 @@ absl::Status CephCluster::Setup(int osds) {
   for (const std::vector<std::string>& step : std::vector<std::vector<std::string>>{
            {"ceph-authtool", "--create-keyring", mon_keyring, "--gen-key", "-n", "mon.", "--cap",
             "mon", "allow *"},
-           {"ceph-authtool", "--create-keyring", admin_keyring_, "--gen-key", "-n",
-            "client.admin", "--cap", "mon", "allow *", "--cap", "osd", "allow *", "--cap", "mgr",
-            "allow *"},
+           {"ceph-authtool", "--create-keyring", admin_keyring_, "--gen-key", "-n", "client.admin",
+            "--cap", "mon", "allow *", "--cap", "osd", "allow *", "--cap", "mgr", "allow *"},
            {"ceph-authtool", mon_keyring, "--import-keyring", admin_keyring_},
            {"monmaptool", "--create", "--addv", "a", absl::StrCat("[", mon_host_, "]"), "--fsid",
             fsid, d + "/monmap"},

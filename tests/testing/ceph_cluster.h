@@ -91,10 +91,10 @@ class CephCluster {
 }  // namespace kvtier::testing
 
 // In a test body: skips the test when the Ceph binaries are absent.
-#define SKIP_IF_NO_CEPH()                                                                       \
-  do {                                                                                          \
-    if (!::kvtier::testing::CephCluster::BinariesPresent())                                     \
-      GTEST_SKIP() << "ceph-mon/ceph-osd/ceph not installed (scripts/install-deps.sh)";         \
+#define SKIP_IF_NO_CEPH()                                                               \
+  do {                                                                                  \
+    if (!::kvtier::testing::CephCluster::BinariesPresent())                             \
+      GTEST_SKIP() << "ceph-mon/ceph-osd/ceph not installed (scripts/install-deps.sh)"; \
   } while (0)
 
 #endif  // KVTIER_TESTS_TESTING_CEPH_CLUSTER_H_
