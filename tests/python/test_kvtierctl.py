@@ -342,17 +342,20 @@ class KvtierctlTest(daemon_fixture.DaemonTestCase):
         self.assertGreaterEqual(evicted["evicted_blocks"], 1)
         self.assertGreaterEqual(evicted["evicted_bytes"], self.page_bytes)
         self.assertEqual(evicted["demoted_blocks"], evicted["evicted_blocks"])
-        # Wait until the demoted blocks have their disk copies.
+        # Wait until the demoted blocks have their disk copies and their host copies are freed
+        # (two steps of the background thread: the disk count can rise before the host count
+        # falls, so wait for both).
         moved = 2 + evicted["evicted_blocks"]
+        host_wanted = self.tier(before["tiers"], "TIER_HOST")["blocks"] - moved
         deadline = time.monotonic() + 20
         while True:
             after = self.namespace_stats()
             host = self.tier(after["tiers"], "TIER_HOST")["blocks"]
             disk = self.tier(after["tiers"], "TIER_DISK")["blocks"]
-            if disk >= moved or time.monotonic() > deadline:
+            if (disk >= moved and host == host_wanted) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        self.assertEqual(host, self.tier(before["tiers"], "TIER_HOST")["blocks"] - moved)
+        self.assertEqual(host, host_wanted)
         self.assertGreaterEqual(disk, moved)
         # Exact hashes: one is dropped from the cache, an unknown one is reported.
         result = self.ctl_json("evict", f"--namespace={self.ns}", "--drop",
