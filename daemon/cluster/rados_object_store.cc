@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "codec/cold_block.h"
 #include "common/coding.h"
+#include "common/errno_text.h"
 
 namespace kvtier::cluster {
 namespace {
@@ -66,7 +67,7 @@ RadosObjectStore::~RadosObjectStore() = default;
 
 absl::Status RadosObjectStore::Error(int r, const std::string& what) {
   const int e = r < 0 ? -r : r;
-  const std::string msg = absl::StrFormat("%s: %s (errno %d)", what, std::strerror(e), e);
+  const std::string msg = absl::StrCat(what, ": ", ErrnoText(e));
   if (e == ETIMEDOUT) {
     counters_.timeouts.fetch_add(1);
     return absl::DeadlineExceededError(msg);
@@ -98,10 +99,10 @@ absl::StatusOr<std::unique_ptr<RadosObjectStore>> RadosObjectStore::Connect(
     const ClusterOptions& o) {
   auto h = std::make_unique<Handles>();
   int r = rados_create(&h->cluster, o.client_id.c_str());
-  if (r < 0) return absl::InternalError(absl::StrCat("rados_create: ", std::strerror(-r)));
+  if (r < 0) return absl::InternalError(absl::StrCat("rados_create: ", ErrnoText(-r)));
   if (!o.conf_path.empty() && (r = rados_conf_read_file(h->cluster, o.conf_path.c_str())) < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rados_conf_read_file ", o.conf_path, ": ", std::strerror(-r)));
+        absl::StrCat("rados_conf_read_file ", o.conf_path, ": ", ErrnoText(-r)));
   }
   const std::vector<std::pair<const char*, std::string>> settings = {
       {"keyring", o.keyring},
@@ -115,21 +116,21 @@ absl::StatusOr<std::unique_ptr<RadosObjectStore>> RadosObjectStore::Connect(
     if (v.empty()) continue;
     if ((r = rados_conf_set(h->cluster, k, v.c_str())) < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("rados_conf_set ", k, "=", v, ": ", std::strerror(-r)));
+          absl::StrCat("rados_conf_set ", k, "=", v, ": ", ErrnoText(-r)));
     }
   }
   if (!o.mon_host.empty() && (r = rados_conf_set(h->cluster, "mon_host", o.mon_host.c_str())) < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("mon_host: ", std::strerror(-r)));
+    return absl::InvalidArgumentError(absl::StrCat("mon_host: ", ErrnoText(-r)));
   }
   if ((r = rados_connect(h->cluster)) < 0) {
     return absl::UnavailableError(absl::StrFormat("rados_connect as client.%s: %s (errno %d)",
-                                                  o.client_id, std::strerror(-r), -r));
+                                                  o.client_id, ErrnoText(-r), -r));
   }
   if ((r = rados_ioctx_create(h->cluster, o.pool.c_str(), &h->io)) < 0) {
     h->io = nullptr;
     return r == -ENOENT ? absl::NotFoundError(absl::StrCat("pool ", o.pool, " does not exist"))
                         : absl::UnavailableError(
-                              absl::StrCat("rados_ioctx_create ", o.pool, ": ", std::strerror(-r)));
+                              absl::StrCat("rados_ioctx_create ", o.pool, ": ", ErrnoText(-r)));
   }
   return std::unique_ptr<RadosObjectStore>(new RadosObjectStore(std::move(h), o));
 }
