@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<RadosObjectStore>> RadosObjectStore::Connect(
       {"rados_osd_op_timeout", Seconds(o.osd_op_timeout)},
       {"rados_mon_op_timeout", Seconds(o.mon_op_timeout)},
       {"client_mount_timeout", Seconds(o.mount_timeout)},
+      {"objecter_timeout", Seconds(o.objecter_timeout)},
       {"log_to_stderr", "false"},
       {"err_to_stderr", "false"},
   };
@@ -175,7 +176,9 @@ absl::Status RadosObjectStore::Put(const std::string& rados_ns, const BlockKey& 
 }
 
 absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStore::Get(
-    const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline) {
+    const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline,
+    uint64_t max_bytes) {
+  if (max_bytes == 0 || max_bytes > options_.max_block_bytes) max_bytes = options_.max_block_bytes;
   rados_ioctx_t io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
   rados_ioctx_set_namespace(io, rados_ns.c_str());
@@ -191,7 +194,7 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
   for (size_t i = 0; i < keys.size(); ++i) {
     p[i].name = ObjectName(keys[i]);
     p[i].ns = Be64(keys[i].ns);
-    p[i].buf.resize(options_.max_block_bytes + 1);
+    p[i].buf.resize(max_bytes + 1);
     p[i].op = rados_create_read_op();
     // The xattrs must match what was asked: an object under the right name with another block's
     // identity is a miss, not that block.
@@ -240,7 +243,7 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
       continue;
     }
     absl::Span<const uint8_t> bytes(p[i].buf.data(), p[i].bytes_read);
-    if (p[i].bytes_read > options_.max_block_bytes || !codec::VerifyColdBlock(bytes).ok()) {
+    if (p[i].bytes_read > max_bytes || !codec::VerifyColdBlock(bytes).ok()) {
       counters_.get_misses.fetch_add(1);
       counters_.verify_failures.fetch_add(1);
       continue;
@@ -304,6 +307,28 @@ absl::StatusOr<std::vector<bool>> RadosObjectStore::Exists(const std::string& ra
   }
   if (!err.ok()) return err;
   return out;
+}
+
+absl::StatusOr<std::string> RadosObjectStore::ClaimValue(const std::string& rados_ns,
+                                                         const std::string& name,
+                                                         const std::string& value) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
+  rados_write_op_write_full(op, value.data(), value.size());
+  int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  std::string held = value;
+  if (r == -EEXIST) {
+    held.assign(4096, '\0');
+    r = rados_read(io, name.c_str(), held.data(), held.size(), 0);
+    if (r >= 0) held.resize(static_cast<size_t>(r));
+  }
+  rados_ioctx_destroy(io);
+  if (r < 0) return Error(r, absl::StrCat("claim ", rados_ns, "/", name));
+  return held;
 }
 
 absl::Status RadosObjectStore::Remove(const std::string& rados_ns, const BlockKey& key) {
