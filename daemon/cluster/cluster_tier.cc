@@ -43,6 +43,13 @@ absl::StatusOr<std::unique_ptr<ClusterTier>> ClusterTier::Create(const ClusterOp
     tier->writers_.emplace_back([t = tier.get()] { t->WriterLoop(); });
   }
   tier->prober_ = std::thread([t = tier.get()] { t->ProberLoop(); });
+  if (tier->options_.sweeper.capacity_bytes > 0) {
+    tier->sweeper_ = std::make_unique<ClusterSweeper>(
+        [t = tier.get()]() -> RadosObjectStore* {
+          return t->degraded() ? nullptr : t->objects_.load();
+        },
+        tier->options_.sweeper);
+  }
   return tier;
 }
 
@@ -70,6 +77,7 @@ absl::Status ClusterTier::Connect() {
 }
 
 ClusterTier::~ClusterTier() {
+  sweeper_.reset();
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -137,13 +145,19 @@ void ClusterTier::Offer(index::NamespaceId ns, absl::Span<const index::BlockHash
       ++stats_.dropped_degraded;
     } else if (absl::Now() < writes_paused_until_) {
       ++stats_.dropped_full;
-    } else if (queue_.size() >= options_.queue_capacity) {
-      ++stats_.dropped_queue_full;
     } else {
-      queue_.push_back(index::BlockKey{ns, h});
-      ++stats_.offered;
+      Enqueue(index::BlockKey{ns, h}, /*touch=*/false);
     }
   }
+}
+
+void ClusterTier::Enqueue(const index::BlockKey& key, bool touch) {
+  if (queue_.size() >= options_.queue_capacity) {
+    if (!touch) ++stats_.dropped_queue_full;
+    return;
+  }
+  queue_.push_back(Job{key, touch});
+  if (!touch) ++stats_.offered;
 }
 
 void ClusterTier::CountLostOffers(uint64_t blocks) {
@@ -153,7 +167,7 @@ void ClusterTier::CountLostOffers(uint64_t blocks) {
 
 void ClusterTier::WriterLoop() {
   for (;;) {
-    index::BlockKey key;
+    Job job;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -161,11 +175,15 @@ void ClusterTier::WriterLoop() {
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stop_ || !t->queue_.empty(); },
           this));
       if (stop_) return;
-      key = queue_.front();
+      job = queue_.front();
       queue_.pop_front();
       ++in_flight_;
     }
-    WriteOne(key);
+    if (job.touch) {
+      TouchOne(job.key);
+    } else {
+      WriteOne(job.key);
+    }
     absl::MutexLock lock(&mu_);
     --in_flight_;
   }
@@ -209,10 +227,23 @@ void ClusterTier::WriteOne(const index::BlockKey& key) {
     stats_.written_bytes += bytes.size();
   } else if (absl::IsAlreadyExists(put)) {
     count(&store::SharedTierStats::already);
+    // Another node stored it, and this one has it again: a use, for the sweeper's order.
+    TouchOne(key);
   } else {
     count(&store::SharedTierStats::write_errors);
     Degrade(put, "write-behind");
   }
+}
+
+void ClusterTier::TouchOne(const index::BlockKey& key) {
+  RadosObjectStore* objects = objects_.load();
+  if (objects == nullptr || degraded()) return;
+  std::optional<std::string> rados_ns = RadosNamespace(key.ns);
+  if (!rados_ns.has_value()) return;
+  // A block removed meanwhile (NotFound) needs nothing; other failures only cost its place in
+  // the sweeper's order.
+  objects->Touch(*rados_ns, BlockKey{key.ns, key.hash}, absl::ToUnixMicros(absl::Now()))
+      .IgnoreError();
 }
 
 void ClusterTier::ProberLoop() {
@@ -334,6 +365,8 @@ size_t ClusterTier::Fetch(index::NamespaceId ns, absl::Span<const index::BlockHa
     if (st.ok()) {
       ++stored;
       stored_bytes += bytes->size();
+      absl::MutexLock lock(&mu_);
+      Enqueue(index::BlockKey{keys[i].ns, keys[i].hash}, /*touch=*/true);
     } else if (absl::IsInvalidArgument(st)) {
       ++rejected;  // the store's own verification refused it: a miss
     } else {
@@ -362,6 +395,17 @@ store::SharedTierStats ClusterTier::Stats() const {
   }
   if (RadosObjectStore* objects = objects_.load(); objects != nullptr) {
     s.verify_failures += objects->counters().verify_failures.load();
+  }
+  s.capacity_bytes = options_.sweeper.capacity_bytes;
+  if (sweeper_ != nullptr) {
+    const SweeperStats w = sweeper_->Stats();
+    s.used_bytes = w.used_bytes;
+    s.objects = w.objects;
+    s.sweeps = w.sweeps;
+    s.lease_busy = w.lease_busy;
+    s.evicted = w.removed;
+    s.evicted_bytes = w.removed_bytes;
+    s.evict_spared = w.spared;
   }
   return s;
 }

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/cluster_sweeper.h"
 #include "daemon/cluster/rados_object_store.h"
 #include "daemon/store/block_store.h"
 #include "daemon/store/shared_tier.h"
@@ -48,6 +49,8 @@ struct ClusterTierOptions {
   uint32_t slow_lookups = 3;
   std::string writer_node;      // recorded with each object (the host name)
   std::string key_fingerprint;  // identifies the node's key (see Create); empty: not checked
+  // Cluster-wide eviction; capacity_bytes 0: none (the pool's quota is the only bound).
+  SweeperOptions sweeper;
   // The RADOS namespace of a kvtier namespace (derived from its tenant); nullopt for a namespace
   // the node does not know, whose blocks are neither read nor written. Called without locks.
   std::function<std::optional<std::string>(index::NamespaceId)> rados_namespace_of;
@@ -106,7 +109,15 @@ class ClusterTier final : public store::SharedTier {
   const ClusterTierOptions options_;
 
   mutable absl::Mutex mu_;
-  std::deque<index::BlockKey> queue_ ABSL_GUARDED_BY(mu_);
+  // Write-behind's work: a block to write, or one to touch (a fetched block's use, for the
+  // sweeper's order).
+  struct Job {
+    index::BlockKey key;
+    bool touch = false;
+  };
+  void Enqueue(const index::BlockKey& key, bool touch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchOne(const index::BlockKey& key);
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
   uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::string degraded_reason_ ABSL_GUARDED_BY(mu_);  // empty: healthy
@@ -119,6 +130,7 @@ class ClusterTier final : public store::SharedTier {
 
   std::vector<std::thread> writers_;
   std::thread prober_;
+  std::unique_ptr<ClusterSweeper> sweeper_;  // when options_.sweeper.capacity_bytes > 0
 };
 
 }  // namespace kvtier::cluster

@@ -57,6 +57,15 @@ struct ObjectInfo {
   int64_t mtime_unix = 0;  // RADOS mtime: the write time (blocks are immutable)
 };
 
+// A block's object as the sweeper lists it (ListBlocks).
+struct BlockObject {
+  std::string rados_ns;
+  std::string name;
+  uint64_t size = 0;
+  int64_t last_use_unix_micros = 0;  // the last read (Touch), else the write
+  bool use_recorded = false;         // kvtier.read is set (else the mtime stood in)
+};
+
 struct PoolUsage {
   uint64_t bytes_used = 0;
   uint64_t objects = 0;
@@ -103,6 +112,19 @@ class RadosObjectStore {
   // first). For facts the first node of a fleet decides, such as the fleet's key fingerprint.
   absl::StatusOr<std::string> ClaimValue(const std::string& rados_ns, const std::string& name,
                                          const std::string& value);
+
+  // Records a use of the block now (xattr kvtier.read), which keeps it from the sweeper's least
+  // recently used end. NotFound when the object does not exist (it is not created).
+  absl::Status Touch(const std::string& rados_ns, const BlockKey& key, int64_t unix_micros);
+
+  // Every block object of the pool, all RADOS namespaces (the pool's own objects, such as the
+  // lease and kvtier.fleet, are left out), at most `max`, with size and last use.
+  absl::StatusOr<std::vector<BlockObject>> ListBlocks(size_t max);
+
+  // Removes the object unless it was used after it was listed (its kvtier.read changed):
+  // FailedPrecondition then (it stays), NotFound when it is gone already. One operation, so a
+  // read that touches the block and the removal never both win.
+  absl::Status RemoveUnlessUsed(const BlockObject& object);
 
   // NotFound when absent.
   absl::Status Remove(const std::string& rados_ns, const BlockKey& key);

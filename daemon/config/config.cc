@@ -138,6 +138,14 @@ cluster:
   fetch_timeout_ms: 2000
   # How often a degraded cluster tier (unreachable, failing, slow) is tried again.
   probe_interval_seconds: 2
+  # Bytes of blocks the pool may hold (one copy each, before replication). Above high_watermark
+  # of it, one node at a time (the holder of the pool's eviction lease) removes the least
+  # recently used blocks down to low_watermark, every sweep_interval_seconds. 0: no eviction
+  # (the pool's quota is the only bound).
+  capacity: 0
+  high_watermark: 0.9
+  low_watermark: 0.8
+  sweep_interval_seconds: 30
 
 index:
   # When index writes are synced: none, batch (group commit every few ms), always.
@@ -550,6 +558,14 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
       static_cast<uint32_t>(r.Uint("cluster.lookup_timeout_ms", 1, 600000));
   c.cluster_fetch_timeout_ms = static_cast<uint32_t>(r.Uint("cluster.fetch_timeout_ms", 1, 600000));
   c.cluster_probe_interval_seconds = r.Double("cluster.probe_interval_seconds", 0.1, 3600);
+  c.cluster_capacity = r.Bytes("cluster.capacity", false);
+  c.cluster_high_watermark = r.Double("cluster.high_watermark", 0.01, 1);
+  c.cluster_low_watermark = r.Double("cluster.low_watermark", 0, 1);
+  if (!r.failed("cluster.high_watermark") && !r.failed("cluster.low_watermark") &&
+      c.cluster_low_watermark >= c.cluster_high_watermark) {
+    r.Fail("cluster.low_watermark", "must be below cluster.high_watermark");
+  }
+  c.cluster_sweep_interval_seconds = r.Double("cluster.sweep_interval_seconds", 0.1, 86400);
   const std::string sync = r.String("index.sync");
   if (sync == "none") {
     c.sync = IndexSync::kNone;

@@ -75,6 +75,8 @@ struct Config {
   uint32_t cluster_queue_depth = 0, cluster_write_threads = 0;
   double cluster_op_timeout_seconds = 0, cluster_probe_interval_seconds = 0;
   uint32_t cluster_lookup_timeout_ms = 0, cluster_fetch_timeout_ms = 0;
+  uint64_t cluster_capacity = 0;  // 0: no sweeper
+  double cluster_high_watermark = 0, cluster_low_watermark = 0, cluster_sweep_interval_seconds = 0;
   // index
   IndexSync sync = IndexSync::kBatch;
   uint64_t index_min_free = 0;  // index.min_free: below it the index takes no writes

@@ -215,6 +215,11 @@ absl::StatusOr<std::unique_ptr<cluster::ClusterTier>> MakeClusterTier(const Conf
   gethostname(host, sizeof(host) - 1);
   to.writer_node = host;
   to.key_fingerprint = service::KeyFingerprint(key);
+  to.sweeper.capacity_bytes = config.cluster_capacity;
+  to.sweeper.high_watermark = config.cluster_high_watermark;
+  to.sweeper.low_watermark = config.cluster_low_watermark;
+  to.sweeper.interval = absl::Seconds(config.cluster_sweep_interval_seconds);
+  to.sweeper.cookie = absl::StrCat(host, ":", getpid());
   // A namespace's RADOS namespace comes from its tenant, which its record names.
   to.rados_namespace_of = [store, key](index::NamespaceId id) -> std::optional<std::string> {
     for (const auto& [ns, record] : store->Namespaces()) {

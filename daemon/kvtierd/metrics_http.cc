@@ -212,6 +212,21 @@ void RenderClusterMetrics(const store::SharedTierStats& c, Writer& w) {
             c.read_errors);
   w.Counter("kvtier_cluster_skipped_reads_total",
             "Cluster reads not attempted because the tier was degraded.", c.skipped_degraded);
+  w.Gauge("kvtier_cluster_capacity_bytes", "cluster.capacity (0: no sweeper).",
+          static_cast<double>(c.capacity_bytes));
+  w.Gauge("kvtier_cluster_used_bytes", "Bytes of blocks in the pool at this node's last sweep.",
+          static_cast<double>(c.used_bytes));
+  w.Gauge("kvtier_cluster_objects", "Block objects in the pool at this node's last sweep.",
+          static_cast<double>(c.objects));
+  w.Counter("kvtier_cluster_sweeps_total", "Sweeps this node ran holding the eviction lease.",
+            c.sweeps);
+  w.Counter("kvtier_cluster_sweeps_lease_busy_total",
+            "Sweeps skipped because another node held the eviction lease.", c.lease_busy);
+  w.Counter("kvtier_cluster_evicted_blocks_total",
+            "Least recently used blocks this node removed from the pool.", c.evicted);
+  w.Counter("kvtier_cluster_evicted_bytes_total", "Bytes of those blocks.", c.evicted_bytes);
+  w.Counter("kvtier_cluster_evict_spared_blocks_total",
+            "Blocks chosen for removal but read after the listing, and kept.", c.evict_spared);
 }
 
 }  // namespace

@@ -17,7 +17,10 @@ namespace {
 void SharedTierStatsToProto(const store::SharedTierStats& c, v1::StatsResponse* resp) {
   v1::TierStats* row = resp->add_tiers();
   row->set_tier(v1::TIER_CLUSTER);
-  row->set_blocks(c.written);
+  row->set_capacity_bytes(c.capacity_bytes);
+  row->set_used_bytes(c.used_bytes);
+  row->set_blocks(c.objects);
+  row->set_evicted_blocks(c.evicted);
   row->set_hits(c.fetched);
   row->set_misses(c.fetch_misses);
   row->set_bytes_in(c.written_bytes);
@@ -49,6 +52,14 @@ void SharedTierStatsToProto(const store::SharedTierStats& c, v1::StatsResponse* 
   out->set_verify_failures(c.verify_failures);
   out->set_read_errors(c.read_errors);
   out->set_skipped_degraded(c.skipped_degraded);
+  out->set_capacity_bytes(c.capacity_bytes);
+  out->set_used_bytes(c.used_bytes);
+  out->set_objects(c.objects);
+  out->set_sweeps(c.sweeps);
+  out->set_sweeps_lease_busy(c.lease_busy);
+  out->set_evicted(c.evicted);
+  out->set_evicted_bytes(c.evicted_bytes);
+  out->set_evict_spared(c.evict_spared);
 }
 
 }  // namespace

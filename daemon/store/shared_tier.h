@@ -54,6 +54,13 @@ struct SharedTierStats {
   uint64_t verify_failures = 0;   // present but not the block asked for, or damaged: a miss
   uint64_t read_errors = 0;       // failed or timed-out reads (counted as misses)
   uint64_t skipped_degraded = 0;  // reads not attempted because the tier was degraded
+  // Capacity (the sweeper keeps the pool under it; 0: no sweeper, the pool's quota is the bound),
+  // and the pool as this node's last sweep listed it.
+  uint64_t capacity_bytes = 0, used_bytes = 0, objects = 0;
+  uint64_t sweeps = 0,
+           lease_busy = 0;  // sweeps run as the lease holder; skipped (another holds it)
+  uint64_t evicted = 0, evicted_bytes = 0;  // least recently used blocks removed by this node
+  uint64_t evict_spared = 0;                // chosen, but read after the listing: kept
 };
 
 class SharedTier {

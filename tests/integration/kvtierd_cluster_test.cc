@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -273,6 +274,78 @@ TEST_F(ClusterTierTest, DamagedObjectIsAMissAndACounterNeverBytes) {
   EXPECT_EQ(b->Stats().cluster().verify_failures(), 1u);
   const std::string metrics = HttpGet(b->metrics_port, "/metrics");
   EXPECT_NE(metrics.find("kvtier_cluster_verify_failures_total 1\n"), std::string::npos);
+}
+
+// The object names of the pool's blocks (rados ls --all).
+std::set<std::string> PoolBlocks(CephCluster& ceph) {
+  std::set<std::string> names;
+  absl::StatusOr<std::string> listed = ceph.Rados({"ls", "--all"});
+  EXPECT_TRUE(listed.ok()) << listed.status();
+  if (!listed.ok()) return names;
+  for (absl::string_view line : absl::StrSplit(*listed, '\n')) {
+    std::vector<std::string> parts = absl::StrSplit(line, '\t');
+    if (parts.size() == 2 && parts[1].size() == 81) names.insert(parts[1]);
+  }
+  return names;
+}
+
+std::string ObjectOf(uint64_t ns, uint64_t chain, uint64_t i) {
+  return absl::StrFormat("%016x.", ns) + absl::BytesToHexString(Hash(chain, i));
+}
+
+TEST_F(ClusterTierTest, TwoSweepersKeepThePoolUnderItsCapacityLeastRecentlyUsedFirst) {
+  // Capacity for 50 blocks: a sweep starts above 45 and removes down to 40.
+  const uint64_t block = codec::Codec::Create(TestLayout(), codec::CodecSpec::Parse("raw").value())
+                             .value()
+                             ->block_bytes();
+  const std::vector<std::string> sweeper = {
+      "--set=cluster.capacity=" + std::to_string(50 * block), "--set=cluster.high_watermark=0.9",
+      "--set=cluster.low_watermark=0.8", "--set=cluster.sweep_interval_seconds=0.3"};
+  std::unique_ptr<Node> a = StartNode(sweeper);
+  std::unique_ptr<Node> b = StartNode(sweeper);
+  ASSERT_TRUE(a && b);
+  TestEngine writer(a->dir->File("pool"), 64);
+  TestEngine reader(b->dir->File("pool"), 64);
+  const v1::RegisterEngineResponse ra = Register(*a->stub, writer.Request("alpha", "raw"));
+  const v1::RegisterEngineResponse rb = Register(*b->stub, reader.Request("alpha", "raw"));
+  const uint64_t ns = ra.namespace_id();
+  for (uint32_t i = 0; i < 64; ++i) writer.Fill(i, 5000 + i);
+  // 32 blocks (under the high watermark), then B reads the first 8: the most recently used.
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 50, 0, 32).stored_pages(), 32u);
+  ASSERT_TRUE(WaitWrittenBehind(*a, 32));
+  const v1::OnboardResponse on = OnboardChain(*b->stub, rb.engine_id(), 50, 0, 8);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(on.results(i).code(), v1::ITEM_CODE_OK);
+  ASSERT_TRUE(WaitFor([&] { return b->Stats().cluster().queue_depth() == 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // later than any touch
+  // 32 more: 64 blocks, over the high watermark; the sweep removes the 24 least recently used,
+  // which are chain 50's blocks 8..31.
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 51, 32, 32).stored_pages(), 32u);
+  ASSERT_TRUE(WaitWrittenBehind(*a, 64));
+  ASSERT_TRUE(WaitFor([&] { return PoolBlocks(*ceph_).size() <= 40; }, 30))
+      << PoolBlocks(*ceph_).size() << " blocks\n"
+      << a->Log() << b->Log();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // further sweeps change nothing
+  const std::set<std::string> left = PoolBlocks(*ceph_);
+  EXPECT_EQ(left.size(), 40u);
+  for (uint64_t i = 0; i < 8; ++i) EXPECT_TRUE(left.count(ObjectOf(ns, 50, i))) << "read " << i;
+  for (uint64_t i = 8; i < 32; ++i) EXPECT_FALSE(left.count(ObjectOf(ns, 50, i))) << i;
+  for (uint64_t i = 0; i < 32; ++i) EXPECT_TRUE(left.count(ObjectOf(ns, 51, i))) << "new " << i;
+  // One node swept (the lease holder), the other found the lease taken; no block was removed
+  // twice or by both.
+  const v1::ClusterStats ca = a->Stats().cluster(), cb = b->Stats().cluster();
+  EXPECT_EQ(ca.evicted() + cb.evicted(), 24u);
+  EXPECT_TRUE((ca.sweeps() > 0 && cb.sweeps_lease_busy() > 0 && cb.sweeps() == 0) ||
+              (cb.sweeps() > 0 && ca.sweeps_lease_busy() > 0 && ca.sweeps() == 0))
+      << "a: " << ca.sweeps() << " sweeps, " << ca.sweeps_lease_busy()
+      << " busy; b: " << cb.sweeps() << " sweeps, " << cb.sweeps_lease_busy() << " busy";
+  const v1::ClusterStats& holder = ca.sweeps() > 0 ? ca : cb;
+  EXPECT_EQ(holder.objects(), 40u);
+  EXPECT_EQ(holder.used_bytes(), 40 * block);
+  // A removed block is a miss on the node that lacks it, never an error.
+  TestEngine late(b->dir->File("pool-late"), 32);
+  const v1::RegisterEngineResponse rl = Register(*b->stub, late.Request("alpha", "raw"));
+  const v1::OnboardResponse miss = OnboardChain(*b->stub, rl.engine_id(), 50, 0, 32);
+  for (uint32_t i = 8; i < 32; ++i) EXPECT_EQ(miss.results(i).code(), v1::ITEM_CODE_NOT_FOUND);
 }
 
 TEST_F(ClusterTierTest, HungOsdDegradesWithinDeadlinesAndRecovers) {
