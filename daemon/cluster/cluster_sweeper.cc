@@ -81,6 +81,7 @@ void ClusterSweeper::SweepOnce(RadosObjectStore& objects) {
     }
     const absl::Status st = objects.RemoveUnlessUsed(o);
     if (st.ok()) {
+      if (options_.removed) options_.removed(o);
       ++removed;
       removed_bytes += o.size;
       used -= o.size;

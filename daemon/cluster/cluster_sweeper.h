@@ -27,6 +27,8 @@ struct SweeperOptions {
   absl::Duration interval = absl::Seconds(30);
   std::string cookie;                   // this node's name for the lease (unique per process)
   size_t max_listed = size_t{1} << 22;  // objects one sweep looks at
+  // Called (on the sweeper's thread) for each block it removed. May be empty.
+  std::function<void(const BlockObject&)> removed;
 };
 
 struct SweeperStats {

@@ -44,11 +44,25 @@ absl::StatusOr<std::unique_ptr<ClusterTier>> ClusterTier::Create(const ClusterOp
   }
   tier->prober_ = std::thread([t = tier.get()] { t->ProberLoop(); });
   if (tier->options_.sweeper.capacity_bytes > 0) {
+    SweeperOptions sweeper = tier->options_.sweeper;
+    if (store::StoreEventSink* events = tier->options_.events; events != nullptr) {
+      sweeper.removed = [events](const BlockObject& o) {
+        const std::optional<BlockKey> key = ParseObjectName(o.name);
+        if (!key.has_value()) return;
+        store::StoreEvent e;
+        e.kind = store::StoreEventKind::kRemoved;
+        e.shared_tier = true;
+        e.removed_by = store::RemovedBy::kEvicted;
+        e.ns = key->ns;
+        e.hash = key->hash;
+        events->OnEvent(e);
+      };
+    }
     tier->sweeper_ = std::make_unique<ClusterSweeper>(
         [t = tier.get()]() -> RadosObjectStore* {
           return t->degraded() ? nullptr : t->objects_.load();
         },
-        tier->options_.sweeper);
+        std::move(sweeper));
   }
   return tier;
 }
@@ -222,6 +236,15 @@ void ClusterTier::WriteOne(const index::BlockKey& key) {
   const absl::Status put =
       objects_.load()->Put(*rados_ns, BlockKey{key.ns, key.hash}, bytes, attrs);
   if (put.ok()) {
+    if (options_.events != nullptr) {
+      store::StoreEvent e;
+      e.kind = store::StoreEventKind::kStored;
+      e.shared_tier = true;
+      e.ns = key.ns;
+      e.hash = key.hash;
+      e.block_bytes = bytes.size();
+      options_.events->OnEvent(e);
+    }
     absl::MutexLock lock(&mu_);
     ++stats_.written;
     stats_.written_bytes += bytes.size();

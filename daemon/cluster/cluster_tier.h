@@ -51,6 +51,9 @@ struct ClusterTierOptions {
   std::string key_fingerprint;  // identifies the node's key (see Create); empty: not checked
   // Cluster-wide eviction; capacity_bytes 0: none (the pool's quota is the only bound).
   SweeperOptions sweeper;
+  // Receives a kStored event (shared_tier) for each object this node creates and a kRemoved one
+  // for each block its sweeps remove; borrowed, must outlive the tier. Null: none.
+  store::StoreEventSink* events = nullptr;
   // The RADOS namespace of a kvtier namespace (derived from its tenant); nullopt for a namespace
   // the node does not know, whose blocks are neither read nor written. Called without locks.
   std::function<std::optional<std::string>(index::NamespaceId)> rados_namespace_of;

@@ -52,6 +52,27 @@ std::string ObjectName(const BlockKey& key) {
                       Hex(key.hash.data(), key.hash.size()));
 }
 
+std::optional<BlockKey> ParseObjectName(absl::string_view name) {
+  if (name.size() != 81 || name[16] != '.') return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  BlockKey key;
+  for (int i = 0; i < 16; ++i) {
+    const int v = nibble(name[i]);
+    if (v < 0) return std::nullopt;
+    key.ns = (key.ns << 4) | static_cast<uint64_t>(v);
+  }
+  for (size_t i = 0; i < key.hash.size(); ++i) {
+    const int hi = nibble(name[17 + 2 * i]), lo = nibble(name[18 + 2 * i]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    key.hash[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return key;
+}
+
 struct RadosObjectStore::Handles {
   rados_t cluster = nullptr;
   rados_ioctx_t io = nullptr;
@@ -360,8 +381,7 @@ absl::StatusOr<std::vector<BlockObject>> RadosObjectStore::ListBlocks(size_t max
     rados_ioctx_destroy(io);
     return Error(r, "list all namespaces");
   }
-  // A block's name: 16 hex digits, '.', 64 hex digits.
-  auto is_block = [](absl::string_view name) { return name.size() == 81 && name[16] == '.'; };
+  auto is_block = [](absl::string_view name) { return ParseObjectName(name).has_value(); };
   std::vector<BlockObject> out;
   rados_ioctx_t obj_io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &obj_io);

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "daemon/index/block_record.h"
@@ -79,6 +80,8 @@ struct ClusterCounters {
 
 // The object name of a block: 16 lower-hex digits of the namespace id, '.', 64 of the hash.
 std::string ObjectName(const BlockKey& key);
+// The key a block's object name stands for; nullopt for any other name.
+std::optional<BlockKey> ParseObjectName(absl::string_view name);
 
 class RadosObjectStore {
  public:

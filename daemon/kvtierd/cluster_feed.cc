@@ -20,7 +20,7 @@ void ClusterFeed::OnEventsAvailable() {
     if (batch.events.empty()) return;
     for (const auto& e : batch.events) {
       after_ = e->sequence;
-      if (e->origin == "cluster") continue;
+      if (e->origin == "cluster" || e->shared_tier) continue;
       switch (e->kind) {
         case store::StoreEventKind::kStored:
           if (e->stored_by != store::StoredBy::kPut || e->tier == index::Tier::kGpu) break;

@@ -2,9 +2,9 @@
 // write-behind (SharedTier::Offer): a block stored by an engine (or a durable one), a GPU-tier
 // page once the background thread has encoded it into the host tier (a hot page has no cold
 // block before), a block written to the disk tier. Blocks the shared tier itself put into the
-// store (origin "cluster") and recovered ones are not offered back. Reads the log on its
-// notifier thread and never blocks it (Offer does not). Offers the log dropped before the feed
-// read them are counted (SharedTier::CountLostOffers).
+// store (origin "cluster"), the cluster tier's own events and recovered blocks are not offered.
+// Reads the log on its notifier thread and never blocks it (Offer does not). Offers the log dropped
+// before the feed read them are counted (SharedTier::CountLostOffers).
 #ifndef KVTIER_DAEMON_KVTIERD_CLUSTER_FEED_H_
 #define KVTIER_DAEMON_KVTIERD_CLUSTER_FEED_H_
 

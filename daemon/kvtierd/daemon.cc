@@ -187,10 +187,10 @@ absl::StatusOr<std::string> LoadOrCreateKey(const std::string& path) {
   return key;
 }
 
-// The cluster tier of `config` (cluster.*), on the fleet's `key`.
-absl::StatusOr<std::unique_ptr<cluster::ClusterTier>> MakeClusterTier(const Config& config,
-                                                                      const std::string& key,
-                                                                      store::BlockStore* store) {
+// The cluster tier of `config` (cluster.*), on the fleet's `key`, reporting to `events`.
+absl::StatusOr<std::unique_ptr<cluster::ClusterTier>> MakeClusterTier(
+    const Config& config, const std::string& key, store::BlockStore* store,
+    store::StoreEventSink* events) {
   cluster::ClusterOptions co;
   co.conf_path = config.cluster_ceph_conf;
   co.mon_host = config.cluster_mon_host;
@@ -220,6 +220,7 @@ absl::StatusOr<std::unique_ptr<cluster::ClusterTier>> MakeClusterTier(const Conf
   to.sweeper.low_watermark = config.cluster_low_watermark;
   to.sweeper.interval = absl::Seconds(config.cluster_sweep_interval_seconds);
   to.sweeper.cookie = absl::StrCat(host, ":", getpid());
+  to.events = events;
   // A namespace's RADOS namespace comes from its tenant, which its record names.
   to.rados_namespace_of = [store, key](index::NamespaceId id) -> std::optional<std::string> {
     for (const auto& [ns, record] : store->Namespaces()) {
@@ -426,7 +427,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   std::unique_ptr<cluster::ClusterTier> cluster_tier;
   if (!config.cluster_pool.empty()) {
     absl::StatusOr<std::unique_ptr<cluster::ClusterTier>> created =
-        MakeClusterTier(config, *key, store->get());
+        MakeClusterTier(config, *key, store->get(), &events);
     if (!created.ok()) return created.status();
     cluster_tier = std::move(*created);
   }

@@ -17,7 +17,7 @@ bool Mergeable(const LoggedEvent& last, const store::StoreEvent& e) {
          last.tier == e.tier && last.to_tier == e.to_tier && last.stored_by == e.stored_by &&
          last.removed_by == e.removed_by && last.durable == e.durable &&
          last.block_bytes == e.block_bytes && last.origin == e.origin &&
-         last.hashes.size() < EventLog::kMaxHashesPerEvent;
+         last.shared_tier == e.shared_tier && last.hashes.size() < EventLog::kMaxHashesPerEvent;
 }
 
 }  // namespace
@@ -55,6 +55,7 @@ void EventLog::OnEvent(const store::StoreEvent& e) {
   logged->block_bytes = e.block_bytes;
   logged->origin = std::string(e.origin);
   logged->count = e.count;
+  logged->shared_tier = e.shared_tier;
   if (e.kind != store::StoreEventKind::kCleared) logged->hashes.push_back(e.hash);
   ring_.push_back(std::move(logged));
   if (ring_.size() > capacity_) ring_.pop_front();

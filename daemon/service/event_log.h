@@ -35,6 +35,7 @@ struct LoggedEvent {
   std::string origin;
   uint64_t count = 0;
   std::vector<index::BlockHash> hashes;
+  bool shared_tier = false;  // StoreEvent::shared_tier: the cluster tier's, tier unused
 };
 
 class EventLog final : public store::StoreEventSink {

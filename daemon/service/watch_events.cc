@@ -60,7 +60,7 @@ void EventToProto(const LoggedEvent& e, uint64_t incarnation, const v1::Namespac
     case store::StoreEventKind::kStored: {
       v1::BlockStored* m = out->mutable_block_stored();
       AddHashes(e.hashes, m);
-      m->set_tier(TierToProto(e.tier));
+      m->set_tier(e.shared_tier ? v1::TIER_CLUSTER : TierToProto(e.tier));
       m->set_cause(StoreCauseToProto(e.stored_by));
       m->set_durable(e.durable);
       m->set_engine_id(e.origin);
@@ -70,7 +70,7 @@ void EventToProto(const LoggedEvent& e, uint64_t incarnation, const v1::Namespac
     case store::StoreEventKind::kRemoved: {
       v1::BlockRemoved* m = out->mutable_block_removed();
       AddHashes(e.hashes, m);
-      m->set_tier(TierToProto(e.tier));
+      m->set_tier(e.shared_tier ? v1::TIER_CLUSTER : TierToProto(e.tier));
       m->set_cause(RemoveCauseToProto(e.removed_by));
       break;
     }

@@ -43,10 +43,14 @@ struct StoreEvent {
   uint64_t block_bytes = 0;                    // kStored: cold-block size
   absl::string_view origin;                    // kStored: PutOptions::origin
   uint64_t count = 0;                          // kCleared: blocks removed
+  // The event is the fleet's shared tier's (store::SharedTier: a block stored in or removed from
+  // the cluster by this node), not the store's; `tier` is then unused.
+  bool shared_tier = false;
 };
 
-// Receives a store's events. OnEvent is called with the store's lock held, in the order the
-// changes happened, so it must be quick and must not call back into the store. Barrier is
+// Receives a store's events (and the shared tier's, from its own threads). OnEvent is called
+// with the store's lock held, in the order the changes happened, so it must be quick and must not
+// call back into the store. Barrier is
 // called with the same lock held by BlockStore::Snapshot: every event reported before it is
 // covered by the snapshot and none after; it returns the position of the last event reported.
 class StoreEventSink {

@@ -276,6 +276,31 @@ TEST_F(ClusterTierTest, DamagedObjectIsAMissAndACounterNeverBytes) {
   EXPECT_NE(metrics.find("kvtier_cluster_verify_failures_total 1\n"), std::string::npos);
 }
 
+// Blocks the node's WatchEvents stream (from the start of its incarnation, read for a second)
+// reports stored in (first) and removed from (second) the cluster tier.
+std::pair<uint64_t, uint64_t> ClusterEvents(const Node& node) {
+  v1::WatchEventsRequest req;
+  req.set_start(v1::WATCH_START_AFTER_SEQUENCE);
+  req.set_after_sequence(0);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  std::unique_ptr<grpc::ClientReader<v1::WatchEventsResponse>> reader =
+      node.stub->WatchEvents(&ctx, req);
+  std::pair<uint64_t, uint64_t> n{0, 0};
+  v1::WatchEventsResponse resp;
+  while (reader->Read(&resp)) {
+    for (const v1::Event& e : resp.events()) {
+      if (e.has_block_stored() && e.block_stored().tier() == v1::TIER_CLUSTER) {
+        n.first += e.block_stored().block_hashes_size();
+      }
+      if (e.has_block_removed() && e.block_removed().tier() == v1::TIER_CLUSTER) {
+        n.second += e.block_removed().block_hashes_size();
+      }
+    }
+  }
+  return n;
+}
+
 // The object names of the pool's blocks (rados ls --all).
 std::set<std::string> PoolBlocks(CephCluster& ceph) {
   std::set<std::string> names;
@@ -341,6 +366,12 @@ TEST_F(ClusterTierTest, TwoSweepersKeepThePoolUnderItsCapacityLeastRecentlyUsedF
   const v1::ClusterStats& holder = ca.sweeps() > 0 ? ca : cb;
   EXPECT_EQ(holder.objects(), 40u);
   EXPECT_EQ(holder.used_bytes(), 40 * block);
+  // Events: A reports the 64 objects it created, the holder the 24 it removed.
+  const std::pair<uint64_t, uint64_t> ea = ClusterEvents(*a), eb = ClusterEvents(*b);
+  EXPECT_EQ(ea.first, 64u);
+  EXPECT_EQ(eb.first, 0u) << "B fetched, it wrote nothing";
+  EXPECT_EQ(ea.second + eb.second, 24u);
+  EXPECT_EQ((ca.sweeps() > 0 ? ea : eb).second, 24u);
   // A removed block is a miss on the node that lacks it, never an error.
   TestEngine late(b->dir->File("pool-late"), 32);
   const v1::RegisterEngineResponse rl = Register(*b->stub, late.Request("alpha", "raw"));
