@@ -20,6 +20,8 @@
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/testing/ceph_cluster.h"
+#include "tools/engine/replay.h"
+#include "tools/engine/trace.h"
 
 namespace kvtier::integration {
 namespace {
@@ -118,7 +120,7 @@ class ClusterTierTest : public ::testing::Test {
     std::ofstream(shared_->File("fleet.key")) << std::string(32, 'k');
   }
 
-  std::unique_ptr<Node> StartNode(const std::vector<std::string>& extra = {}) {
+  std::unique_ptr<Node> StartNode(const std::vector<std::string>& extra = {}, bool cluster = true) {
     auto node = std::make_unique<Node>();
     node->dir = std::make_unique<TempDir>(TempDir::Create().value());
     node->metrics_port = FreePort();
@@ -131,9 +133,11 @@ class ClusterTierTest : public ::testing::Test {
         "--set=host.pin=none",
         "--set=disk.capacity=64MiB",
         "--set=disk.chunk=4MiB",
-        "--set=pools.allowed_dirs=[" + node->dir->path() + "]",
+        "--set=pools.allowed_dirs=[" + node->dir->path() + "," + shared_->path() + "]",
         "--set=metrics.listen=127.0.0.1:" + std::to_string(node->metrics_port),
         "--set=server.workers=4",
+    };
+    const std::vector<std::string> cluster_args = {
         "--set=cluster.pool=" + ceph_->pool(),
         "--set=cluster.ceph_conf=" + ceph_->conf_path(),
         "--set=cluster.keyring=" + ceph_->keyring_path(),
@@ -142,6 +146,7 @@ class ClusterTierTest : public ::testing::Test {
         "--set=cluster.op_timeout_seconds=3",
         "--set=cluster.probe_interval_seconds=0.5",
     };
+    if (cluster) args.insert(args.end(), cluster_args.begin(), cluster_args.end());
     args.insert(args.end(), extra.begin(), extra.end());
     absl::StatusOr<KvtierdChild> child =
         SpawnKvtierd(args, node->Socket(), node->dir->File("kvtierd.log"));
@@ -377,6 +382,61 @@ TEST_F(ClusterTierTest, TwoSweepersKeepThePoolUnderItsCapacityLeastRecentlyUsedF
   const v1::RegisterEngineResponse rl = Register(*b->stub, late.Request("alpha", "raw"));
   const v1::OnboardResponse miss = OnboardChain(*b->stub, rl.engine_id(), 50, 0, 32);
   for (uint32_t i = 8; i < 32; ++i) EXPECT_EQ(miss.results(i).code(), v1::ITEM_CODE_NOT_FOUND);
+}
+
+// The example engine's agentic sessions over two nodes, session i on node i mod 2 (routing that
+// knows nothing of caches): with the cluster tier a node finds the prefixes the other wrote, so
+// more prompt tokens come from cache than with each node alone, and every page still checks.
+TEST_F(ClusterTierTest, ExampleEngineFleetServesMorePromptTokensFromCache) {
+  engine::SyntheticOptions synthetic;
+  synthetic.sessions = 24;
+  synthetic.system_prompts = 6;
+  synthetic.system_prompt_tokens = 512;
+  synthetic.first_message_tokens = 128;
+  synthetic.min_tool_result_tokens = 20;
+  synthetic.max_tool_result_tokens = 200;
+  synthetic.min_output_tokens = 5;
+  synthetic.max_output_tokens = 40;
+  synthetic.max_turns = 3;
+  auto run = [&](bool cluster) -> engine::EngineRunResult {
+    std::unique_ptr<Node> a = StartNode({}, cluster);
+    std::unique_ptr<Node> b = StartNode({}, cluster);
+    EXPECT_TRUE(a && b);
+    if (!a || !b) return {};
+    engine::EngineRunOptions o;
+    o.sockets = {a->Socket(), b->Socket()};
+    o.sessions = engine::SyntheticAgenticTrace(synthetic);
+    o.layout = PageLayout::Gqa({2, 1, 64, 64, DType::kBf16, 0, 0}).value();
+    o.pool_dir = shared_->path();
+    o.model = "fleet";
+    o.quiet = true;
+    CompressionConfig c;
+    c.algorithm = "quantization_for_cold_page";
+    c.quant = "nvfp4";
+    o.configs.push_back(c);
+    absl::StatusOr<engine::EngineRunResult> r = engine::RunEngine(o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : engine::EngineRunResult{};
+  };
+  const engine::EngineRunResult alone = run(false);
+  const engine::EngineRunResult fleet = run(true);
+  for (const engine::EngineRunResult* r : {&alone, &fleet}) {
+    EXPECT_GT(r->report.pages_checked, 0u);
+    EXPECT_EQ(r->mismatches(), 0u);
+    EXPECT_EQ(r->report.hook_errors, 0u) << r->report.first_error;
+  }
+  const double share_alone = static_cast<double>(alone.report.cached_tokens) /
+                             static_cast<double>(std::max<uint64_t>(1, alone.report.prompt_tokens));
+  const double share_fleet = static_cast<double>(fleet.report.cached_tokens) /
+                             static_cast<double>(std::max<uint64_t>(1, fleet.report.prompt_tokens));
+  std::printf(
+      "fleet of 2, %llu prompt tokens: from cache %llu (%.1f%%) each node alone, %llu "
+      "(%.1f%%) with the cluster tier\n",
+      static_cast<unsigned long long>(fleet.report.prompt_tokens),
+      static_cast<unsigned long long>(alone.report.cached_tokens), 100 * share_alone,
+      static_cast<unsigned long long>(fleet.report.cached_tokens), 100 * share_fleet);
+  EXPECT_EQ(alone.report.prompt_tokens, fleet.report.prompt_tokens);
+  EXPECT_GT(fleet.report.cached_tokens, alone.report.cached_tokens);
 }
 
 TEST_F(ClusterTierTest, HungOsdDegradesWithinDeadlinesAndRecovers) {

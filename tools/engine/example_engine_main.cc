@@ -44,6 +44,8 @@ struct FlagDef {
 
 const FlagDef kFlags[] = {
     {"socket", "PATH", "kvtierd's socket (default $KVTIER_SOCKET, else /run/kvtier/kvtier.sock)"},
+    {"sockets", "P1,P2,...",
+     "a fleet of kvtierd nodes instead of --socket: session i is served by node i mod N"},
     {"trace", "FILE", "replay a Mooncake trace (JSON lines); default: the synthetic agentic trace"},
     {"requests", "N", "replay the first N requests (trace) or N sessions (synthetic; default 32)"},
     {"seed", "N", "synthetic trace seed (default 1)"},
@@ -144,6 +146,9 @@ int Main(int argc, char** argv) {
   }
   EngineRunOptions options;
   options.socket = flags.Get("socket").value_or(EnvOr("KVTIER_SOCKET", "/run/kvtier/kvtier.sock"));
+  if (std::optional<std::string> fleet = flags.Get("sockets"); fleet.has_value()) {
+    options.sockets = absl::StrSplit(*fleet, ',', absl::SkipEmpty());
+  }
   options.sessions = std::move(sessions);
   options.layout = *layout;
   options.device = device;

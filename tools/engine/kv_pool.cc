@@ -3,6 +3,7 @@
 // the codec's scales work as they do on real keys.
 #include "tools/engine/kv_pool.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -46,9 +47,13 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const PageLayout& layout,
     pool->gpu_ = *std::move(gpu);
     pool->staging_.resize(info.slot_bytes);
   } else {
-    absl::StatusOr<std::unique_ptr<SharedMemoryPool>> host = SharedMemoryPool::Create(
-        absl::StrCat(dir, "/kvtier-example-engine.", getpid(), ".", info.name), info.name, slots,
-        info.slot_bytes);
+    // Pools of one process (one per node of a fleet) get files of their own.
+    static std::atomic<uint32_t> pools_made{0};
+    const uint32_t n = pools_made.fetch_add(1);
+    absl::StatusOr<std::unique_ptr<SharedMemoryPool>> host =
+        SharedMemoryPool::Create(absl::StrCat(dir, "/kvtier-example-engine.", getpid(),
+                                              n == 0 ? "" : absl::StrCat("-", n), ".", info.name),
+                                 info.name, slots, info.slot_bytes);
     if (!host.ok()) return host.status();
     pool->host_ = *std::move(host);
   }

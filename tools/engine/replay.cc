@@ -18,6 +18,7 @@ namespace kvtier::engine {
 namespace {
 
 struct Live {
+  size_t node = 0;  // the daemon (and its pool and methods) serving the session
   RequestState state;
   std::vector<uint64_t> digests;               // prefix digest per token of state.tokens
   std::vector<std::vector<uint8_t>> snapshot;  // pages at the last pause
@@ -25,8 +26,13 @@ struct Live {
 
 class Replay {
  public:
-  Replay(KvPool& pool, CompressionManager& methods, const CodecCheck& check, uint32_t page_tokens)
-      : pool_(pool), methods_(methods), check_(check), page_tokens_(page_tokens) {}
+  // One pool and method chain per node of the fleet; session i is served by node i % nodes.
+  Replay(std::vector<KvPool*> pools, std::vector<CompressionManager*> methods,
+         const CodecCheck& check, uint32_t page_tokens)
+      : pools_(std::move(pools)),
+        methods_(std::move(methods)),
+        check_(check),
+        page_tokens_(page_tokens) {}
 
   absl::Status Run(const std::vector<Session>& sessions, bool quiet);
   const Report& report() const { return report_; }
@@ -45,8 +51,11 @@ class Replay {
   bool Matches(const std::vector<uint8_t>& actual, const std::vector<uint8_t>& original);
   absl::Status StartTurn(const Session& s, size_t turn, Live& live);
 
-  KvPool& pool_;
-  CompressionManager& methods_;
+  KvPool& pool(const Live& live) { return *pools_[live.node]; }
+  CompressionManager& methods(const Live& live) { return *methods_[live.node]; }
+
+  std::vector<KvPool*> pools_;
+  std::vector<CompressionManager*> methods_;
   const CodecCheck& check_;
   uint32_t page_tokens_;
   Report report_;
@@ -64,7 +73,7 @@ bool Replay::Matches(const std::vector<uint8_t>& actual, const std::vector<uint8
 absl::Status Replay::EnsurePages(Live& live, int64_t tokens) {
   const size_t need = static_cast<size_t>((tokens + page_tokens_ - 1) / page_tokens_);
   while (live.state.block_table.size() < need) {
-    absl::StatusOr<int32_t> slot = pool_.Allocate();
+    absl::StatusOr<int32_t> slot = pool(live).Allocate();
     if (!slot.ok()) return slot.status();
     live.state.block_table.push_back(*slot);
   }
@@ -72,7 +81,7 @@ absl::Status Replay::EnsurePages(Live& live, int64_t tokens) {
 }
 
 void Replay::FreePages(Live& live) {
-  for (const int32_t p : live.state.block_table) pool_.Free(p);
+  for (const int32_t p : live.state.block_table) pool(live).Free(p);
   live.state.block_table.clear();
 }
 
@@ -95,7 +104,8 @@ absl::Status Replay::AppendTokens(Live& live, const std::vector<uint32_t>& token
       st.tokens.push_back(tokens[i + k]);
       digests.push_back(live.digests.back());
     }
-    if (absl::Status s = pool_.WriteTokens(st.block_table[pos / page_tokens_], in_page, digests);
+    if (absl::Status s =
+            pool(live).WriteTokens(st.block_table[pos / page_tokens_], in_page, digests);
         !s.ok()) {
       return s;
     }
@@ -122,14 +132,14 @@ absl::Status Replay::StartTurn(const Session& s, size_t t, Live& live) {
     if (absl::Status e = EnsurePages(live, st.prompt_len); !e.ok()) return e;
     st.tokens = turn.input;
     st.cached_tokens = 0;
-    Hook(methods_.OnRequestStart(st), "OnRequestStart");
+    Hook(methods(live).OnRequestStart(st), "OnRequestStart");
     const int64_t cached = std::clamp<int64_t>(st.cached_tokens, 0, st.prompt_len);
     const int64_t cached_pages = cached / page_tokens_;
     report_.cached_tokens += static_cast<uint64_t>(cached_pages * page_tokens_);
     for (int64_t p = 0; p < cached_pages; ++p) {
-      absl::StatusOr<std::vector<uint8_t>> actual = pool_.ReadPage(st.block_table[p]);
+      absl::StatusOr<std::vector<uint8_t>> actual = pool(live).ReadPage(st.block_table[p]);
       if (!actual.ok()) return actual.status();
-      const std::vector<uint8_t> expected = pool_.ExpectedPage(
+      const std::vector<uint8_t> expected = pool(live).ExpectedPage(
           std::span<const uint64_t>(digests).subspan(p * page_tokens_, page_tokens_));
       ++report_.pages_checked;
       if (!Matches(*actual, expected)) ++report_.page_mismatches;
@@ -149,17 +159,17 @@ absl::Status Replay::StartTurn(const Session& s, size_t t, Live& live) {
                                      turn.input.end());
     if (absl::Status e = AppendTokens(live, rest); !e.ok()) return e;
     report_.prefill_tokens += rest.size();
-    Hook(methods_.OnPrefillChunkEnd(st, st.num_tokens), "OnPrefillChunkEnd");
-    Hook(methods_.OnContextEnd(st), "OnContextEnd");
+    Hook(methods(live).OnPrefillChunkEnd(st, st.num_tokens), "OnPrefillChunkEnd");
+    Hook(methods(live).OnContextEnd(st), "OnContextEnd");
   } else {
     // Back from a tool call: fresh pages, the method restores them, then the tool's result.
     ++report_.resumes;
     if (absl::Status e = EnsurePages(live, st.num_tokens); !e.ok()) return e;
     st.cached_tokens = 0;
-    Hook(methods_.OnToolCallResume(st), "OnToolCallResume");
+    Hook(methods(live).OnToolCallResume(st), "OnToolCallResume");
     if (st.cached_tokens >= st.num_tokens) {
       for (size_t p = 0; p < live.snapshot.size() && p < st.block_table.size(); ++p) {
-        absl::StatusOr<std::vector<uint8_t>> actual = pool_.ReadPage(st.block_table[p]);
+        absl::StatusOr<std::vector<uint8_t>> actual = pool(live).ReadPage(st.block_table[p]);
         if (!actual.ok()) return actual.status();
         ++report_.resumed_pages_checked;
         if (!Matches(*actual, live.snapshot[p])) ++report_.resume_mismatches;
@@ -180,21 +190,21 @@ absl::Status Replay::StartTurn(const Session& s, size_t t, Live& live) {
     report_.prefill_tokens += turn.input.size();
     st.new_tokens = st.num_tokens - before;
     RequestState* batch[] = {&st};
-    Hook(methods_.OnGenerationStepBegin(batch), "OnGenerationStepBegin");
-    Hook(methods_.OnGenerationStepEnd(batch), "OnGenerationStepEnd");
+    Hook(methods(live).OnGenerationStepBegin(batch), "OnGenerationStepBegin");
+    Hook(methods(live).OnGenerationStepEnd(batch), "OnGenerationStepEnd");
   }
   // Decode.
   const std::vector<uint32_t> out =
       GeneratedTokens(s.id, static_cast<uint32_t>(t), turn.output_tokens);
   for (const uint32_t tok : out) {
     RequestState* batch[] = {&st};
-    Hook(methods_.OnGenerationStepBegin(batch), "OnGenerationStepBegin");
+    Hook(methods(live).OnGenerationStepBegin(batch), "OnGenerationStepBegin");
     if (absl::Status e = AppendTokens(live, {tok}); !e.ok()) return e;
     ++report_.generated_tokens;
     st.new_tokens = 1;
     st.freed_pages.clear();
     const int64_t before = st.num_tokens;
-    Hook(methods_.OnGenerationStepEnd(batch), "OnGenerationStepEnd");
+    Hook(methods(live).OnGenerationStepEnd(batch), "OnGenerationStepEnd");
     if (st.num_tokens >= before && !st.freed_pages.empty()) {
       Hook(absl::InternalError("pages freed although the request did not shrink"),
            "OnGenerationStepEnd");
@@ -211,22 +221,22 @@ absl::Status Replay::StartTurn(const Session& s, size_t t, Live& live) {
                "OnGenerationStepEnd");
           continue;
         }
-        pool_.Free(p);
+        pool(live).Free(p);
         st.block_table.erase(it);
       }
     }
   }
   if (turn.tool_pause_ms > 0) {
     for (const int32_t p : st.block_table) {
-      absl::StatusOr<std::vector<uint8_t>> page = pool_.ReadPage(p);
+      absl::StatusOr<std::vector<uint8_t>> page = pool(live).ReadPage(p);
       if (!page.ok()) return page.status();
       live.snapshot.push_back(*std::move(page));
     }
-    Hook(methods_.OnToolCallPause(st), "OnToolCallPause");
+    Hook(methods(live).OnToolCallPause(st), "OnToolCallPause");
     FreePages(live);
     return absl::OkStatus();
   }
-  Hook(methods_.OnRequestFinish(st), "OnRequestFinish");
+  Hook(methods(live).OnRequestFinish(st), "OnRequestFinish");
   FreePages(live);
   return absl::OkStatus();
 }
@@ -243,6 +253,7 @@ absl::Status Replay::Run(const std::vector<Session>& sessions, bool quiet) {
     const auto [when, i, t] = queue.top();
     queue.pop();
     Live& l = live[i];
+    l.node = i % pools_.size();
     if (absl::Status st = StartTurn(sessions[i], t, l); !st.ok()) {
       return Annotate(st, absl::StrCat("session ", sessions[i].id, " turn ", t));
     }
@@ -274,70 +285,87 @@ absl::StatusOr<EngineRunResult> RunEngine(const EngineRunOptions& options) {
     max_tokens = std::max(max_tokens, n);
   }
   const uint32_t slots = static_cast<uint32_t>(max_tokens / tokens_per_page + 2);
-  absl::StatusOr<std::unique_ptr<KvPool>> pool =
-      KvPool::Create(layout, slots, device, options.pool_dir);
-  if (!pool.ok()) return pool.status();
-
-  // The compression methods, through the framework only.
-  EngineContext engine;
-  engine.model = options.model;
-  engine.layout = layout;
-  engine.pool_bases = {(*pool)->base()};
-  engine.slots = slots;
-  engine.device_memory = device >= 0;
-  engine.device = std::max(device, 0);
-  engine.pool_registrations = {(*pool)->Registration()};
+  const std::vector<std::string> sockets =
+      options.sockets.empty() ? std::vector<std::string>{options.socket} : options.sockets;
   EngineRunResult result;
   result.codec = "raw";  // what pages are checked against: the cold-page method's codec
   result.slots = slots;
-  result.page_bytes = (*pool)->page_bytes();
   result.device_pool = device >= 0;
-  std::vector<std::unique_ptr<CompressionManager>> methods;
-  for (CompressionConfig c : options.configs) {
-    if (c.algorithm == "quantization_for_cold_page") {
-      if (c.daemon_socket.empty()) c.daemon_socket = options.socket;
-      result.codec = c.quant + (c.rope_precision == "lossless" ? "+rope" : "");
+  // Per node: a pool, the compression methods (through the framework only), and a second
+  // connection for the daemon's counters.
+  std::vector<std::unique_ptr<KvPool>> pools;
+  std::vector<std::unique_ptr<CompressionManager>> chains;
+  std::vector<std::unique_ptr<Client>> stats_clients;
+  std::vector<Stats> before;
+  for (size_t n = 0; n < sockets.size(); ++n) {
+    absl::StatusOr<std::unique_ptr<KvPool>> pool =
+        KvPool::Create(layout, slots, device, options.pool_dir);
+    if (!pool.ok()) return pool.status();
+    EngineContext engine;
+    engine.model = options.model;
+    engine.layout = layout;
+    engine.pool_bases = {(*pool)->base()};
+    engine.slots = slots;
+    engine.device_memory = device >= 0;
+    engine.device = std::max(device, 0);
+    engine.pool_registrations = {(*pool)->Registration()};
+    result.page_bytes = (*pool)->page_bytes();
+    std::vector<std::unique_ptr<CompressionManager>> methods;
+    for (CompressionConfig c : options.configs) {
+      if (c.algorithm == "quantization_for_cold_page") {
+        if (c.daemon_socket.empty() || sockets.size() > 1) c.daemon_socket = sockets[n];
+        result.codec = c.quant + (c.rope_precision == "lossless" ? "+rope" : "");
+      }
+      absl::StatusOr<std::unique_ptr<CompressionManager>> m = CreateCompressionMethod(c, engine);
+      if (!m.ok()) return m.status();
+      if (n == 0) result.methods.push_back(std::string((*m)->name()));
+      methods.push_back(*std::move(m));
     }
-    absl::StatusOr<std::unique_ptr<CompressionManager>> m = CreateCompressionMethod(c, engine);
-    if (!m.ok()) return m.status();
-    result.methods.push_back(std::string((*m)->name()));
-    methods.push_back(*std::move(m));
+    chains.push_back(ChainCompressionMethods(std::move(methods)));
+    pools.push_back(*std::move(pool));
+    ClientOptions co;
+    co.socket_path = sockets[n];
+    co.client_name = "kvtier-example-engine (stats)";
+    co.keep_alive = false;
+    absl::StatusOr<std::unique_ptr<Client>> stats_client = Client::Connect(co);
+    if (!stats_client.ok()) return stats_client.status();
+    absl::StatusOr<Stats> stats = (*stats_client)->GetStats();
+    if (!stats.ok()) return stats.status();
+    before.push_back(*std::move(stats));
+    stats_clients.push_back(*std::move(stats_client));
   }
-  std::unique_ptr<CompressionManager> chain = ChainCompressionMethods(std::move(methods));
   absl::StatusOr<std::unique_ptr<CodecCheck>> check = CodecCheck::Create(layout, result.codec);
   if (!check.ok()) return check.status();
 
-  // A second connection, for the daemon's counters only.
-  ClientOptions co;
-  co.socket_path = options.socket;
-  co.client_name = "kvtier-example-engine (stats)";
-  co.keep_alive = false;
-  absl::StatusOr<std::unique_ptr<Client>> stats_client = Client::Connect(co);
-  if (!stats_client.ok()) return stats_client.status();
-  absl::StatusOr<Stats> before = (*stats_client)->GetStats();
-  if (!before.ok()) return before.status();
-
   if (!options.quiet) {
     std::fprintf(stderr,
-                 "kvtier-example-engine: %zu sessions; %s pool of %u pages x %llu bytes; "
-                 "methods: %s; codec %s\n",
-                 options.sessions.size(), device >= 0 ? "GPU" : "host", slots,
+                 "kvtier-example-engine: %zu sessions over %zu daemon(s); %s pool of %u pages x "
+                 "%llu bytes; methods: %s; codec %s\n",
+                 options.sessions.size(), sockets.size(), device >= 0 ? "GPU" : "host", slots,
                  static_cast<unsigned long long>(result.page_bytes),
                  absl::StrJoin(result.methods, ", ").c_str(), result.codec.c_str());
   }
-  Replay replay(**pool, *chain, **check, tokens_per_page);
+  std::vector<KvPool*> pool_ptrs;
+  std::vector<CompressionManager*> chain_ptrs;
+  for (size_t n = 0; n < sockets.size(); ++n) {
+    pool_ptrs.push_back(pools[n].get());
+    chain_ptrs.push_back(chains[n].get());
+  }
+  Replay replay(pool_ptrs, chain_ptrs, **check, tokens_per_page);
   const absl::Status run = replay.Run(options.sessions, options.quiet);
-  chain.reset();  // unregisters the methods' engines before the pool goes away
+  chains.clear();  // unregisters the methods' engines before the pools go away
   if (!run.ok()) return run;
-  absl::StatusOr<Stats> after = (*stats_client)->GetStats();
-  if (!after.ok()) return after.status();
   result.report = replay.report();
-  for (const TierStats& t : after->tiers) result.hits_by_tier[t.tier] += t.hits;
-  for (const TierStats& t : before->tiers) result.hits_by_tier[t.tier] -= t.hits;
-  result.hot_bytes_offloaded = after->hot_bytes_offloaded - before->hot_bytes_offloaded;
-  result.cold_bytes_offloaded = after->cold_bytes_offloaded - before->cold_bytes_offloaded;
-  result.hot_bytes_onboarded = after->hot_bytes_onboarded - before->hot_bytes_onboarded;
-  result.cold_bytes_onboarded = after->cold_bytes_onboarded - before->cold_bytes_onboarded;
+  for (size_t n = 0; n < sockets.size(); ++n) {
+    absl::StatusOr<Stats> after = stats_clients[n]->GetStats();
+    if (!after.ok()) return after.status();
+    for (const TierStats& t : after->tiers) result.hits_by_tier[t.tier] += t.hits;
+    for (const TierStats& t : before[n].tiers) result.hits_by_tier[t.tier] -= t.hits;
+    result.hot_bytes_offloaded += after->hot_bytes_offloaded - before[n].hot_bytes_offloaded;
+    result.cold_bytes_offloaded += after->cold_bytes_offloaded - before[n].cold_bytes_offloaded;
+    result.hot_bytes_onboarded += after->hot_bytes_onboarded - before[n].hot_bytes_onboarded;
+    result.cold_bytes_onboarded += after->cold_bytes_onboarded - before[n].cold_bytes_onboarded;
+  }
   return result;
 }
 

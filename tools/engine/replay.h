@@ -35,6 +35,9 @@ struct Report {
 
 struct EngineRunOptions {
   std::string socket;  // kvtierd, for the daemon's counters (methods get theirs from configs)
+  // A fleet instead: session i is served by sockets[i % size] (its pool and methods there, each
+  // quantization_for_cold_page config pointed at that daemon); counters are summed. Empty: socket.
+  std::vector<std::string> sockets;
   std::vector<Session> sessions;
   std::optional<PageLayout> layout;  // required
   int device = -1;  // KV pool in GPU memory on this device; < 0: a shared-memory file
