@@ -9,6 +9,12 @@
 #include "common/logging.h"
 
 namespace kvtier::cluster {
+namespace {
+
+// Blocks one Get of a fetch reads at once (each into a buffer of the engine's block size).
+constexpr size_t kFetchGroup = 64;
+
+}  // namespace
 
 ClusterTier::ClusterTier(const ClusterOptions& cluster, store::BlockStore* store,
                          ClusterTierOptions options)
@@ -364,37 +370,43 @@ size_t ClusterTier::Fetch(index::NamespaceId ns, absl::Span<const index::BlockHa
   }
   if (keys.empty()) return 0;
   deadline = std::min(deadline, absl::Now() + options_.fetch_timeout);
-  absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> got =
-      objects_.load()->Get(*rados_ns, keys, deadline, max_block_bytes);
-  if (!got.ok()) {
-    {
-      absl::MutexLock lock(&mu_);
-      ++stats_.read_errors;
-    }
-    Degrade(got.status(), "fetch");
-    return 0;
-  }
   size_t stored = 0;
   uint64_t stored_bytes = 0, misses = 0, rejected = 0;
   store::PutOptions put;
   put.origin = "cluster";  // the write-behind feed skips what came from the cluster
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const std::optional<std::vector<uint8_t>>& bytes = (*got)[i];
-    if (!bytes.has_value()) {
-      ++misses;
-      continue;
+  // In groups, so that the buffers of one Get (each of max_block_bytes) stay bounded.
+  for (size_t first = 0; first < keys.size(); first += kFetchGroup) {
+    const absl::Span<const BlockKey> group =
+        absl::MakeConstSpan(keys).subspan(first, std::min(kFetchGroup, keys.size() - first));
+    absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> got =
+        objects_.load()->Get(*rados_ns, group, deadline, max_block_bytes);
+    if (!got.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        ++stats_.read_errors;
+      }
+      Degrade(got.status(), "fetch");
+      break;
     }
-    const absl::Status st = store_->Put(index::BlockKey{keys[i].ns, keys[i].hash}, *bytes, put);
-    if (st.ok()) {
-      ++stored;
-      stored_bytes += bytes->size();
-      absl::MutexLock lock(&mu_);
-      Enqueue(index::BlockKey{keys[i].ns, keys[i].hash}, /*touch=*/true);
-    } else if (absl::IsInvalidArgument(st)) {
-      ++rejected;  // the store's own verification refused it: a miss
-    } else {
-      KVTIER_LOG(kWarning, "cluster tier: a fetched block could not be stored: ", st.ToString());
-      ++misses;
+    for (size_t i = 0; i < group.size(); ++i) {
+      const std::optional<std::vector<uint8_t>>& bytes = (*got)[i];
+      if (!bytes.has_value()) {
+        ++misses;
+        continue;
+      }
+      const index::BlockKey key{group[i].ns, group[i].hash};
+      const absl::Status st = store_->Put(key, *bytes, put);
+      if (st.ok()) {
+        ++stored;
+        stored_bytes += bytes->size();
+        absl::MutexLock lock(&mu_);
+        Enqueue(key, /*touch=*/true);
+      } else if (absl::IsInvalidArgument(st)) {
+        ++rejected;  // the store's own verification refused it: a miss
+      } else {
+        KVTIER_LOG(kWarning, "cluster tier: a fetched block could not be stored: ", st.ToString());
+        ++misses;
+      }
     }
   }
   absl::MutexLock lock(&mu_);
