@@ -15,19 +15,24 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/errno_text.h"
 #include "common/logging.h"
 #include "zmq.h"
 
 namespace kvtier::kvevents {
 namespace {
 
-std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+// ZeroMQ's own codes by zmq_strerror, system ones by ErrnoText (strerror is not thread-safe).
+std::string ZmqError() {
+  const int err = zmq_errno();
+  return err >= ZMQ_HAUSNUMERO ? std::string(zmq_strerror(err)) : ErrnoText(err);
+}
 
 void BigEndian64(uint64_t v, char out[8]) {
   for (int i = 7; i >= 0; --i) {
@@ -86,7 +91,7 @@ KvEventPublisher::KvEventPublisher(KvEventPublisherOptions options, service::Eve
 absl::Status KvEventPublisher::Open() {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) {
-    return absl::InternalError(absl::StrFormat("kv_events: eventfd: %s", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("kv_events: eventfd: ", ErrnoText(errno)));
   }
   context_ = zmq_ctx_new();
   if (context_ == nullptr) return absl::InternalError("kv_events: cannot create a ZeroMQ context");

@@ -71,7 +71,20 @@ class KvEventPublisherTest : public ::testing::Test {
     dir_ = std::make_unique<kvtier::testing::TempDir>(kvtier::testing::TempDir::Create().value());
     ctx_ = zmq_ctx_new();
   }
-  void TearDown() override { zmq_ctx_term(ctx_); }
+  void TearDown() override {
+    for (void* socket : sockets_) zmq_close(socket);
+    zmq_ctx_term(ctx_);
+  }
+
+  // A socket of the test's context, closed at TearDown (also after a failed assertion).
+  void* Socket(int type) {
+    void* socket = zmq_socket(ctx_, type);
+    const int linger = 0, timeout = 10000;
+    zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(socket, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    sockets_.push_back(socket);
+    return socket;
+  }
 
   KvEventPublisherOptions Options() const {
     KvEventPublisherOptions o;
@@ -86,10 +99,7 @@ class KvEventPublisherTest : public ::testing::Test {
   // The batches replay returns from `start`, up to the terminator (which must come).
   std::vector<std::pair<uint64_t, std::string>> Replay(const std::string& endpoint,
                                                        uint64_t start) {
-    void* dealer = zmq_socket(ctx_, ZMQ_DEALER);
-    const int linger = 0, timeout = 10000;
-    zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    void* dealer = Socket(ZMQ_DEALER);
     EXPECT_EQ(zmq_connect(dealer, endpoint.c_str()), 0);
     char start_bytes[8];
     for (int i = 0; i < 8; ++i) start_bytes[i] = static_cast<char>(start >> (56 - 8 * i));
@@ -108,7 +118,6 @@ class KvEventPublisherTest : public ::testing::Test {
       }
       out.emplace_back(Seq(seq), payload);
     }
-    zmq_close(dealer);
     return out;
   }
 
@@ -121,16 +130,14 @@ class KvEventPublisherTest : public ::testing::Test {
 
   std::unique_ptr<kvtier::testing::TempDir> dir_;
   void* ctx_ = nullptr;
+  std::vector<void*> sockets_;
 };
 
 TEST_F(KvEventPublisherTest, PublishesFramesAndReplaysARange) {
   service::EventLog log(1, 1000);
   auto publisher = KvEventPublisher::Create(Options(), &log);
   ASSERT_TRUE(publisher.ok()) << publisher.status();
-  void* sub = zmq_socket(ctx_, ZMQ_SUB);
-  const int linger = 0, timeout = 10000;
-  zmq_setsockopt(sub, ZMQ_LINGER, &linger, sizeof(linger));
-  zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+  void* sub = Socket(ZMQ_SUB);
   zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "kv@", 3);
   ASSERT_EQ(zmq_connect(sub, (*publisher)->endpoint().c_str()), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the subscription travels
@@ -149,7 +156,6 @@ TEST_F(KvEventPublisherTest, PublishesFramesAndReplaysARange) {
               "[{\"type\":\"BlockStored\",\"block_hashes\":[" + std::to_string(0x100 + i) +
                   "],\"token_ids\":[],\"block_size\":0,\"medium\":\"CPU\"}]");
   }
-  zmq_close(sub);
   const auto replayed = Replay((*publisher)->replay_endpoint(), 1);
   ASSERT_EQ(replayed.size(), 2u);
   EXPECT_EQ(replayed[0].first, 1u);
@@ -171,9 +177,8 @@ TEST_F(KvEventPublisherTest, AFullQueueDropsAndReplayFillsTheGap) {
   service::EventLog log(1, 1 << 16);
   auto publisher = KvEventPublisher::Create(o, &log);
   ASSERT_TRUE(publisher.ok()) << publisher.status();
-  void* sub = zmq_socket(ctx_, ZMQ_SUB);
-  const int linger = 0, hwm = 1;
-  zmq_setsockopt(sub, ZMQ_LINGER, &linger, sizeof(linger));
+  void* sub = Socket(ZMQ_SUB);
+  const int hwm = 1;
   zmq_setsockopt(sub, ZMQ_RCVHWM, &hwm, sizeof(hwm));
   zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
   ASSERT_EQ(zmq_connect(sub, (*publisher)->endpoint().c_str()), 0);
@@ -199,7 +204,6 @@ TEST_F(KvEventPublisherTest, AFullQueueDropsAndReplayFillsTheGap) {
   const auto replayed = Replay((*publisher)->replay_endpoint(), 0);
   ASSERT_EQ(replayed.size(), (*publisher)->next_sequence());
   for (uint64_t i = 0; i < replayed.size(); ++i) EXPECT_EQ(replayed[i].first, i);
-  zmq_close(sub);
 }
 
 TEST_F(KvEventPublisherTest, MovesClearsAndTheTenantFilter) {
@@ -260,8 +264,8 @@ TEST_F(KvEventPublisherTest, AnEndpointThatCannotBindFailsCreate) {
   auto publisher = KvEventPublisher::Create(o, &log);
   ASSERT_FALSE(publisher.ok());
   EXPECT_EQ(publisher.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(publisher.status().message(),
-            "kv_events.endpoint: cannot bind " + o.endpoint + ": No such file or directory");
+  EXPECT_EQ(publisher.status().message(), "kv_events.endpoint: cannot bind " + o.endpoint +
+                                              ": No such file or directory (ENOENT)");
   EXPECT_EQ(log.listener_count(), 0u);
 }
 
