@@ -158,7 +158,7 @@ kv_events:
   # How events are written: map (a map with a "type" field, engines' current form) or array (a
   # list with the tag first, older engines' form, for routers that only read that).
   encoding: map
-  # Batches kept for replay (1 to 1048576).
+  # Batches kept for replay (1 to 1048576), and at most 256 MiB of them.
   replay_buffer: 10000
   # Messages queued per subscriber (1 to 10000000); a batch that does not fit is dropped,
   # counted, and left for replay.

@@ -131,7 +131,6 @@ absl::Status KvEventPublisher::Open() {
     }
     replay_endpoint_ = LastEndpoint(router_, options_.replay_endpoint);
   }
-  replay_.reserve(std::min<size_t>(options_.replay_buffer, 4096));
   return absl::OkStatus();
 }
 
@@ -230,12 +229,12 @@ void KvEventPublisher::Send(std::string payload) {
     SendFrame(pub_, payload.data(), payload.size(), false, ZMQ_DONTWAIT);
     published_batches_.fetch_add(1, std::memory_order_relaxed);
   }
-  Buffered entry{seq, std::move(payload)};
-  if (replay_.size() < options_.replay_buffer) {
-    replay_.push_back(std::move(entry));
-  } else {
-    replay_[replay_head_] = std::move(entry);
-    replay_head_ = (replay_head_ + 1) % replay_.size();
+  replay_bytes_ += payload.size();
+  replay_.push_back(Buffered{seq, std::move(payload)});
+  while (replay_.size() > options_.replay_buffer ||
+         (replay_.size() > 1 && replay_bytes_ > options_.replay_buffer_bytes)) {
+    replay_bytes_ -= replay_.front().payload.size();
+    replay_.pop_front();
   }
   next_seq_.store(seq + 1, std::memory_order_release);
 }
@@ -271,8 +270,7 @@ void KvEventPublisher::ServeReplay() {
     if (start.size() == 8) {
       const uint64_t start_seq =
           ReadBigEndian64(reinterpret_cast<const unsigned char*>(start.data()));
-      for (size_t i = 0; i < replay_.size(); ++i) {
-        const Buffered& b = replay_[(replay_head_ + i) % replay_.size()];
+      for (const Buffered& b : replay_) {
         if (b.seq < start_seq) continue;
         char seq_bytes[8];
         BigEndian64(b.seq, seq_bytes);

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,8 +31,10 @@ struct KvEventPublisherOptions {
   // First frame of every message (subscribers filter on its prefix).
   std::string topic;
   KvEventEncoding encoding = KvEventEncoding::kArray;
-  // Batches kept for replay (at least 1).
+  // Batches kept for replay (at least 1), and at most this many payload bytes of them (the oldest
+  // go first; the newest batch is always kept).
   size_t replay_buffer = 10000;
+  size_t replay_buffer_bytes = size_t{256} << 20;
   // Messages queued per subscriber before a batch is dropped (ZMQ_SNDHWM, at least 1).
   int send_hwm = 100000;
   // Tenants whose namespaces are published; empty: every namespace.
@@ -109,8 +112,8 @@ class KvEventPublisher final : public service::EventLog::Listener {
     uint64_t seq;
     std::string payload;
   };
-  std::vector<Buffered> replay_;  // ring of options_.replay_buffer entries
-  size_t replay_head_ = 0;        // index of the oldest when full
+  std::deque<Buffered> replay_;  // oldest first
+  size_t replay_bytes_ = 0;      // payload bytes in replay_
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> listening_{false};

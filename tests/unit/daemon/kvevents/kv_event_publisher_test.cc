@@ -257,6 +257,29 @@ TEST_F(KvEventPublisherTest, CountsEventsTheLogLostUnread) {
   EXPECT_EQ((*publisher)->counters().lost_log_events, 3u);
 }
 
+// The replay buffer keeps at most replay_buffer batches and replay_buffer_bytes of payload, the
+// newest batch always.
+TEST_F(KvEventPublisherTest, TheReplayBufferIsBoundedInBatchesAndBytes) {
+  for (const bool by_bytes : {false, true}) {
+    SCOPED_TRACE(by_bytes ? "bytes" : "batches");
+    KvEventPublisherOptions o = Options();
+    o.replay_endpoint = "ipc://" + dir_->File(by_bytes ? "replay-bytes" : "replay-batches");
+    o.endpoint = "ipc://" + dir_->File(by_bytes ? "pub-bytes" : "pub-batches");
+    o.replay_buffer = by_bytes ? 100 : 2;
+    o.replay_buffer_bytes = by_bytes ? 1 : size_t{1} << 20;
+    service::EventLog log(1, 100);
+    auto publisher = KvEventPublisher::Create(o, &log);
+    ASSERT_TRUE(publisher.ok()) << publisher.status();
+    for (uint8_t i = 0; i < 4; ++i) {
+      log.OnEvent(Stored(1 + i % 2, i));
+      ASSERT_NO_FATAL_FAILURE(WaitForSequence(**publisher, i + 1u));
+    }
+    const auto replayed = Replay((*publisher)->replay_endpoint(), 0);
+    ASSERT_EQ(replayed.size(), by_bytes ? 1u : 2u);
+    EXPECT_EQ(replayed.back().first, 3u);
+  }
+}
+
 TEST_F(KvEventPublisherTest, AnEndpointThatCannotBindFailsCreate) {
   service::EventLog log(1, 10);
   KvEventPublisherOptions o = Options();
