@@ -70,7 +70,7 @@ const char* kvtier_status_name(int code) {
 
 const char* kvtier_tier_name(int tier) {
   // TierName returns views of string literals, so data() is NUL-terminated.
-  if (tier < KVTIER_TIER_UNSPECIFIED || tier > KVTIER_TIER_DISK) return "unspecified";
+  if (tier < KVTIER_TIER_UNSPECIFIED || tier > KVTIER_TIER_CLUSTER) return "unspecified";
   return kvtier::TierName(static_cast<kvtier::Tier>(tier)).data();
 }
 

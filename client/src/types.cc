@@ -13,6 +13,8 @@ std::string_view TierName(Tier tier) {
       return "host";
     case Tier::kDisk:
       return "disk";
+    case Tier::kCluster:
+      return "cluster";
     case Tier::kUnspecified:
       break;
   }

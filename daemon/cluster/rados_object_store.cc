@@ -22,6 +22,7 @@ constexpr char kXattrLayout[] = "kvtier.layout";
 constexpr char kXattrChecksum[] = "kvtier.checksum";
 constexpr char kXattrWriter[] = "kvtier.writer";
 constexpr char kXattrCreated[] = "kvtier.created";
+constexpr char kXattrRead[] = "kvtier.read";  // 8 bytes big-endian microseconds: the last use
 constexpr char kLeaseObject[] = "kvtier.evict-lease";
 constexpr char kLeaseName[] = "evict";
 
@@ -109,6 +110,7 @@ absl::StatusOr<std::unique_ptr<RadosObjectStore>> RadosObjectStore::Connect(
       {"rados_osd_op_timeout", Seconds(o.osd_op_timeout)},
       {"rados_mon_op_timeout", Seconds(o.mon_op_timeout)},
       {"client_mount_timeout", Seconds(o.mount_timeout)},
+      {"objecter_timeout", Seconds(o.objecter_timeout)},
       {"log_to_stderr", "false"},
       {"err_to_stderr", "false"},
   };
@@ -162,6 +164,7 @@ absl::Status RadosObjectStore::Put(const std::string& rados_ns, const BlockKey& 
   rados_write_op_setxattr(op, kXattrChecksum, sum, 4);
   rados_write_op_setxattr(op, kXattrWriter, attrs.writer_node.data(), attrs.writer_node.size());
   rados_write_op_setxattr(op, kXattrCreated, created.data(), created.size());
+  rados_write_op_setxattr(op, kXattrRead, created.data(), created.size());
   const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, 0);
   rados_release_write_op(op);
   rados_ioctx_destroy(io);
@@ -175,7 +178,9 @@ absl::Status RadosObjectStore::Put(const std::string& rados_ns, const BlockKey& 
 }
 
 absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStore::Get(
-    const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline) {
+    const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline,
+    uint64_t max_bytes) {
+  if (max_bytes == 0 || max_bytes > options_.max_block_bytes) max_bytes = options_.max_block_bytes;
   rados_ioctx_t io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
   rados_ioctx_set_namespace(io, rados_ns.c_str());
@@ -191,7 +196,7 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
   for (size_t i = 0; i < keys.size(); ++i) {
     p[i].name = ObjectName(keys[i]);
     p[i].ns = Be64(keys[i].ns);
-    p[i].buf.resize(options_.max_block_bytes + 1);
+    p[i].buf.resize(max_bytes + 1);
     p[i].op = rados_create_read_op();
     // The xattrs must match what was asked: an object under the right name with another block's
     // identity is a miss, not that block.
@@ -240,7 +245,7 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
       continue;
     }
     absl::Span<const uint8_t> bytes(p[i].buf.data(), p[i].bytes_read);
-    if (p[i].bytes_read > options_.max_block_bytes || !codec::VerifyColdBlock(bytes).ok()) {
+    if (p[i].bytes_read > max_bytes || !codec::VerifyColdBlock(bytes).ok()) {
       counters_.get_misses.fetch_add(1);
       counters_.verify_failures.fetch_add(1);
       continue;
@@ -304,6 +309,107 @@ absl::StatusOr<std::vector<bool>> RadosObjectStore::Exists(const std::string& ra
   }
   if (!err.ok()) return err;
   return out;
+}
+
+absl::StatusOr<std::string> RadosObjectStore::ClaimValue(const std::string& rados_ns,
+                                                         const std::string& name,
+                                                         const std::string& value) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
+  rados_write_op_write_full(op, value.data(), value.size());
+  int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  std::string held = value;
+  if (r == -EEXIST) {
+    held.assign(4096, '\0');
+    r = rados_read(io, name.c_str(), held.data(), held.size(), 0);
+    if (r >= 0) held.resize(static_cast<size_t>(r));
+  }
+  rados_ioctx_destroy(io);
+  if (r < 0) return Error(r, absl::StrCat("claim ", rados_ns, "/", name));
+  return held;
+}
+
+absl::Status RadosObjectStore::Touch(const std::string& rados_ns, const BlockKey& key,
+                                     int64_t unix_micros) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  const std::string name = ObjectName(key);
+  const std::string when = Be64(static_cast<uint64_t>(unix_micros));
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_assert_exists(op);
+  rados_write_op_setxattr(op, kXattrRead, when.data(), when.size());
+  const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  rados_ioctx_destroy(io);
+  if (r < 0) return Error(r, absl::StrCat("touch ", rados_ns, "/", name));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<BlockObject>> RadosObjectStore::ListBlocks(size_t max) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, LIBRADOS_ALL_NSPACES);
+  rados_list_ctx_t ctx = nullptr;
+  int r = rados_nobjects_list_open(io, &ctx);
+  if (r < 0) {
+    rados_ioctx_destroy(io);
+    return Error(r, "list all namespaces");
+  }
+  // A block's name: 16 hex digits, '.', 64 hex digits.
+  auto is_block = [](absl::string_view name) { return name.size() == 81 && name[16] == '.'; };
+  std::vector<BlockObject> out;
+  rados_ioctx_t obj_io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &obj_io);
+  const char* entry = nullptr;
+  const char* nspace = nullptr;
+  while (out.size() < max && (r = rados_nobjects_list_next(ctx, &entry, nullptr, &nspace)) == 0) {
+    if (!is_block(entry)) continue;
+    BlockObject o;
+    o.rados_ns = nspace != nullptr ? nspace : "";
+    o.name = entry;
+    rados_ioctx_set_namespace(obj_io, o.rados_ns.c_str());
+    time_t mtime = 0;
+    if (rados_stat(obj_io, entry, &o.size, &mtime) < 0) continue;  // removed meanwhile
+    char when[8];
+    const int n = rados_getxattr(obj_io, entry, kXattrRead, when, sizeof(when));
+    o.use_recorded = n == 8;
+    o.last_use_unix_micros =
+        o.use_recorded ? static_cast<int64_t>(DecodeBigEndian64(reinterpret_cast<uint8_t*>(when)))
+                       : static_cast<int64_t>(mtime) * 1000000;
+    out.push_back(std::move(o));
+  }
+  rados_nobjects_list_close(ctx);
+  rados_ioctx_destroy(obj_io);
+  rados_ioctx_destroy(io);
+  if (r != 0 && r != -ENOENT) return Error(r, "list all namespaces");
+  return out;
+}
+
+absl::Status RadosObjectStore::RemoveUnlessUsed(const BlockObject& object) {
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, object.rados_ns.c_str());
+  const std::string when = Be64(static_cast<uint64_t>(object.last_use_unix_micros));
+  rados_write_op_t op = rados_create_write_op();
+  if (object.use_recorded) {
+    rados_write_op_cmpxattr(op, kXattrRead, LIBRADOS_CMPXATTR_OP_EQ, when.data(), when.size());
+  }
+  rados_write_op_remove(op);
+  const int r = rados_write_op_operate2(op, io, object.name.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  rados_ioctx_destroy(io);
+  const std::string what = absl::StrCat("remove ", object.rados_ns, "/", object.name);
+  if (r == -ECANCELED || r == -ENODATA) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": used since it was listed"));
+  }
+  if (r == -ENOENT) return absl::NotFoundError(absl::StrCat(what, ": gone already"));
+  if (r < 0) return Error(r, what);
+  return absl::OkStatus();
 }
 
 absl::Status RadosObjectStore::Remove(const std::string& rados_ns, const BlockKey& key) {

@@ -29,6 +29,10 @@ struct ClusterOptions {
   absl::Duration osd_op_timeout = absl::Seconds(10);
   absl::Duration mon_op_timeout = absl::Seconds(10);
   absl::Duration mount_timeout = absl::Seconds(10);
+  // How long the client waits on a monitor or OSD session before it reconnects; kept below the
+  // op timeouts (a client whose objecter timeout exceeds them never recovers after an OSD
+  // restart).
+  absl::Duration objecter_timeout = absl::Seconds(2);
   // The largest object Get reads; larger objects are misses (verify failures).
   uint32_t max_block_bytes = 4 << 20;
 };
@@ -51,6 +55,15 @@ struct ObjectInfo {
   std::string name;
   uint64_t size = 0;
   int64_t mtime_unix = 0;  // RADOS mtime: the write time (blocks are immutable)
+};
+
+// A block's object as the sweeper lists it (ListBlocks).
+struct BlockObject {
+  std::string rados_ns;
+  std::string name;
+  uint64_t size = 0;
+  int64_t last_use_unix_micros = 0;  // the last read (Touch), else the write
+  bool use_recorded = false;         // kvtier.read is set (else the mtime stood in)
 };
 
 struct PoolUsage {
@@ -82,14 +95,36 @@ class RadosObjectStore {
                    absl::Span<const uint8_t> block, const BlockAttrs& attrs);
 
   // Reads every key in parallel; per key the verified bytes or nullopt (a miss: absent, or failed
-  // verification, counted). DeadlineExceeded when the deadline passed before all answered;
+  // verification, counted). An object larger than `max_bytes` (0: options' max_block_bytes, and
+  // never above it) is a verification failure; each key's buffer is that large, so callers that
+  // know the block size pass it. DeadlineExceeded when the deadline passed before all answered;
   // Unavailable/other errors for cluster failures.
   absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> Get(
-      const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline);
+      const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline,
+      uint64_t max_bytes = 0);
 
   // Per key whether the object exists; same deadline semantics.
   absl::StatusOr<std::vector<bool>> Exists(const std::string& rados_ns,
                                            absl::Span<const BlockKey> keys, absl::Time deadline);
+
+  // A small object of the pool's own (not a block): creates `name` in `rados_ns` holding
+  // `value` unless it exists, and returns what it holds (`value`, or what another client wrote
+  // first). For facts the first node of a fleet decides, such as the fleet's key fingerprint.
+  absl::StatusOr<std::string> ClaimValue(const std::string& rados_ns, const std::string& name,
+                                         const std::string& value);
+
+  // Records a use of the block now (xattr kvtier.read), which keeps it from the sweeper's least
+  // recently used end. NotFound when the object does not exist (it is not created).
+  absl::Status Touch(const std::string& rados_ns, const BlockKey& key, int64_t unix_micros);
+
+  // Every block object of the pool, all RADOS namespaces (the pool's own objects, such as the
+  // lease and kvtier.fleet, are left out), at most `max`, with size and last use.
+  absl::StatusOr<std::vector<BlockObject>> ListBlocks(size_t max);
+
+  // Removes the object unless it was used after it was listed (its kvtier.read changed):
+  // FailedPrecondition then (it stays), NotFound when it is gone already. One operation, so a
+  // read that touches the block and the removal never both win.
+  absl::Status RemoveUnlessUsed(const BlockObject& object);
 
   // NotFound when absent.
   absl::Status Remove(const std::string& rados_ns, const BlockKey& key);

@@ -108,6 +108,45 @@ disk:
   # Which blocks leaving the host tier are written to disk: all, or reused-or-durable.
   admission: all
 
+cluster:
+  # The fleet's shared tier: a Ceph RADOS pool every node's kvtierd shares (docs/CLUSTER.md).
+  # Empty: no cluster tier.
+  pool: ""
+  # The cluster's ceph.conf (monitors, cephx); "" when mon_host says where the monitors are.
+  ceph_conf: /etc/ceph/ceph.conf
+  # Monitor addresses, overriding the conf's (for example "[v2:10.0.0.1:3300]"); "": the conf's.
+  mon_host: ""
+  # The cephx user (client.<user>) and its keyring (absolute path; "": the conf's).
+  user: kvtier
+  keyring: ""
+  # The key namespace ids and hash roots are derived from (32 bytes). Every node sharing a pool
+  # needs the same file, or no node finds another's blocks; the pool remembers the first node's
+  # key and a node with another stays degraded. "": <state_dir>/hash-root.key (this node's own).
+  key_file: ""
+  # Which blocks write-behind copies into the pool: all (every block stored), disk (blocks the
+  # node writes to its disk tier, and durable ones) or durable (blocks offloaded as durable).
+  admission: all
+  # Blocks waiting for write-behind (1 to 1048576); more are dropped and counted, never waited for.
+  queue_depth: 4096
+  # Write-behind operations in flight (1 to 256).
+  write_threads: 4
+  # Longest wait of one RADOS operation; a cluster slower than this counts as degraded.
+  op_timeout_seconds: 5
+  # Longest wait of a Lookup for the cluster, and of an Onboard for its fetch (also bounded by
+  # the call's deadline).
+  lookup_timeout_ms: 250
+  fetch_timeout_ms: 2000
+  # How often a degraded cluster tier (unreachable, failing, slow) is tried again.
+  probe_interval_seconds: 2
+  # Bytes of blocks the pool may hold (one copy each, before replication). Above high_watermark
+  # of it, one node at a time (the holder of the pool's eviction lease) removes the least
+  # recently used blocks down to low_watermark, every sweep_interval_seconds. 0: no eviction
+  # (the pool's quota is the only bound).
+  capacity: 0
+  high_watermark: 0.9
+  low_watermark: 0.8
+  sweep_interval_seconds: 30
+
 index:
   # When index writes are synced: none, batch (group commit every few ms), always.
   sync: batch
@@ -556,6 +595,44 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
     r.Fail("disk.admission",
            absl::StrFormat("'%s' is not all or reused-or-durable", c.disk_admission));
   }
+  c.cluster_pool = r.String("cluster.pool");
+  c.cluster_ceph_conf = r.String("cluster.ceph_conf");
+  c.cluster_mon_host = r.String("cluster.mon_host");
+  c.cluster_user = r.String("cluster.user");
+  c.cluster_keyring = r.String("cluster.keyring");
+  c.cluster_key_file = r.String("cluster.key_file");
+  for (const auto& [field, path] : {std::pair{"cluster.ceph_conf", &c.cluster_ceph_conf},
+                                    std::pair{"cluster.keyring", &c.cluster_keyring},
+                                    std::pair{"cluster.key_file", &c.cluster_key_file}}) {
+    if (!path->empty() && (*path)[0] != '/') {
+      r.Fail(field, absl::StrFormat("'%s' is not an absolute path", *path));
+    }
+  }
+  if (!c.cluster_pool.empty() && c.cluster_ceph_conf.empty() && c.cluster_mon_host.empty()) {
+    r.Fail("cluster.mon_host", "cluster.pool needs cluster.ceph_conf or cluster.mon_host");
+  }
+  if (c.cluster_user.empty()) r.Fail("cluster.user", "must not be empty");
+  c.cluster_admission = r.String("cluster.admission");
+  if (c.cluster_admission != "all" && c.cluster_admission != "disk" &&
+      c.cluster_admission != "durable") {
+    r.Fail("cluster.admission",
+           absl::StrFormat("'%s' is not all, disk or durable", c.cluster_admission));
+  }
+  c.cluster_queue_depth = static_cast<uint32_t>(r.Uint("cluster.queue_depth", 1, 1u << 20));
+  c.cluster_write_threads = static_cast<uint32_t>(r.Uint("cluster.write_threads", 1, 256));
+  c.cluster_op_timeout_seconds = r.Double("cluster.op_timeout_seconds", 0.1, 600);
+  c.cluster_lookup_timeout_ms =
+      static_cast<uint32_t>(r.Uint("cluster.lookup_timeout_ms", 1, 600000));
+  c.cluster_fetch_timeout_ms = static_cast<uint32_t>(r.Uint("cluster.fetch_timeout_ms", 1, 600000));
+  c.cluster_probe_interval_seconds = r.Double("cluster.probe_interval_seconds", 0.1, 3600);
+  c.cluster_capacity = r.Bytes("cluster.capacity", false);
+  c.cluster_high_watermark = r.Double("cluster.high_watermark", 0.01, 1);
+  c.cluster_low_watermark = r.Double("cluster.low_watermark", 0, 1);
+  if (!r.failed("cluster.high_watermark") && !r.failed("cluster.low_watermark") &&
+      c.cluster_low_watermark >= c.cluster_high_watermark) {
+    r.Fail("cluster.low_watermark", "must be below cluster.high_watermark");
+  }
+  c.cluster_sweep_interval_seconds = r.Double("cluster.sweep_interval_seconds", 0.1, 86400);
   const std::string sync = r.String("index.sync");
   if (sync == "none") {
     c.sync = IndexSync::kNone;

@@ -68,6 +68,15 @@ struct Config {
   uint64_t disk_chunk = 0;
   uint32_t disk_queue_depth = 0;
   std::string disk_admission;  // "all" | "reused-or-durable"
+  // cluster tier (docs/CLUSTER.md); an empty pool: none
+  std::string cluster_pool, cluster_ceph_conf, cluster_mon_host, cluster_user, cluster_keyring;
+  std::string cluster_key_file;   // empty: <state_dir>/hash-root.key (this node's own)
+  std::string cluster_admission;  // "all" | "disk" | "durable"
+  uint32_t cluster_queue_depth = 0, cluster_write_threads = 0;
+  double cluster_op_timeout_seconds = 0, cluster_probe_interval_seconds = 0;
+  uint32_t cluster_lookup_timeout_ms = 0, cluster_fetch_timeout_ms = 0;
+  uint64_t cluster_capacity = 0;  // 0: no sweeper
+  double cluster_high_watermark = 0, cluster_low_watermark = 0, cluster_sweep_interval_seconds = 0;
   // index
   IndexSync sync = IndexSync::kBatch;
   uint64_t index_min_free = 0;  // index.min_free: below it the index takes no writes

@@ -29,9 +29,11 @@
 #include "common/build_info/build_info.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/cluster/cluster_tier.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/io/uring_block_file.h"
 #include "daemon/kvevents/kv_event_publisher.h"
+#include "daemon/kvtierd/cluster_feed.h"
 #include "daemon/kvtierd/config_modes.h"
 #include "daemon/kvtierd/metrics_http.h"
 #include "daemon/kvtierd/probes.h"
@@ -132,6 +134,32 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
   return fd;
 }
 
+// The 32-byte key in `path` (cluster.key_file), which the operator created: FailedPrecondition
+// naming the file when it cannot be read or holds anything else.
+absl::StatusOr<std::string> LoadKey(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cluster.key_file %s: %s (create it once with `head -c 32 /dev/urandom > %s` and give "
+        "every node of the fleet the same file)",
+        path, io::ErrnoText(errno), path));
+  }
+  std::string key(33, '\0');
+  const ssize_t n = read(fd, key.data(), key.size());
+  const int err = errno;
+  close(fd);
+  if (n < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cluster.key_file %s: %s", path, io::ErrnoText(err)));
+  }
+  if (n != 32) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cluster.key_file %s holds %d bytes, not a 32-byte key", path, n));
+  }
+  key.resize(32);
+  return key;
+}
+
 // 32 random bytes kept in `path` (mode 0600), created on first use: the daemon's hash-root key.
 absl::StatusOr<std::string> LoadOrCreateKey(const std::string& path) {
   std::string key(32, '\0');
@@ -160,6 +188,52 @@ absl::StatusOr<std::string> LoadOrCreateKey(const std::string& path) {
   }
   close(fd);
   return key;
+}
+
+// The cluster tier of `config` (cluster.*), on the fleet's `key`.
+absl::StatusOr<std::unique_ptr<cluster::ClusterTier>> MakeClusterTier(const Config& config,
+                                                                      const std::string& key,
+                                                                      store::BlockStore* store) {
+  cluster::ClusterOptions co;
+  co.conf_path = config.cluster_ceph_conf;
+  co.mon_host = config.cluster_mon_host;
+  co.keyring = config.cluster_keyring;
+  co.client_id = config.cluster_user;
+  co.pool = config.cluster_pool;
+  const absl::Duration op = absl::Seconds(config.cluster_op_timeout_seconds);
+  co.osd_op_timeout = co.mon_op_timeout = co.mount_timeout = op;
+  co.objecter_timeout = std::min(absl::Seconds(2), op / 2);
+  co.max_block_bytes = static_cast<uint32_t>(
+      std::min<uint64_t>(std::min(config.host_chunk, config.disk_chunk), 1u << 30));
+  cluster::ClusterTierOptions to;
+  to.admission = config.cluster_admission == "durable" ? cluster::ClusterAdmission::kDurable
+                 : config.cluster_admission == "disk"  ? cluster::ClusterAdmission::kDisk
+                                                       : cluster::ClusterAdmission::kAll;
+  to.queue_capacity = config.cluster_queue_depth;
+  to.write_threads = config.cluster_write_threads;
+  to.lookup_timeout = absl::Milliseconds(config.cluster_lookup_timeout_ms);
+  to.fetch_timeout = absl::Milliseconds(config.cluster_fetch_timeout_ms);
+  to.probe_interval = absl::Seconds(config.cluster_probe_interval_seconds);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  to.writer_node = host;
+  to.key_fingerprint = service::KeyFingerprint(key);
+  to.sweeper.capacity_bytes = config.cluster_capacity;
+  to.sweeper.high_watermark = config.cluster_high_watermark;
+  to.sweeper.low_watermark = config.cluster_low_watermark;
+  to.sweeper.interval = absl::Seconds(config.cluster_sweep_interval_seconds);
+  to.sweeper.cookie = absl::StrCat(host, ":", getpid());
+  // A namespace's RADOS namespace comes from its tenant, which its record names.
+  to.rados_namespace_of = [store, key](index::NamespaceId id) -> std::optional<std::string> {
+    for (const auto& [ns, record] : store->Namespaces()) {
+      if (ns != id) continue;
+      v1::Namespace described;
+      if (!described.ParseFromString(record.first)) return std::nullopt;
+      return service::ClusterNamespaceOf(described.tenant(), key);
+    }
+    return std::nullopt;
+  };
+  return cluster::ClusterTier::Create(co, store, std::move(to));
 }
 
 // The credentials of the tcp.listen port: TLS with the configured certificate (and, with a client
@@ -342,8 +416,11 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   while (incarnation == 0) incarnation = (uint64_t{rd()} << 32) | rd();
   service::EventLog events(incarnation, config.events_retain);
 
-  // The daemon's key: namespace ids are keyed with it (and, with authentication, hash roots).
-  absl::StatusOr<std::string> key = LoadOrCreateKey(config.state_dir + "/hash-root.key");
+  // The daemon's key: namespace ids are keyed with it (and, with authentication, hash roots). A
+  // fleet sharing a cluster tier shares one (cluster.key_file), which must exist.
+  absl::StatusOr<std::string> key = config.cluster_key_file.empty()
+                                        ? LoadOrCreateKey(config.state_dir + "/hash-root.key")
+                                        : LoadKey(config.cluster_key_file);
   if (!key.ok()) return key.status();
   const bool authentication = !config.auth_tokens_file.empty();
 
@@ -379,7 +456,19 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
       StartKvEvents(config.kv_events, &events, store->get());
   if (!kv_events.ok()) return kv_events.status();
 
+  // The cluster tier, when configured: the first connection is tried here (bounded by
+  // cluster.op_timeout_seconds), later ones by the tier's own thread, so an unreachable cluster
+  // delays the start by at most that and fails nothing.
+  std::unique_ptr<cluster::ClusterTier> cluster_tier;
+  if (!config.cluster_pool.empty()) {
+    absl::StatusOr<std::unique_ptr<cluster::ClusterTier>> created =
+        MakeClusterTier(config, *key, store->get());
+    if (!created.ok()) return created.status();
+    cluster_tier = std::move(*created);
+  }
+
   service::ServiceOptions so;
+  so.shared_tier = cluster_tier.get();
   so.pool_dirs = config.pool_dirs;
   so.default_codec = config.default_codec;
   so.max_items_per_request = config.max_items_per_request;
@@ -412,6 +501,10 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   // store (pins hold its blocks), after the services.
   auto state = std::make_unique<service::ServiceState>(store->get(), so);
   auto service = std::make_unique<service::KvTierService>(store->get(), so, state.get());
+  std::unique_ptr<ClusterFeed> cluster_feed;  // write-behind's source: the store's events
+  if (cluster_tier != nullptr) {
+    cluster_feed = std::make_unique<ClusterFeed>(&events, cluster_tier.get());
+  }
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -592,6 +685,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   admin.reset();    // joins its Drain threads
   service.reset();  // joins the workers: no request touches the store any more
   state.reset();    // unmaps the engines' pools, releases parked requests' records and pins
+  cluster_feed.reset();
+  cluster_tier.reset();  // stops write-behind (what is queued stays in the local tiers)
   const index::IndexHealth index_health = (*store)->Stats().index_health;
   if (index_health.stalled) {
     // An index write waits for space inside RocksDB: the store's thread cannot be joined, and

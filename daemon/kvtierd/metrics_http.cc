@@ -163,6 +163,72 @@ class Writer {
   std::string out_;
 };
 
+void RenderClusterMetrics(const store::SharedTierStats& c, Writer& w) {
+  w.Gauge("kvtier_cluster_degraded",
+          "1 while the cluster tier is unreachable, failing or slow (local tiers serve).",
+          c.degraded ? 1 : 0);
+  w.Counter("kvtier_cluster_degraded_episodes_total", "Times the cluster tier became degraded.",
+            c.degraded_episodes);
+  w.Gauge("kvtier_cluster_writes_paused_full",
+          "1 while cluster write-behind pauses because the pool is full.",
+          c.writes_paused_full ? 1 : 0);
+  w.Gauge("kvtier_cluster_queue_blocks", "Blocks queued or being written to the cluster tier.",
+          static_cast<double>(c.queue_depth));
+  w.Gauge("kvtier_cluster_queue_capacity_blocks", "Bound of the cluster write-behind queue.",
+          static_cast<double>(c.queue_capacity));
+  w.Counter("kvtier_cluster_offered_blocks_total", "Blocks queued for cluster write-behind.",
+            c.offered);
+  w.Counter("kvtier_cluster_written_blocks_total", "Objects this node created in the cluster.",
+            c.written);
+  w.Counter("kvtier_cluster_written_bytes_total", "Bytes of those objects.", c.written_bytes);
+  w.Counter("kvtier_cluster_already_stored_blocks_total",
+            "Write-behind blocks the cluster already held (written by any node).", c.already);
+  w.Family("kvtier_cluster_dropped_blocks_total", "counter",
+           "Write-behind blocks not written, by reason.");
+  const std::pair<const char*, uint64_t> dropped[] = {{"queue_full", c.dropped_queue_full},
+                                                      {"degraded", c.dropped_degraded},
+                                                      {"pool_full", c.dropped_full},
+                                                      {"gone", c.dropped_gone},
+                                                      {"lost_events", c.dropped_lost_events}};
+  for (const auto& [reason, n] : dropped) {
+    w.Sample("kvtier_cluster_dropped_blocks_total", absl::StrFormat("reason=\"%s\"", reason),
+             static_cast<double>(n));
+  }
+  w.Counter("kvtier_cluster_write_errors_total", "Failed cluster writes.", c.write_errors);
+  w.Counter("kvtier_cluster_lookups_total", "Lookups that asked the cluster tier.", c.lookups);
+  w.Counter("kvtier_cluster_lookup_blocks_total", "Blocks those lookups found in the cluster.",
+            c.lookup_blocks);
+  w.Counter("kvtier_cluster_lookup_timeouts_total",
+            "Cluster lookups that reached their deadline (answered as misses).", c.lookup_timeouts);
+  w.Counter("kvtier_cluster_fetched_blocks_total", "Blocks fetched from the cluster tier.",
+            c.fetched);
+  w.Counter("kvtier_cluster_fetched_bytes_total", "Bytes of those blocks.", c.fetched_bytes);
+  w.Counter("kvtier_cluster_fetch_misses_total", "Blocks asked of the cluster and absent.",
+            c.fetch_misses);
+  w.Counter("kvtier_cluster_verify_failures_total",
+            "Cluster objects that failed verification (each a miss, never served).",
+            c.verify_failures);
+  w.Counter("kvtier_cluster_read_errors_total", "Failed or timed-out cluster reads.",
+            c.read_errors);
+  w.Counter("kvtier_cluster_skipped_reads_total",
+            "Cluster reads not attempted because the tier was degraded.", c.skipped_degraded);
+  w.Gauge("kvtier_cluster_capacity_bytes", "cluster.capacity (0: no sweeper).",
+          static_cast<double>(c.capacity_bytes));
+  w.Gauge("kvtier_cluster_used_bytes", "Bytes of blocks in the pool at this node's last sweep.",
+          static_cast<double>(c.used_bytes));
+  w.Gauge("kvtier_cluster_objects", "Block objects in the pool at this node's last sweep.",
+          static_cast<double>(c.objects));
+  w.Counter("kvtier_cluster_sweeps_total", "Sweeps this node ran holding the eviction lease.",
+            c.sweeps);
+  w.Counter("kvtier_cluster_sweeps_lease_busy_total",
+            "Sweeps skipped because another node held the eviction lease.", c.lease_busy);
+  w.Counter("kvtier_cluster_evicted_blocks_total",
+            "Least recently used blocks this node removed from the pool.", c.evicted);
+  w.Counter("kvtier_cluster_evicted_bytes_total", "Bytes of those blocks.", c.evicted_bytes);
+  w.Counter("kvtier_cluster_evict_spared_blocks_total",
+            "Blocks chosen for removal but read after the listing, and kept.", c.evict_spared);
+}
+
 }  // namespace
 
 std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& service, bool ready,
@@ -245,6 +311,7 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
   w.PerTier("kvtier_tier_read_bytes_total", "counter",
             "Bytes read from each tier (GPU tier: hot page bytes).", s,
             &store::TierStats::bytes_out);
+  if (service.cluster.has_value()) RenderClusterMetrics(*service.cluster, w);
   w.Counter("kvtier_misses_total", "Reads of blocks the cache does not hold.", s.misses);
   w.Counter("kvtier_puts_total", "Blocks stored.", s.puts);
   w.Counter("kvtier_duplicate_puts_total", "Stores of blocks already held (kept as they were).",
@@ -403,6 +470,9 @@ MetricsHttpServer::Response MetricsHttpServer::Answer(const std::string& method,
       const kvevents::KvEventPublisher::Counters c = kv_events_->counters();
       gauges.kv_events = KvEventGauges{c.published_batches, c.dropped_batches, c.lost_log_events};
     }
+    if (store::SharedTier* cluster = service_->shared_tier(); cluster != nullptr) {
+      gauges.cluster = cluster->Stats();
+    }
     absl::StatusOr<ProcessStats> process = ReadProcessStats();
     if (!process.ok())
       KVTIER_LOG_FIRST(kWarning, "metrics: no process_* metrics: ", process.status().message());
@@ -417,6 +487,12 @@ MetricsHttpServer::Response MetricsHttpServer::Answer(const std::string& method,
     r.code = reasons.empty() ? 200 : 503;
     if (reasons.empty()) r.body = "ready\n";
     for (const std::string& reason : reasons) r.body += OneLine(reason);
+    // A degraded cluster tier is said but does not fail readiness: the node serves from its own
+    // tiers meanwhile.
+    if (store::SharedTier* cluster = service_->shared_tier(); cluster != nullptr) {
+      const store::SharedTierStats c = cluster->Stats();
+      if (c.degraded) r.body += OneLine(absl::StrCat("cluster tier degraded: ", c.degraded_reason));
+    }
   } else {
     r.code = 404;
     r.body = "not found: /metrics, /healthz, /readyz\n";

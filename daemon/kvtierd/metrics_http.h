@@ -35,7 +35,8 @@ struct ServiceGauges {
   uint64_t store_events = 0;
   service::KvTierService::Traffic traffic;
   std::vector<service::RpcMetrics::Method> rpcs;
-  std::optional<KvEventGauges> kv_events;  // absent: kv_events off
+  std::optional<KvEventGauges> kv_events;         // absent: kv_events off
+  std::optional<store::SharedTierStats> cluster;  // when a cluster tier is configured
 };
 // With kvtier_build_info (build_info::Get()) and, when `process` is set, the standard process_*
 // metrics.

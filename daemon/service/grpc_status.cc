@@ -16,4 +16,10 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* ctx, const abs
   return reactor;
 }
 
+absl::Time DeadlineOf(const grpc::CallbackServerContext* ctx) {
+  const auto deadline = ctx->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
 }  // namespace kvtier::service

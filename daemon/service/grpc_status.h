@@ -5,6 +5,7 @@
 #define KVTIER_DAEMON_SERVICE_GRPC_STATUS_H_
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
@@ -15,6 +16,8 @@ namespace kvtier::service {
 grpc::Status ToGrpc(const absl::Status& status);
 // Finishes a unary callback RPC at once with `status`; returns its reactor.
 grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* ctx, const absl::Status& status);
+// The call's deadline; InfiniteFuture when the client set none.
+absl::Time DeadlineOf(const grpc::CallbackServerContext* ctx);
 
 }  // namespace kvtier::service
 

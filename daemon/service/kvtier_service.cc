@@ -66,6 +66,16 @@ std::string NamespaceHashRoot(uint64_t legacy_id, const std::string& secret) {
   return std::string(digest.begin(), digest.end());
 }
 
+std::string ClusterNamespaceOf(const std::string& tenant, const std::string& key) {
+  const Sha256Digest mac = HmacSha256(key, absl::StrCat("kvtier-cluster-namespace-v1", tenant));
+  return absl::StrCat("t-", LowerHex(absl::MakeConstSpan(mac.data(), 16)));
+}
+
+std::string KeyFingerprint(const std::string& key) {
+  const Sha256Digest mac = HmacSha256(key, "kvtier-fleet-key-fingerprint-v1");
+  return LowerHex(absl::MakeConstSpan(mac.data(), 8));
+}
+
 absl::StatusOr<DerivedNamespace> DeriveNamespace(const v1::Namespace& ns, const std::string& key,
                                                  bool authentication) {
   KVTIER_ASSIGN_OR_RETURN(codec::CodecSpec spec, CodecFromProto(ns.codec(), codec::CodecSpec()));
@@ -215,6 +225,7 @@ grpc::ServerUnaryReactor* KvTierService::Hello(grpc::CallbackServerContext* ctx,
   if (stats.tiers[0].capacity_bytes > 0) caps->add_tiers(v1::TIER_GPU);
   caps->add_tiers(v1::TIER_HOST);
   if (stats.tiers[2].capacity_bytes > 0) caps->add_tiers(v1::TIER_DISK);
+  if (options_.shared_tier != nullptr) caps->add_tiers(v1::TIER_CLUSTER);
   caps->add_codecs(v1::CODEC_RAW);
   caps->add_codecs(v1::CODEC_NVFP4);
   caps->add_codecs(v1::CODEC_NVFP4X2);
@@ -515,15 +526,35 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   resp->set_hit_pages(static_cast<uint32_t>(hits));
   for (index::Tier t : tiers) resp->add_tiers(TierToProto(t));
   if (req->has_pin_ttl() && hits > 0) {
-    chain.resize(hits);
+    std::vector<index::BlockHash> local(chain.begin(), chain.begin() + hits);
     std::vector<dataplane::ItemResult>
         results;  // the pins taken are in the store; misses are not reported
     const absl::Time expires =
-        state_->pins().Pin(*lookup_engine, chain, DurationFromProto(req->pin_ttl()), &results);
+        state_->pins().Pin(*lookup_engine, local, DurationFromProto(req->pin_ttl()), &results);
     SetTime(expires, resp->mutable_pin_expires_at());
   }
-  lookup_engine.reset();
-  return FinishWith(ctx, absl::OkStatus());
+  if (options_.shared_tier == nullptr || hits == chain.size()) {
+    lookup_engine.reset();
+    return FinishWith(ctx, absl::OkStatus());
+  }
+  // The missing tail from the cluster tier: a wait on the network, so on a worker (in the
+  // engine's flow when there is one), bounded by the call's deadline and the tier's own.
+  const absl::Time deadline = DeadlineOf(ctx);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const std::string flow = lookup_engine ? lookup_engine->id : "";
+  state_->dispatcher().RunOnWorker(
+      ctx, reactor,
+      [this, resp, ns, hits, deadline, chain = std::move(chain),
+       engine = std::move(lookup_engine)]() mutable {
+        const size_t remote = options_.shared_tier->LookupTail(
+            ns, absl::MakeConstSpan(chain).subspan(hits), deadline);
+        resp->set_hit_pages(static_cast<uint32_t>(hits + remote));
+        for (size_t i = 0; i < remote; ++i) resp->add_tiers(v1::TIER_CLUSTER);
+        engine.reset();
+        return absl::OkStatus();
+      },
+      flow);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ctx,
@@ -563,6 +594,17 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
                        });
 }
 
+void KvTierService::FetchFromSharedTier(const Engine& engine, const dataplane::OnboardBatch& batch,
+                                        absl::Time deadline) {
+  if (options_.shared_tier == nullptr) return;
+  std::vector<index::BlockHash> hashes;
+  hashes.reserve(batch.items.size());
+  for (const dataplane::PageItem& item : batch.items) {
+    if (item.hash.ok()) hashes.push_back(*item.hash);
+  }
+  options_.shared_tier->Fetch(engine.ns, hashes, engine.codec->block_bytes(), deadline);
+}
+
 grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ctx,
                                                  const v1::OnboardRequest* req,
                                                  v1::OnboardResponse* resp) {
@@ -578,15 +620,17 @@ grpc::ServerUnaryReactor* KvTierService::Onboard(grpc::CallbackServerContext* ct
   };
   auto work = std::make_shared<Work>();
   work->batch = OnboardBatchFromProto(*req);
-  return OnEngineTurns(ctx, req->engine_id(),
-                       [this, resp, work](const Engine& engine) -> std::optional<absl::Status> {
-                         engine.plane->Onboard(engine, work->batch, &work->result, &work->progress,
-                                               ChunkEnd(work->progress.next));
-                         if (work->progress.next < static_cast<int>(work->batch.items.size()))
-                           return std::nullopt;
-                         OnboardResultToProto(work->result, resp);
-                         return absl::OkStatus();
-                       });
+  const absl::Time deadline = DeadlineOf(ctx);
+  return OnEngineTurns(
+      ctx, req->engine_id(),
+      [this, resp, work, deadline](const Engine& engine) -> std::optional<absl::Status> {
+        if (work->progress.next == 0) FetchFromSharedTier(engine, work->batch, deadline);
+        engine.plane->Onboard(engine, work->batch, &work->result, &work->progress,
+                              ChunkEnd(work->progress.next));
+        if (work->progress.next < static_cast<int>(work->batch.items.size())) return std::nullopt;
+        OnboardResultToProto(work->result, resp);
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace kvtier::service

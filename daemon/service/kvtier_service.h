@@ -63,6 +63,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
   bool draining() const { return state_->dispatcher().draining(); }
   uint64_t incarnation() const { return incarnation_; }
   const EventLog* events() const { return options_.events; }
+  // The shared (cluster) tier; null when there is none.
+  store::SharedTier* shared_tier() const { return options_.shared_tier; }
   size_t engine_count() const;
   // Data-plane totals since the daemon started (the counters of StatsResponse), for /metrics.
   struct Traffic {
@@ -135,6 +137,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
   grpc::ServerUnaryReactor* OnEngineTurns(
       grpc::CallbackServerContext* ctx, const std::string& engine_id,
       std::function<std::optional<absl::Status>(const Engine&)> turn);
+  // Onboard's first turn with a shared tier: fetches the batch's blocks the node lacks from it
+  // into the store (SharedTier::Fetch), so that the data plane finds them in the host tier.
+  void FetchFromSharedTier(const Engine& engine, const dataplane::OnboardBatch& batch,
+                           absl::Time deadline);
   // RegisterEngine's work after the checks on gRPC's thread (the caller authenticated as
   // `caller`, "" without authentication; `peer` gRPC's address of the call): the layout and
   // codec, the pools opened and mapped, the namespace record written, the engine added. On a
@@ -200,6 +206,13 @@ absl::StatusOr<DerivedNamespace> DeriveNamespace(const v1::Namespace& ns, const 
                                                  bool authentication);
 // The hash root of the namespace whose legacy id is `legacy_id` (DeriveNamespace's second step).
 std::string NamespaceHashRoot(uint64_t legacy_id, const std::string& secret);
+// The RADOS namespace of a tenant's blocks in the cluster tier (docs/CLUSTER.md): "t-" and 32
+// hex digits of an HMAC of the tenant under the fleet's key, so that names neither reveal the
+// tenant nor can be computed without the key.
+std::string ClusterNamespaceOf(const std::string& tenant, const std::string& key);
+// The fingerprint of a fleet's key that the cluster tier records in its pool: 16 hex digits,
+// which identify the key without revealing it.
+std::string KeyFingerprint(const std::string& key);
 
 }  // namespace kvtier::service
 

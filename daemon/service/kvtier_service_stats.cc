@@ -11,6 +11,59 @@
 
 namespace kvtier::service {
 
+namespace {
+
+// The cluster tier's row of the tier table and its own message.
+void SharedTierStatsToProto(const store::SharedTierStats& c, v1::StatsResponse* resp) {
+  v1::TierStats* row = resp->add_tiers();
+  row->set_tier(v1::TIER_CLUSTER);
+  row->set_capacity_bytes(c.capacity_bytes);
+  row->set_used_bytes(c.used_bytes);
+  row->set_blocks(c.objects);
+  row->set_evicted_blocks(c.evicted);
+  row->set_hits(c.fetched);
+  row->set_misses(c.fetch_misses);
+  row->set_bytes_in(c.written_bytes);
+  row->set_bytes_out(c.fetched_bytes);
+  row->set_checksum_failures(c.verify_failures);
+  v1::ClusterStats* out = resp->mutable_cluster();
+  out->set_degraded(c.degraded);
+  out->set_degraded_reason(c.degraded_reason);
+  if (c.degraded)
+    SetTime(absl::FromUnixSeconds(c.degraded_since_unix), out->mutable_degraded_since());
+  out->set_degraded_episodes(c.degraded_episodes);
+  out->set_writes_paused_full(c.writes_paused_full);
+  out->set_queue_depth(c.queue_depth);
+  out->set_queue_capacity(c.queue_capacity);
+  out->set_offered(c.offered);
+  out->set_written(c.written);
+  out->set_already_stored(c.already);
+  out->set_dropped_queue_full(c.dropped_queue_full);
+  out->set_dropped_degraded(c.dropped_degraded);
+  out->set_dropped_pool_full(c.dropped_full);
+  out->set_dropped_gone(c.dropped_gone);
+  out->set_dropped_lost_events(c.dropped_lost_events);
+  out->set_write_errors(c.write_errors);
+  out->set_lookups(c.lookups);
+  out->set_lookup_blocks(c.lookup_blocks);
+  out->set_lookup_timeouts(c.lookup_timeouts);
+  out->set_fetched(c.fetched);
+  out->set_fetch_misses(c.fetch_misses);
+  out->set_verify_failures(c.verify_failures);
+  out->set_read_errors(c.read_errors);
+  out->set_skipped_degraded(c.skipped_degraded);
+  out->set_capacity_bytes(c.capacity_bytes);
+  out->set_used_bytes(c.used_bytes);
+  out->set_objects(c.objects);
+  out->set_sweeps(c.sweeps);
+  out->set_sweeps_lease_busy(c.lease_busy);
+  out->set_evicted(c.evicted);
+  out->set_evicted_bytes(c.evicted_bytes);
+  out->set_evict_spared(c.evict_spared);
+}
+
+}  // namespace
+
 KvTierService::Traffic KvTierService::traffic() const {
   Traffic t;
   t.hot_bytes_offloaded = totals_.hot_bytes_offloaded;
@@ -87,6 +140,9 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     out->set_checksum_failures(ts.checksum_failures);
     if (t == index::Tier::kDisk) out->set_misses(stats.misses);  // a miss of the last tier
     if (t == index::Tier::kHost) out->set_pinned_blocks(stats.pinned_blocks);
+  }
+  if (options_.shared_tier != nullptr && !filtered) {
+    SharedTierStatsToProto(options_.shared_tier->Stats(), resp);
   }
   if (!filtered) {
     resp->set_hot_bytes_offloaded(totals_.hot_bytes_offloaded);

@@ -13,6 +13,7 @@
 #include "daemon/service/auth.h"
 #include "daemon/service/event_log.h"
 #include "daemon/service/peer_credentials.h"
+#include "daemon/store/shared_tier.h"
 
 namespace kvtier::service {
 
@@ -60,6 +61,9 @@ struct ServiceOptions {
   // incarnation is the service's. Null: WatchEvents fails with FAILED_PRECONDITION and the
   // incarnation is drawn at random.
   EventLog* events = nullptr;
+  // The fleet's shared tier (the cluster tier), asked by Lookup for the missing tail of a chain
+  // and by Onboard for blocks the node lacks; borrowed, must outlive the service. Null: none.
+  store::SharedTier* shared_tier = nullptr;
 };
 
 }  // namespace kvtier::service

@@ -337,6 +337,11 @@ class BlockStore {
   // when there is no host memory to stage a disk read. Blocks on the disk read.
   absl::StatusOr<std::optional<PinnedBlock>> Acquire(const BlockKey& key);
 
+  // Acquire for a copy the daemon makes for itself (the cluster tier's write-behind): the same
+  // bytes, pin and verification, but not a read: no LRU touch, reuse flag, hit or miss counted.
+  // A block that fails verification is removed (counted) and is nullopt here.
+  absl::StatusOr<std::optional<PinnedBlock>> AcquireUncounted(const BlockKey& key);
+
   // Holds the block in its tier (no demotion, eviction or removal of its copies) until the
   // returned handle is destroyed, without reading it: the handle's bytes() are empty. nullopt on
   // a miss. Does not count as a read. Never blocks on I/O.

@@ -82,6 +82,12 @@ absl::StatusOr<std::optional<PinnedBlock>> BlockStore::Acquire(const BlockKey& k
       failure));
 }
 
+absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireUncounted(const BlockKey& key) {
+  ReadMode mode;
+  mode.touch = false;
+  return AcquireImpl(key, mode);
+}
+
 absl::StatusOr<std::optional<PinnedBlock>> BlockStore::AcquireImpl(const BlockKey& key,
                                                                    const ReadMode& mode) {
   const bool touch = mode.touch, verify_host = mode.verify_host, force_disk = mode.force_disk;

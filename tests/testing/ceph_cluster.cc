@@ -77,6 +77,7 @@ std::vector<char*> Argv(const std::vector<std::string>& argv) {
 void StopProcess(pid_t& pid) {
   if (pid <= 0) return;
   kill(pid, SIGTERM);
+  kill(pid, SIGCONT);  // a paused OSD (PauseOsd) takes its SIGTERM once it runs
   for (int i = 0; i < 200; ++i) {
     if (waitpid(pid, nullptr, WNOHANG) == pid) {
       pid = -1;
@@ -310,6 +311,22 @@ absl::Status CephCluster::StopOsd(int i) {
     return absl::InvalidArgumentError(absl::StrCat("no OSD ", i));
   }
   StopProcess(osd_pids_[i]);
+  return absl::OkStatus();
+}
+
+absl::Status CephCluster::PauseOsd(int i) {
+  if (i < 0 || i >= static_cast<int>(osd_pids_.size()) || osd_pids_[i] <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("no running OSD ", i));
+  }
+  if (kill(osd_pids_[i], SIGSTOP) != 0) return absl::InternalError("kill(SIGSTOP) failed");
+  return absl::OkStatus();
+}
+
+absl::Status CephCluster::ResumeOsd(int i) {
+  if (i < 0 || i >= static_cast<int>(osd_pids_.size()) || osd_pids_[i] <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("no running OSD ", i));
+  }
+  if (kill(osd_pids_[i], SIGCONT) != 0) return absl::InternalError("kill(SIGCONT) failed");
   return absl::OkStatus();
 }
 

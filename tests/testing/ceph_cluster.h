@@ -63,6 +63,11 @@ class CephCluster {
   absl::Status StopOsd(int i);
   absl::Status StartOsd(int i);
   absl::Status StopMon();
+  // SIGSTOP / SIGCONT of OSD `i`: an OSD that hangs (or a partition) without losing what it
+  // holds, which a memstore OSD restarted after a stop does (its placement groups do not come
+  // back active).
+  absl::Status PauseOsd(int i);
+  absl::Status ResumeOsd(int i);
   absl::Status StartMon();
 
   // `ceph osd pool set-quota POOL max_bytes N`.

@@ -172,6 +172,8 @@ const char* TierName(kvtier::v1::Tier tier) {
       return "host";
     case kvtier::v1::TIER_DISK:
       return "disk";
+    case kvtier::v1::TIER_CLUSTER:
+      return "cluster";
     default:
       return "-";
   }

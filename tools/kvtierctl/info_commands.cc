@@ -9,10 +9,14 @@
 namespace kvtier::ctl {
 namespace {
 
-// Blocks looked up that no tier held: the slowest tier's misses (TierStats.misses).
+// Reads of the node's own tiers: each tier's hits plus the slowest one's misses
+// (TierStats.misses). The cluster tier's row counts fetches into the host tier, whose reads the
+// host row counts again, so it is left out.
 uint64_t TotalReads(const kvtier::v1::StatsResponse& stats) {
   uint64_t reads = 0;
-  for (const kvtier::v1::TierStats& t : stats.tiers()) reads += t.hits() + t.misses();
+  for (const kvtier::v1::TierStats& t : stats.tiers()) {
+    if (t.tier() != kvtier::v1::TIER_CLUSTER) reads += t.hits() + t.misses();
+  }
   return reads;
 }
 
@@ -36,7 +40,9 @@ void PrintTiers(const kvtier::v1::StatsResponse& stats) {
 
 void PrintTraffic(const kvtier::v1::StatsResponse& stats) {
   uint64_t misses = 0;
-  for (const kvtier::v1::TierStats& t : stats.tiers()) misses += t.misses();
+  for (const kvtier::v1::TierStats& t : stats.tiers()) {
+    if (t.tier() != kvtier::v1::TIER_CLUSTER) misses += t.misses();
+  }
   std::printf("offloaded  %s hot as %s cold (%s); %llu offload items not stored\n",
               Bytes(stats.hot_bytes_offloaded()).c_str(),
               Bytes(stats.cold_bytes_offloaded()).c_str(),
@@ -50,6 +56,25 @@ void PrintTraffic(const kvtier::v1::StatsResponse& stats) {
               static_cast<unsigned long long>(misses),
               Percent(TotalReads(stats) - misses, TotalReads(stats)).c_str(),
               static_cast<unsigned long long>(stats.parked_requests()));
+  if (!stats.has_cluster()) return;
+  const kvtier::v1::ClusterStats& c = stats.cluster();
+  std::printf(
+      "cluster    %s; write-behind queue %llu of %llu, %llu written, %llu already stored, "
+      "%llu dropped, %llu errors; %llu fetched, %llu absent, %llu failed verification\n",
+      c.degraded()             ? absl::StrCat("DEGRADED (", c.degraded_reason(), ")").c_str()
+      : c.writes_paused_full() ? "pool full (writes paused)"
+                               : "healthy",
+      static_cast<unsigned long long>(c.queue_depth()),
+      static_cast<unsigned long long>(c.queue_capacity()),
+      static_cast<unsigned long long>(c.written()),
+      static_cast<unsigned long long>(c.already_stored()),
+      static_cast<unsigned long long>(c.dropped_queue_full() + c.dropped_degraded() +
+                                      c.dropped_pool_full() + c.dropped_gone() +
+                                      c.dropped_lost_events()),
+      static_cast<unsigned long long>(c.write_errors() + c.read_errors()),
+      static_cast<unsigned long long>(c.fetched()),
+      static_cast<unsigned long long>(c.fetch_misses()),
+      static_cast<unsigned long long>(c.verify_failures()));
 }
 
 std::string NamespaceLabel(const kvtier::v1::Namespace& ns) {
@@ -213,6 +238,7 @@ int RunNamespaces(const Invocation& inv) {
   }
   std::vector<std::string> header = {"namespace", "tenant", "model", "partition", "codec"};
   for (const kvtier::v1::TierStats& t : stats.tiers()) {
+    if (t.tier() == kvtier::v1::TIER_CLUSTER) continue;  // namespaces' usage is local
     header.push_back(std::string(TierName(t.tier())) + " blocks");
     header.push_back(std::string(TierName(t.tier())) + " used");
   }

@@ -56,7 +56,8 @@ enum {
   KVTIER_TIER_UNSPECIFIED = 0,
   KVTIER_TIER_GPU = 1,
   KVTIER_TIER_HOST = 2,
-  KVTIER_TIER_DISK = 3
+  KVTIER_TIER_DISK = 3,
+  KVTIER_TIER_CLUSTER = 4 /* the fleet's shared cluster tier (Lookup only) */
 };
 #define KVTIER_MAX_TIERS 4
 
@@ -116,8 +117,8 @@ typedef struct kvtier_shm_pool kvtier_shm_pool; /* a host pool in a shared-memor
  * with, which may differ from the KVTIER_VERSION_STRING of the headers a program was compiled
  * against (kvtier/version.h). Static storage. */
 const char* kvtier_version(void);
-/* "OK", "INVALID_ARGUMENT", ...; "gpu", "host", "disk", "unspecified"; "ok", "not_found", ...
- * Static storage; unknown numbers give "UNKNOWN" / "unspecified" / "unknown". */
+/* "OK", "INVALID_ARGUMENT", ...; "gpu", "host", "disk", "cluster", "unspecified"; "ok",
+ * "not_found", ... Static storage; unknown numbers give "UNKNOWN" / "unspecified" / "unknown". */
 const char* kvtier_status_name(int code);
 const char* kvtier_tier_name(int tier);
 const char* kvtier_item_code_name(int code);

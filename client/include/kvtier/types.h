@@ -10,9 +10,9 @@
 namespace kvtier {
 
 // A storage tier of the daemon, fastest first.
-enum class Tier : int { kUnspecified = 0, kGpu = 1, kHost = 2, kDisk = 3 };
+enum class Tier : int { kUnspecified = 0, kGpu = 1, kHost = 2, kDisk = 3, kCluster = 4 };
 
-// "gpu", "host", "disk" or "unspecified".
+// "gpu", "host", "disk", "cluster" or "unspecified".
 std::string_view TierName(Tier tier);
 
 // The outcome of one item of a batched call (kvtier.v1.ItemCode).

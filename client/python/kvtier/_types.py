@@ -26,6 +26,7 @@ class Tier(KvEnum):
     gpu = 1
     host = 2
     disk = 3
+    cluster = 4
 
 
 class ItemCode(KvEnum):

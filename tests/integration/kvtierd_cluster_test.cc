@@ -1,0 +1,431 @@
+// Two kvtierd processes ("nodes", each with its own state directory, socket and engine) sharing
+// one pool of a real Ceph cluster started by the test (tests/testing/ceph_cluster.h): what node A
+// offloads reaches the pool behind its back and node B finds and onboards it, byte for byte, also
+// after A died by SIGKILL; another tenant sees none of it; a damaged object is a miss and a
+// counter, never bytes; with the OSD gone the nodes keep serving from their own tiers within
+// their deadlines and the tier comes back by itself.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/integration/daemon_fixture.h"
+#include "tests/testing/ceph_cluster.h"
+
+namespace kvtier::integration {
+namespace {
+
+using kvtier::testing::CephCluster;
+using kvtier::testing::TempDir;
+
+constexpr uint32_t kPages = 8;
+
+// Polls `done` every 50 ms for up to `seconds`; true when it held.
+template <typename F>
+bool WaitFor(F done, double seconds = 20) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+// One kvtierd with its own directory, and an engine of one tenant and codec on it.
+struct Node {
+  std::unique_ptr<TempDir> dir;
+  pid_t pid = 0;
+  int metrics_port = 0;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::KvTier::Stub> stub;
+
+  std::string Socket() const { return dir->File("kvtier.sock"); }
+  std::string Log() const {
+    std::ifstream in(dir->File("kvtierd.log"));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  void Kill() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = 0;
+    }
+  }
+  ~Node() { Kill(); }
+
+  v1::StatsResponse Stats() const {
+    grpc::ClientContext ctx;
+    v1::StatsResponse resp;
+    const grpc::Status st = stub->Stats(DaemonFixture::Context(&ctx), v1::StatsRequest(), &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp;
+  }
+};
+
+v1::LookupResponse LookupChain(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
+                               uint32_t pages, grpc::Status* status = nullptr,
+                               std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
+  v1::LookupRequest req;
+  req.set_engine_id(engine);
+  for (uint32_t i = 0; i < pages; ++i) req.add_block_hashes(Hash(chain, i));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  v1::LookupResponse resp;
+  const grpc::Status st = stub.Lookup(&ctx, req, &resp);
+  if (status != nullptr) {
+    *status = st;
+  } else {
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  return resp;
+}
+
+v1::OnboardResponse OnboardChain(v1::KvTier::Stub& stub, const std::string& engine, uint64_t chain,
+                                 uint32_t first_page, uint32_t pages) {
+  v1::OnboardRequest req;
+  req.set_engine_id(engine);
+  req.set_continue_after_miss(true);
+  for (uint32_t i = 0; i < pages; ++i) {
+    v1::OnboardItem* item = req.add_items();
+    item->set_block_hash(Hash(chain, i));
+    item->set_page_index(first_page + i);
+  }
+  grpc::ClientContext ctx;
+  v1::OnboardResponse resp;
+  const grpc::Status st = stub.Onboard(DaemonFixture::Context(&ctx), req, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return resp;
+}
+
+class ClusterTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_IF_NO_CEPH();
+    absl::StatusOr<std::unique_ptr<CephCluster>> c = CephCluster::Start(1);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ceph_ = std::move(*c);
+    shared_ = std::make_unique<TempDir>(TempDir::Create().value());
+    // The fleet's key: one file every node reads.
+    std::ofstream(shared_->File("fleet.key")) << std::string(32, 'k');
+  }
+
+  std::unique_ptr<Node> StartNode(const std::vector<std::string>& extra = {}) {
+    auto node = std::make_unique<Node>();
+    node->dir = std::make_unique<TempDir>(TempDir::Create().value());
+    node->metrics_port = FreePort();
+    std::vector<std::string> args = {
+        KvtierdPath(),
+        "--state-dir=" + node->dir->File("state"),
+        "--socket=" + node->Socket(),
+        "--set=host.capacity=64MiB",
+        "--set=host.chunk=4MiB",
+        "--set=host.pin=none",
+        "--set=disk.capacity=64MiB",
+        "--set=disk.chunk=4MiB",
+        "--set=pools.allowed_dirs=[" + node->dir->path() + "]",
+        "--set=metrics.listen=127.0.0.1:" + std::to_string(node->metrics_port),
+        "--set=server.workers=4",
+        "--set=cluster.pool=" + ceph_->pool(),
+        "--set=cluster.ceph_conf=" + ceph_->conf_path(),
+        "--set=cluster.keyring=" + ceph_->keyring_path(),
+        "--set=cluster.user=" + ceph_->client_id(),
+        "--set=cluster.key_file=" + shared_->File("fleet.key"),
+        "--set=cluster.op_timeout_seconds=3",
+        "--set=cluster.probe_interval_seconds=0.5",
+    };
+    args.insert(args.end(), extra.begin(), extra.end());
+    absl::StatusOr<KvtierdChild> child =
+        SpawnKvtierd(args, node->Socket(), node->dir->File("kvtierd.log"));
+    EXPECT_TRUE(child.ok()) << child.status() << "\n" << node->Log();
+    if (!child.ok()) return nullptr;
+    node->pid = child->pid;
+    node->channel = child->channel;
+    node->stub = v1::KvTier::NewStub(node->channel);
+    return node;
+  }
+
+  // Waits until `node` has written (or found already stored) at least `blocks` blocks.
+  static bool WaitWrittenBehind(const Node& node, uint64_t blocks) {
+    return WaitFor([&] {
+      const v1::ClusterStats c = node.Stats().cluster();
+      return c.written() + c.already_stored() >= blocks && c.queue_depth() == 0;
+    });
+  }
+
+  std::unique_ptr<CephCluster> ceph_;
+  std::unique_ptr<TempDir> shared_;
+};
+
+TEST_F(ClusterTierTest, SecondNodeServesWhatTheFirstWroteBehindAndTenantsStayApart) {
+  std::unique_ptr<Node> a = StartNode();
+  std::unique_ptr<Node> b = StartNode();
+  ASSERT_TRUE(a && b);
+  // Each node's engine of tenant "alpha", once with raw and once with nvfp4 (two namespaces).
+  for (const std::string codec : {"raw", "nvfp4"}) {
+    SCOPED_TRACE(codec);
+    TestEngine writer(a->dir->File("pool-" + codec), kPages);
+    TestEngine reader(b->dir->File("pool-" + codec), kPages);
+    const v1::RegisterEngineResponse ra = Register(*a->stub, writer.Request("alpha", codec));
+    const v1::RegisterEngineResponse rb = Register(*b->stub, reader.Request("alpha", codec));
+    ASSERT_EQ(ra.namespace_id(), rb.namespace_id()) << "one key, one namespace id on every node";
+    const uint64_t chain = codec == "raw" ? 1 : 2;
+    for (uint32_t i = 0; i < kPages; ++i) writer.Fill(i, chain * 100 + i);
+    const uint64_t before = a->Stats().cluster().written();
+    EXPECT_EQ(Offload(*a->stub, ra.engine_id(), chain, 0, kPages).stored_pages(), kPages);
+    ASSERT_TRUE(WaitWrittenBehind(*a, before + kPages)) << a->Log();
+
+    const v1::LookupResponse look = LookupChain(*b->stub, rb.engine_id(), chain, kPages);
+    ASSERT_EQ(look.hit_pages(), kPages) << b->Log();
+    for (int i = 0; i < look.tiers_size(); ++i) EXPECT_EQ(look.tiers(i), v1::TIER_CLUSTER);
+    const v1::OnboardResponse on = OnboardChain(*b->stub, rb.engine_id(), chain, 0, kPages);
+    for (uint32_t i = 0; i < kPages; ++i) {
+      ASSERT_EQ(on.results(i).code(), v1::ITEM_CODE_OK) << on.results(i).message();
+      // raw: the engine's bytes; nvfp4: exactly what the CPU codec's round trip gives.
+      EXPECT_TRUE(reader.Bytes(i) == (codec == "raw" ? writer.Bytes(i) : writer.RoundTrip(i)))
+          << "page " << i;
+    }
+    // Fetched into B's host tier: the next lookup is local.
+    const v1::LookupResponse again = LookupChain(*b->stub, rb.engine_id(), chain, kPages);
+    EXPECT_EQ(again.hit_pages(), kPages);
+    EXPECT_EQ(again.tiers(0), v1::TIER_HOST);
+  }
+  EXPECT_EQ(b->Stats().cluster().fetched(), 2 * kPages);
+
+  // A dies; what it wrote behind stays readable from B.
+  TestEngine writer(a->dir->File("pool-3"), kPages);
+  const v1::RegisterEngineResponse ra = Register(*a->stub, writer.Request("alpha", "raw"));
+  for (uint32_t i = 0; i < kPages; ++i) writer.Fill(i, 300 + i);
+  const uint64_t before = a->Stats().cluster().written();
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 3, 0, kPages).stored_pages(), kPages);
+  ASSERT_TRUE(WaitWrittenBehind(*a, before + kPages));
+  a->Kill();
+  TestEngine reader(b->dir->File("pool-3"), kPages);
+  const v1::RegisterEngineResponse rb = Register(*b->stub, reader.Request("alpha", "raw"));
+  const v1::OnboardResponse on = OnboardChain(*b->stub, rb.engine_id(), 3, 0, kPages);
+  for (uint32_t i = 0; i < kPages; ++i) {
+    ASSERT_EQ(on.results(i).code(), v1::ITEM_CODE_OK) << on.results(i).message();
+    EXPECT_TRUE(reader.Bytes(i) == writer.Bytes(i)) << "page " << i;
+  }
+
+  // Tenant "beta", same model and layout, on B: another namespace, and nothing of alpha's.
+  TestEngine other(b->dir->File("pool-beta"), kPages);
+  const v1::RegisterEngineResponse rc = Register(*b->stub, other.Request("beta", "raw"));
+  EXPECT_NE(rc.namespace_id(), rb.namespace_id());
+  EXPECT_EQ(LookupChain(*b->stub, rc.engine_id(), 1, kPages).hit_pages(), 0u);
+  const v1::OnboardResponse none = OnboardChain(*b->stub, rc.engine_id(), 1, 0, kPages);
+  for (uint32_t i = 0; i < kPages; ++i) {
+    EXPECT_EQ(none.results(i).code(), v1::ITEM_CODE_NOT_FOUND);
+  }
+  // The pool holds alpha's blocks in one RADOS namespace, not named after the tenant.
+  absl::StatusOr<std::string> listed = ceph_->Rados({"ls", "--all"});
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->find("alpha"), std::string::npos) << *listed;
+  EXPECT_NE(listed->find("t-"), std::string::npos) << *listed;
+}
+
+TEST_F(ClusterTierTest, DamagedObjectIsAMissAndACounterNeverBytes) {
+  std::unique_ptr<Node> a = StartNode();
+  std::unique_ptr<Node> b = StartNode();
+  ASSERT_TRUE(a && b);
+  TestEngine writer(a->dir->File("pool"), kPages);
+  TestEngine reader(b->dir->File("pool"), kPages);
+  const v1::RegisterEngineResponse ra = Register(*a->stub, writer.Request("alpha", "raw"));
+  const v1::RegisterEngineResponse rb = Register(*b->stub, reader.Request("alpha", "raw"));
+  for (uint32_t i = 0; i < kPages; ++i) writer.Fill(i, 700 + i);
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 7, 0, kPages).stored_pages(), kPages);
+  ASSERT_TRUE(WaitWrittenBehind(*a, kPages));
+  // Overwrite block 2's object with garbage of the same size (`rados put`, as an operator or a
+  // bug might).
+  const std::string name =
+      absl::StrFormat("%016x.", ra.namespace_id()) + absl::BytesToHexString(Hash(7, 2));
+  absl::StatusOr<std::string> listed = ceph_->Rados({"ls", "--all"});
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  std::string rados_ns;
+  for (absl::string_view line : absl::StrSplit(*listed, '\n')) {
+    std::vector<std::string> parts = absl::StrSplit(line, '\t');
+    if (parts.size() == 2 && parts[1] == name) rados_ns = parts[0];
+  }
+  ASSERT_FALSE(rados_ns.empty()) << name << " not in\n" << *listed;
+  const std::string garbage = shared_->File("garbage");
+  std::ofstream(garbage) << std::string(writer.page_bytes() + 4096, 'x');
+  ASSERT_TRUE(ceph_->Rados({"-N", rados_ns, "put", name, garbage}).ok());
+
+  reader.Fill(2, 9999);  // what the page held before: must stay
+  const std::vector<uint8_t> untouched = reader.Bytes(2);
+  const v1::OnboardResponse on = OnboardChain(*b->stub, rb.engine_id(), 7, 0, kPages);
+  for (uint32_t i = 0; i < kPages; ++i) {
+    if (i == 2) {
+      EXPECT_EQ(on.results(i).code(), v1::ITEM_CODE_NOT_FOUND) << on.results(i).message();
+      EXPECT_TRUE(reader.Bytes(i) == untouched) << "a damaged object's bytes reached the engine";
+    } else {
+      EXPECT_EQ(on.results(i).code(), v1::ITEM_CODE_OK) << on.results(i).message();
+      EXPECT_TRUE(reader.Bytes(i) == writer.Bytes(i)) << "page " << i;
+    }
+  }
+  EXPECT_EQ(b->Stats().cluster().verify_failures(), 1u);
+  const std::string metrics = HttpGet(b->metrics_port, "/metrics");
+  EXPECT_NE(metrics.find("kvtier_cluster_verify_failures_total 1\n"), std::string::npos);
+}
+
+// The object names of the pool's blocks (rados ls --all).
+std::set<std::string> PoolBlocks(CephCluster& ceph) {
+  std::set<std::string> names;
+  absl::StatusOr<std::string> listed = ceph.Rados({"ls", "--all"});
+  EXPECT_TRUE(listed.ok()) << listed.status();
+  if (!listed.ok()) return names;
+  for (absl::string_view line : absl::StrSplit(*listed, '\n')) {
+    std::vector<std::string> parts = absl::StrSplit(line, '\t');
+    if (parts.size() == 2 && parts[1].size() == 81) names.insert(parts[1]);
+  }
+  return names;
+}
+
+std::string ObjectOf(uint64_t ns, uint64_t chain, uint64_t i) {
+  return absl::StrFormat("%016x.", ns) + absl::BytesToHexString(Hash(chain, i));
+}
+
+TEST_F(ClusterTierTest, TwoSweepersKeepThePoolUnderItsCapacityLeastRecentlyUsedFirst) {
+  // Capacity for 50 blocks: a sweep starts above 45 and removes down to 40.
+  const uint64_t block = codec::Codec::Create(TestLayout(), codec::CodecSpec::Parse("raw").value())
+                             .value()
+                             ->block_bytes();
+  const std::vector<std::string> sweeper = {
+      "--set=cluster.capacity=" + std::to_string(50 * block), "--set=cluster.high_watermark=0.9",
+      "--set=cluster.low_watermark=0.8", "--set=cluster.sweep_interval_seconds=0.3"};
+  std::unique_ptr<Node> a = StartNode(sweeper);
+  std::unique_ptr<Node> b = StartNode(sweeper);
+  ASSERT_TRUE(a && b);
+  TestEngine writer(a->dir->File("pool"), 64);
+  TestEngine reader(b->dir->File("pool"), 64);
+  const v1::RegisterEngineResponse ra = Register(*a->stub, writer.Request("alpha", "raw"));
+  const v1::RegisterEngineResponse rb = Register(*b->stub, reader.Request("alpha", "raw"));
+  const uint64_t ns = ra.namespace_id();
+  for (uint32_t i = 0; i < 64; ++i) writer.Fill(i, 5000 + i);
+  // 32 blocks (under the high watermark), then B reads the first 8: the most recently used.
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 50, 0, 32).stored_pages(), 32u);
+  ASSERT_TRUE(WaitWrittenBehind(*a, 32));
+  const v1::OnboardResponse on = OnboardChain(*b->stub, rb.engine_id(), 50, 0, 8);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(on.results(i).code(), v1::ITEM_CODE_OK);
+  ASSERT_TRUE(WaitFor([&] { return b->Stats().cluster().queue_depth() == 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // later than any touch
+  // 32 more: 64 blocks, over the high watermark; the sweep removes the 24 least recently used,
+  // which are chain 50's blocks 8..31.
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 51, 32, 32).stored_pages(), 32u);
+  ASSERT_TRUE(WaitWrittenBehind(*a, 64));
+  ASSERT_TRUE(WaitFor([&] { return PoolBlocks(*ceph_).size() <= 40; }, 30))
+      << PoolBlocks(*ceph_).size() << " blocks\n"
+      << a->Log() << b->Log();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // further sweeps change nothing
+  const std::set<std::string> left = PoolBlocks(*ceph_);
+  EXPECT_EQ(left.size(), 40u);
+  for (uint64_t i = 0; i < 8; ++i) EXPECT_TRUE(left.count(ObjectOf(ns, 50, i))) << "read " << i;
+  for (uint64_t i = 8; i < 32; ++i) EXPECT_FALSE(left.count(ObjectOf(ns, 50, i))) << i;
+  for (uint64_t i = 0; i < 32; ++i) EXPECT_TRUE(left.count(ObjectOf(ns, 51, i))) << "new " << i;
+  // One node swept (the lease holder), the other found the lease taken; no block was removed
+  // twice or by both.
+  const v1::ClusterStats ca = a->Stats().cluster(), cb = b->Stats().cluster();
+  EXPECT_EQ(ca.evicted() + cb.evicted(), 24u);
+  EXPECT_TRUE((ca.sweeps() > 0 && cb.sweeps_lease_busy() > 0 && cb.sweeps() == 0) ||
+              (cb.sweeps() > 0 && ca.sweeps_lease_busy() > 0 && ca.sweeps() == 0))
+      << "a: " << ca.sweeps() << " sweeps, " << ca.sweeps_lease_busy()
+      << " busy; b: " << cb.sweeps() << " sweeps, " << cb.sweeps_lease_busy() << " busy";
+  const v1::ClusterStats& holder = ca.sweeps() > 0 ? ca : cb;
+  EXPECT_EQ(holder.objects(), 40u);
+  EXPECT_EQ(holder.used_bytes(), 40 * block);
+  // A removed block is a miss on the node that lacks it, never an error.
+  TestEngine late(b->dir->File("pool-late"), 32);
+  const v1::RegisterEngineResponse rl = Register(*b->stub, late.Request("alpha", "raw"));
+  const v1::OnboardResponse miss = OnboardChain(*b->stub, rl.engine_id(), 50, 0, 32);
+  for (uint32_t i = 8; i < 32; ++i) EXPECT_EQ(miss.results(i).code(), v1::ITEM_CODE_NOT_FOUND);
+}
+
+TEST_F(ClusterTierTest, HungOsdDegradesWithinDeadlinesAndRecovers) {
+  std::unique_ptr<Node> a = StartNode({"--set=cluster.lookup_timeout_ms=200"});
+  ASSERT_TRUE(a);
+  TestEngine engine(a->dir->File("pool"), 4 * kPages);
+  const v1::RegisterEngineResponse r = Register(*a->stub, engine.Request("alpha", "raw"));
+  for (uint32_t i = 0; i < 4 * kPages; ++i) engine.Fill(i, 800 + i);
+  EXPECT_EQ(Offload(*a->stub, r.engine_id(), 8, 0, kPages).stored_pages(), kPages);
+  ASSERT_TRUE(WaitWrittenBehind(*a, kPages));
+  int code = 0;
+  EXPECT_EQ(HttpGet(a->metrics_port, "/readyz", &code), "ready\n");
+
+  // The OSD stops answering (a hang or a partition: the single-OSD cluster never marks it down).
+  ASSERT_TRUE(ceph_->PauseOsd(0).ok());
+  // Offloads are acknowledged as before, and lookups answer within their deadline: local hits in
+  // full, a missing tail as a miss once the cluster does not answer in time.
+  for (int round = 0; round < 5; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(Offload(*a->stub, r.engine_id(), 10 + round, kPages, kPages).stored_pages(), kPages);
+    grpc::Status st;
+    const v1::LookupResponse look =
+        LookupChain(*a->stub, r.engine_id(), 20 + round, 4, &st, std::chrono::milliseconds(1500));
+    EXPECT_TRUE(st.ok()) << "round " << round << ": " << st.error_message();
+    EXPECT_EQ(look.hit_pages(), 0u);
+    EXPECT_EQ(LookupChain(*a->stub, r.engine_id(), 8, kPages).hit_pages(), kPages);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+  }
+  ASSERT_TRUE(WaitFor([&] { return a->Stats().cluster().degraded(); })) << a->Log();
+  const std::string ready = HttpGet(a->metrics_port, "/readyz", &code);
+  EXPECT_EQ(code, 200) << "a degraded cluster tier does not fail readiness";
+  EXPECT_NE(ready.find("cluster tier degraded"), std::string::npos) << ready;
+  // Degraded: lookups of a missing tail no longer wait for the cluster at all.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(LookupChain(*a->stub, r.engine_id(), 40, 4).hit_pages(), 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));
+  EXPECT_GT(a->Stats().cluster().skipped_degraded(), 0u);
+
+  ASSERT_TRUE(ceph_->ResumeOsd(0).ok());
+  ASSERT_TRUE(WaitFor([&] { return !a->Stats().cluster().degraded(); }, 60)) << a->Log();
+  // Write-behind resumes by itself, and the cluster answers lookups again.
+  const uint64_t before = a->Stats().cluster().written();
+  EXPECT_EQ(Offload(*a->stub, r.engine_id(), 30, 2 * kPages, kPages).stored_pages(), kPages);
+  EXPECT_TRUE(WaitWrittenBehind(*a, before + kPages)) << a->Log();
+  std::unique_ptr<Node> b = StartNode();
+  ASSERT_TRUE(b);
+  TestEngine reader(b->dir->File("pool"), kPages);
+  const v1::RegisterEngineResponse rb = Register(*b->stub, reader.Request("alpha", "raw"));
+  EXPECT_EQ(LookupChain(*b->stub, rb.engine_id(), 30, kPages).hit_pages(), kPages);
+  EXPECT_EQ(LookupChain(*b->stub, rb.engine_id(), 8, kPages).hit_pages(), kPages)
+      << "written before the hang, still there";
+}
+
+TEST_F(ClusterTierTest, NodeStartsWithoutMonitorAndJoinsWhenItReturns) {
+  ASSERT_TRUE(ceph_->StopMon().ok());
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Node> a = StartNode({"--set=cluster.op_timeout_seconds=1"});
+  ASSERT_TRUE(a) << "a node starts while its cluster is unreachable";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  const v1::ClusterStats down = a->Stats().cluster();
+  EXPECT_TRUE(down.degraded());
+  EXPECT_NE(down.degraded_reason().find("not connected"), std::string::npos)
+      << down.degraded_reason();
+  TestEngine engine(a->dir->File("pool"), kPages);
+  const v1::RegisterEngineResponse r = Register(*a->stub, engine.Request("alpha", "raw"));
+  for (uint32_t i = 0; i < kPages; ++i) engine.Fill(i, 900 + i);
+  EXPECT_EQ(Offload(*a->stub, r.engine_id(), 9, 0, kPages).stored_pages(), kPages);
+  EXPECT_EQ(LookupChain(*a->stub, r.engine_id(), 9, kPages).hit_pages(), kPages);
+  EXPECT_EQ(a->Stats().cluster().dropped_degraded(), kPages);
+
+  ASSERT_TRUE(ceph_->StartMon().ok());
+  ASSERT_TRUE(WaitFor([&] { return !a->Stats().cluster().degraded(); }, 60)) << a->Log();
+  EXPECT_EQ(Offload(*a->stub, r.engine_id(), 19, 0, kPages).stored_pages(), kPages);
+  EXPECT_TRUE(WaitWrittenBehind(*a, kPages)) << a->Log();
+}
+
+}  // namespace
+}  // namespace kvtier::integration
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
