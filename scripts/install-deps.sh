@@ -14,6 +14,7 @@ packages=(
   librocksdb-dev liburing-dev fio
   ceph-mon ceph-osd librados-dev
   libyaml-cpp-dev libssl-dev openssl libmicrohttpd-dev libcli11-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
   clang clang-format libclang-rt-14-dev
   python3-grpcio python3-grpc-tools prometheus
   systemd yamllint python3-yaml

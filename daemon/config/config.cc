@@ -182,6 +182,31 @@ auth:
   tokens_file: ""
   # Tenants that may use the admin service (Clear, Verify, Drain) when authentication is on.
   admin_tenants: [admin]
+
+kv_events:
+  # Publish the cache's blocks as vLLM KV events over ZeroMQ, for KV-aware routers (llm-d,
+  # Dynamo; docs/KV_EVENTS.md). Off by default.
+  enabled: false
+  # ZeroMQ endpoint of the PUB socket (tcp://, ipc:// or inproc://). One with "*" or "::" in it,
+  # or an ipc:// or inproc:// one, is bound; any other is connected (to a relay that binds).
+  endpoint: "tcp://*:5557"
+  # Endpoint the ROUTER socket that replays buffered batches binds ("tcp://*:5558"); "": off.
+  replay_endpoint: ""
+  # First frame of every message; llm-d expects "kv@<pod-ip>:<port>@<model-name>".
+  topic: ""
+  # How events are written: map (a map with a "type" field, engines' current form) or array (a
+  # list with the tag first, older engines' form, for routers that only read that).
+  encoding: map
+  # Batches kept for replay (1 to 1048576), and at most 256 MiB of them.
+  replay_buffer: 10000
+  # Messages queued per subscriber (1 to 10000000); a batch that does not fit is dropped,
+  # counted, and left for replay.
+  send_hwm: 100000
+  # Tenants whose namespaces are published; []: every namespace.
+  tenants: []
+  # Tokens per block written in BlockStored events (0 to 1048576; 0: unknown). Token ids are not
+  # published yet.
+  block_size: 0
 )";
 
 std::string Where(const YAML::Node& node) {
@@ -342,6 +367,48 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view m
         absl::StrFormat("%s is encrypted; kvtierd needs an unencrypted PEM key", path));
   }
   return text;
+}
+
+// kv_events.*: the endpoints' transports, the encoding and the sizes.
+void ReadKvEvents(Reader& r, Config::KvEvents* k) {
+  k->enabled = r.Bool("kv_events.enabled");
+  auto check_endpoint = [&r](const char* field, const std::string& endpoint) {
+    if (!absl::StartsWith(endpoint, "tcp://") && !absl::StartsWith(endpoint, "ipc://") &&
+        !absl::StartsWith(endpoint, "inproc://")) {
+      r.Fail(field, absl::StrFormat("'%s' is not a ZeroMQ endpoint (tcp://host:port, ipc://path "
+                                    "or inproc://name)",
+                                    endpoint));
+    } else if (endpoint.size() == endpoint.find("://") + 3) {
+      r.Fail(field, absl::StrFormat("'%s' names no address after the transport", endpoint));
+    }
+  };
+  k->endpoint = r.String("kv_events.endpoint");
+  check_endpoint("kv_events.endpoint", k->endpoint);
+  k->replay_endpoint = r.String("kv_events.replay_endpoint");
+  if (!k->replay_endpoint.empty()) {
+    check_endpoint("kv_events.replay_endpoint", k->replay_endpoint);
+    if (k->replay_endpoint == k->endpoint) {
+      r.Fail("kv_events.replay_endpoint", "must differ from kv_events.endpoint");
+    }
+  }
+  k->topic = r.String("kv_events.topic");
+  k->encoding = r.String("kv_events.encoding");
+  if (k->encoding != "array" && k->encoding != "map") {
+    r.Fail("kv_events.encoding", absl::StrFormat("'%s' is not array or map", k->encoding));
+  }
+  k->replay_buffer = static_cast<uint32_t>(r.Uint("kv_events.replay_buffer", 1, 1u << 20));
+  k->send_hwm = static_cast<uint32_t>(r.Uint("kv_events.send_hwm", 1, 10000000));
+  k->block_size = static_cast<uint32_t>(r.Uint("kv_events.block_size", 0, 1u << 20));
+  YAML::Node tenants = r.Get("kv_events.tenants");
+  if (!tenants.IsSequence()) {
+    r.Fail("kv_events.tenants", "must be a list of tenant names");
+    return;
+  }
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    const std::string t = tenants[i].IsScalar() ? tenants[i].as<std::string>() : "";
+    if (t.empty()) r.Fail("kv_events.tenants", absl::StrFormat("entry %d is not a tenant name", i));
+    k->tenants.push_back(t);
+  }
 }
 
 }  // namespace
@@ -675,6 +742,7 @@ absl::StatusOr<Config> LoadConfig(const std::string& file,
       }
     }
   }
+  ReadKvEvents(r, &c.kv_events);
   if (errors.empty()) return c;
   if (errors.size() == 1) return absl::Status(single_code, errors.front());
   return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));

@@ -96,6 +96,18 @@ struct Config {
   // auth
   std::string auth_tokens_file;  // empty: authentication off
   std::vector<std::string> auth_admin_tenants;
+  // kv_events: the vLLM KV-events publisher (docs/KV_EVENTS.md).
+  struct KvEvents {
+    bool enabled = false;
+    std::string endpoint;         // ZeroMQ endpoint of the PUB socket
+    std::string replay_endpoint;  // ROUTER socket for replay; empty: off
+    std::string topic;
+    std::string encoding;              // "array" | "map"
+    uint32_t replay_buffer = 0;        // batches
+    uint32_t send_hwm = 0;             // messages
+    std::vector<std::string> tenants;  // empty: every tenant
+    uint32_t block_size = 0;           // tokens per block in BlockStored; 0: unknown
+  } kv_events;
 };
 
 // The embedded default configuration, as YAML with comments.

@@ -24,6 +24,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/build_info/build_info.h"
 #include "common/logging.h"
@@ -31,6 +32,7 @@
 #include "daemon/cluster/cluster_tier.h"
 #include "daemon/io/posix_file.h"
 #include "daemon/io/uring_block_file.h"
+#include "daemon/kvevents/kv_event_publisher.h"
 #include "daemon/kvtierd/cluster_feed.h"
 #include "daemon/kvtierd/config_modes.h"
 #include "daemon/kvtierd/metrics_http.h"
@@ -45,6 +47,7 @@
 #include "grpc/support/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
+#include "kvtier/v1/namespace.pb.h"
 
 namespace kvtier::kvtierd {
 namespace {
@@ -296,6 +299,35 @@ absl::StatusOr<store::BlockStoreOptions> StoreOptions(const Config& c) {
   return o;
 }
 
+// The kv_events publisher over `events`, or null when kv_events is off. Its tenant filter reads
+// the namespaces' records from `store`, which must outlive it.
+absl::StatusOr<std::unique_ptr<kvevents::KvEventPublisher>> StartKvEvents(
+    const Config::KvEvents& c, service::EventLog* events, const store::BlockStore* store) {
+  if (!c.enabled) return nullptr;
+  kvevents::KvEventPublisherOptions o;
+  o.endpoint = c.endpoint;
+  o.replay_endpoint = c.replay_endpoint;
+  o.topic = c.topic;
+  KVTIER_ASSIGN_OR_RETURN(o.encoding, kvevents::ParseKvEventEncoding(c.encoding));
+  o.replay_buffer = c.replay_buffer;
+  o.send_hwm = static_cast<int>(c.send_hwm);
+  o.tenants = c.tenants;
+  o.block_size = c.block_size;
+  o.tenant_of = [store](index::NamespaceId id) -> std::optional<std::string> {
+    for (const auto& [ns_id, record] : store->Namespaces()) {
+      v1::Namespace ns;
+      if (ns_id == id && ns.ParseFromString(record.first)) return ns.tenant();
+    }
+    return std::nullopt;
+  };
+  KVTIER_ASSIGN_OR_RETURN(auto publisher, kvevents::KvEventPublisher::Create(std::move(o), events));
+  KVTIER_LOG(kInfo, "kv_events: publishing on ", publisher->endpoint(), " (", c.encoding,
+             c.replay_endpoint.empty() ? "" : ", replay on ", publisher->replay_endpoint(),
+             c.tenants.empty() ? "" : absl::StrCat(", tenants ", absl::StrJoin(c.tenants, ",")),
+             ")");
+  return publisher;
+}
+
 }  // namespace
 
 void BlockShutdownSignals() {
@@ -420,6 +452,10 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     }
     return store.status();
   }
+  // kv_events: after the store (its tenant filter reads namespaces), before the log closes.
+  absl::StatusOr<std::unique_ptr<kvevents::KvEventPublisher>> kv_events =
+      StartKvEvents(config.kv_events, &events, store->get());
+  if (!kv_events.ok()) return kv_events.status();
 
   // The cluster tier, when configured: the first connection is tried here (bounded by
   // cluster.op_timeout_seconds), later ones by the tier's own thread, so an unreachable cluster
@@ -552,8 +588,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   DaemonProbes probes(store->get(), service.get(), server.get());  // /healthz, /readyz
   std::unique_ptr<MetricsHttpServer> metrics;
   if (!config.metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> m =
-        MetricsHttpServer::Start(config.metrics_listen, store->get(), service.get(), &probes);
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> m = MetricsHttpServer::Start(
+        config.metrics_listen, store->get(), service.get(), &probes, kv_events->get());
     if (!m.ok()) {
       server->Shutdown();
       return m.status();
@@ -641,7 +677,8 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
     KVTIER_LOG(kWarning, "requests still running after ", config.shutdown_grace_seconds,
                " s; cancelling them");
   }
-  events.Close();  // WatchEvents streams end with UNAVAILABLE
+  if (*kv_events != nullptr) (*kv_events)->Stop();  // before the log closes
+  events.Close();                                   // WatchEvents streams end with UNAVAILABLE
   probes.StopCheckingServer();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server->Wait();

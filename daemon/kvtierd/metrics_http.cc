@@ -270,6 +270,17 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
           static_cast<double>(service.event_streams));
   w.Counter("kvtier_events_total", "Cache events reported by the store (one per block).",
             service.store_events);
+  if (service.kv_events.has_value()) {
+    w.Counter("kvtier_kv_events_published_total",
+              "KV-event batches sent on the kv_events PUB socket.", service.kv_events->published);
+    w.Counter("kvtier_kv_events_dropped_total",
+              "KV-event batches dropped because a subscriber's queue was full (left for replay).",
+              service.kv_events->dropped);
+    w.Counter("kvtier_kv_events_lost_total",
+              "Logged cache events the KV-event publisher did not read before the event log "
+              "dropped them.",
+              service.kv_events->lost);
+  }
   const service::KvTierService::Traffic& t = service.traffic;
   w.Counter("kvtier_offloaded_hot_bytes_total",
             "Hot bytes read from engines by Offload and Park (before encoding).",
@@ -385,7 +396,7 @@ std::string RenderMetrics(const store::StoreStats& s, const ServiceGauges& servi
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& listen, store::BlockStore* store, service::KvTierService* service,
-    DaemonProbes* probes) {
+    DaemonProbes* probes, const kvevents::KvEventPublisher* kv_events) {
   absl::StatusOr<int> bound_fd = ListenTcp("metrics.listen", listen);
   if (!bound_fd.ok()) return bound_fd.status();
   const int listen_fd = *bound_fd;
@@ -414,6 +425,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   server->store_ = store;
   server->service_ = service;
   server->probes_ = probes;
+  server->kv_events_ = kv_events;
   // From here on the library owns the socket (MHD_stop_daemon closes it); a failed start leaves
   // it to us.
   server->daemon_ = MHD_start_daemon(
@@ -448,8 +460,15 @@ MetricsHttpServer::Response MetricsHttpServer::Answer(const std::string& method,
     gauges.traffic = service_->traffic();
     gauges.rpcs = service_->rpc_metrics().Read();
     if (const service::EventLog* events = service_->events(); events != nullptr) {
-      gauges.event_streams = events->listener_count();
+      // The kv_events publisher listens to the log too; it is no WatchEvents stream.
+      const size_t publisher = kv_events_ != nullptr && kv_events_->listening() ? 1 : 0;
+      const size_t listeners = events->listener_count();
+      gauges.event_streams = listeners > publisher ? listeners - publisher : 0;
       gauges.store_events = events->logged_store_events();
+    }
+    if (kv_events_ != nullptr) {
+      const kvevents::KvEventPublisher::Counters c = kv_events_->counters();
+      gauges.kv_events = KvEventGauges{c.published_batches, c.dropped_batches, c.lost_log_events};
     }
     if (store::SharedTier* cluster = service_->shared_tier(); cluster != nullptr) {
       gauges.cluster = cluster->Stats();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/kvevents/kv_event_publisher.h"
 #include "daemon/kvtierd/probes.h"
 #include "daemon/kvtierd/process_stats.h"
 #include "daemon/service/kvtier_service.h"
@@ -22,6 +23,11 @@ struct MHD_Daemon;
 
 namespace kvtier::kvtierd {
 
+// The KV-events publisher's counters (kv_events.enabled).
+struct KvEventGauges {
+  uint64_t published = 0, dropped = 0, lost = 0;
+};
+
 // The Prometheus text exposition of the store's and service's state.
 struct ServiceGauges {
   size_t engines = 0;
@@ -29,6 +35,7 @@ struct ServiceGauges {
   uint64_t store_events = 0;
   service::KvTierService::Traffic traffic;
   std::vector<service::RpcMetrics::Method> rpcs;
+  std::optional<KvEventGauges> kv_events;         // absent: kv_events off
   std::optional<store::SharedTierStats> cluster;  // when a cluster tier is configured
 };
 // With kvtier_build_info (build_info::Get()) and, when `process` is set, the standard process_*
@@ -41,11 +48,10 @@ class MetricsHttpServer {
   // Listens on "host:port" (port 0: any free port; address() says which) and serves until
   // destroyed. InvalidArgument for a malformed address, Unavailable when it cannot bind (the
   // message names the address), Internal when the HTTP library does not start. Borrows `store`,
-  // `service` and `probes`, which must outlive the server.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& listen,
-                                                                  store::BlockStore* store,
-                                                                  service::KvTierService* service,
-                                                                  DaemonProbes* probes);
+  // `service`, `probes` and `kv_events` (null: off), which must outlive the server.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const std::string& listen, store::BlockStore* store, service::KvTierService* service,
+      DaemonProbes* probes, const kvevents::KvEventPublisher* kv_events = nullptr);
   // Closes the listener and every connection; waits for the requests being answered.
   ~MetricsHttpServer();
 
@@ -69,6 +75,7 @@ class MetricsHttpServer {
   store::BlockStore* store_ = nullptr;
   service::KvTierService* service_ = nullptr;
   DaemonProbes* probes_ = nullptr;
+  const kvevents::KvEventPublisher* kv_events_ = nullptr;
 };
 
 }  // namespace kvtier::kvtierd
