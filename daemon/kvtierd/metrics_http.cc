@@ -460,10 +460,12 @@ MetricsHttpServer::Response MetricsHttpServer::Answer(const std::string& method,
     gauges.traffic = service_->traffic();
     gauges.rpcs = service_->rpc_metrics().Read();
     if (const service::EventLog* events = service_->events(); events != nullptr) {
-      // The kv_events publisher listens to the log too; it is no WatchEvents stream.
-      const size_t publisher = kv_events_ != nullptr && kv_events_->listening() ? 1 : 0;
+      // The kv_events publisher and the cluster tier's write-behind feed listen to the log
+      // too; they are no WatchEvents streams.
+      const size_t internal = (kv_events_ != nullptr && kv_events_->listening() ? 1 : 0) +
+                              (service_->shared_tier() != nullptr ? 1 : 0);
       const size_t listeners = events->listener_count();
-      gauges.event_streams = listeners > publisher ? listeners - publisher : 0;
+      gauges.event_streams = listeners > internal ? listeners - internal : 0;
       gauges.store_events = events->logged_store_events();
     }
     if (kv_events_ != nullptr) {

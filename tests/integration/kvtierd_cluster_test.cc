@@ -279,6 +279,8 @@ TEST_F(ClusterTierTest, DamagedObjectIsAMissAndACounterNeverBytes) {
   EXPECT_EQ(b->Stats().cluster().verify_failures(), 1u);
   const std::string metrics = HttpGet(b->metrics_port, "/metrics");
   EXPECT_NE(metrics.find("kvtier_cluster_verify_failures_total 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("kvtier_event_streams 0\n"), std::string::npos)
+      << "the write-behind feed is no WatchEvents stream";
 }
 
 // Blocks the node's WatchEvents stream (from the start of its incarnation, read for a second)
