@@ -24,6 +24,8 @@ KvEvent WithHashes(KvEventKind kind, const service::LoggedEvent& logged, index::
 
 void TranslateLoggedEvent(const service::LoggedEvent& logged, uint32_t block_size,
                           std::vector<KvEvent>* out) {
+  // The cluster tier's blocks are the fleet's, not this node's (docs/KV_EVENTS.md).
+  if (logged.shared_tier) return;
   switch (logged.kind) {
     case store::StoreEventKind::kStored: {
       KvEvent e = WithHashes(KvEventKind::kBlockStored, logged, logged.tier);

@@ -230,10 +230,13 @@ TEST_F(KvEventPublisherTest, MovesClearsAndTheTenantFilter) {
   cleared_a.ns = 1;
   log.OnEvent(Stored(2, 1));  // tenant b: not published
   log.OnEvent(Stored(3, 2));  // unknown namespace: not published
+  store::StoreEvent cluster = Stored(1, 7);
+  cluster.shared_tier = true;  // the fleet's cluster tier: not this node's, not published
+  log.OnEvent(cluster);
   log.OnEvent(moved);
   log.OnEvent(cleared_b);
   log.OnEvent(cleared_a);
-  for (int i = 0; i < 500 && log.last_sequence() != 5; ++i) {
+  for (int i = 0; i < 500 && log.last_sequence() != 6; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   // Two batches: the move, the clear of namespace 1.
