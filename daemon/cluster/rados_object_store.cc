@@ -24,6 +24,10 @@ constexpr char kXattrWriter[] = "kvtier.writer";
 constexpr char kXattrCreated[] = "kvtier.created";
 constexpr char kXattrRead[] = "kvtier.read";  // 8 bytes big-endian microseconds: the last use
 constexpr char kLeaseObject[] = "kvtier.evict-lease";
+// Writes to a full pool (its quota, or full OSDs) fail with EDQUOT or ENOSPC at once instead of
+// waiting in the client until the pool has room, which librados does by default: a full pool is
+// a ResourceExhausted, not a hang. Removals, which make room, go through even then.
+constexpr int kWriteFlags = LIBRADOS_OPERATION_FULL_TRY;
 constexpr char kLeaseName[] = "evict";
 
 std::string Hex(const uint8_t* p, size_t n) {
@@ -186,7 +190,7 @@ absl::Status RadosObjectStore::Put(const std::string& rados_ns, const BlockKey& 
   rados_write_op_setxattr(op, kXattrWriter, attrs.writer_node.data(), attrs.writer_node.size());
   rados_write_op_setxattr(op, kXattrCreated, created.data(), created.size());
   rados_write_op_setxattr(op, kXattrRead, created.data(), created.size());
-  const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, 0);
+  const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, kWriteFlags);
   rados_release_write_op(op);
   rados_ioctx_destroy(io);
   counters_.puts.fetch_add(1);
@@ -341,7 +345,7 @@ absl::StatusOr<std::string> RadosObjectStore::ClaimValue(const std::string& rado
   rados_write_op_t op = rados_create_write_op();
   rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
   rados_write_op_write_full(op, value.data(), value.size());
-  int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, 0);
+  int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, kWriteFlags);
   rados_release_write_op(op);
   std::string held = value;
   if (r == -EEXIST) {
@@ -364,7 +368,7 @@ absl::Status RadosObjectStore::Touch(const std::string& rados_ns, const BlockKey
   rados_write_op_t op = rados_create_write_op();
   rados_write_op_assert_exists(op);
   rados_write_op_setxattr(op, kXattrRead, when.data(), when.size());
-  const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, 0);
+  const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, kWriteFlags);
   rados_release_write_op(op);
   rados_ioctx_destroy(io);
   if (r < 0) return Error(r, absl::StrCat("touch ", rados_ns, "/", name));
@@ -420,7 +424,8 @@ absl::Status RadosObjectStore::RemoveUnlessUsed(const BlockObject& object) {
     rados_write_op_cmpxattr(op, kXattrRead, LIBRADOS_CMPXATTR_OP_EQ, when.data(), when.size());
   }
   rados_write_op_remove(op);
-  const int r = rados_write_op_operate2(op, io, object.name.c_str(), nullptr, 0);
+  const int r =
+      rados_write_op_operate2(op, io, object.name.c_str(), nullptr, LIBRADOS_OPERATION_FULL_FORCE);
   rados_release_write_op(op);
   rados_ioctx_destroy(io);
   const std::string what = absl::StrCat("remove ", object.rados_ns, "/", object.name);

@@ -441,6 +441,60 @@ TEST_F(ClusterTierTest, ExampleEngineFleetServesMorePromptTokensFromCache) {
   EXPECT_GT(fleet.report.cached_tokens, alone.report.cached_tokens);
 }
 
+// The pool at its quota (enforced from the mgr's pool statistics): write-behind pauses and
+// counts what it drops, offloads go on, and reads of what the pool holds go on.
+TEST_F(ClusterTierTest, PoolAtQuotaPausesWriteBehindAndKeepsReads) {
+  if (!CephCluster::MgrPresent())
+    GTEST_SKIP() << "ceph-mgr not installed (scripts/install-deps.sh)";
+  ASSERT_TRUE(ceph_->StartMgr().ok());
+  std::unique_ptr<Node> a = StartNode({"--set=cluster.write_threads=1"});
+  std::unique_ptr<Node> b = StartNode();
+  ASSERT_TRUE(a && b);
+  TestEngine writer(a->dir->File("pool"), 64);
+  TestEngine reader(b->dir->File("pool"), 64);
+  const v1::RegisterEngineResponse ra = Register(*a->stub, writer.Request("alpha", "raw"));
+  const v1::RegisterEngineResponse rb = Register(*b->stub, reader.Request("alpha", "raw"));
+  for (uint32_t i = 0; i < 64; ++i) writer.Fill(i, 6000 + i);
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 60, 0, 8).stored_pages(), 8u);
+  ASSERT_TRUE(WaitWrittenBehind(*a, 8));
+  // A quota below what the pool holds: full once the monitor has the pool's statistics.
+  ASSERT_TRUE(ceph_->SetPoolQuota(64 * 1024).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<std::string> df = ceph_->Ceph({"osd", "pool", "ls", "detail"});
+        return df.ok() && df->find("full_quota") != std::string::npos;
+      },
+      30))
+      << "the pool never became full";
+  for (uint32_t round = 0; round < 4; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 61 + round, 8 + 8 * round, 8).stored_pages(), 8u);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const v1::ClusterStats c = a->Stats().cluster();
+        return c.queue_depth() == 0 && c.dropped_pool_full() + c.write_errors() > 0;
+      },
+      30))
+      << a->Log();
+  const v1::ClusterStats c = a->Stats().cluster();
+  std::printf(
+      "at quota: written %llu, dropped (pool full) %llu, write errors %llu, degraded %d "
+      "(%s), paused %d\n",
+      static_cast<unsigned long long>(c.written()),
+      static_cast<unsigned long long>(c.dropped_pool_full()),
+      static_cast<unsigned long long>(c.write_errors()), c.degraded(), c.degraded_reason().c_str(),
+      c.writes_paused_full());
+  EXPECT_GT(c.dropped_pool_full(), 0u);
+  EXPECT_FALSE(c.degraded()) << c.degraded_reason();
+  // What the pool holds is still served to the node that lacks it.
+  const v1::OnboardResponse on = OnboardChain(*b->stub, rb.engine_id(), 60, 0, 8);
+  for (uint32_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(on.results(i).code(), v1::ITEM_CODE_OK) << on.results(i).message();
+  }
+}
+
 TEST_F(ClusterTierTest, HungOsdDegradesWithinDeadlinesAndRecovers) {
   std::unique_ptr<Node> a = StartNode({"--set=cluster.lookup_timeout_ms=200"});
   ASSERT_TRUE(a);

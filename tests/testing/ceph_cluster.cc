@@ -110,6 +110,7 @@ absl::StatusOr<std::unique_ptr<CephCluster>> CephCluster::Start(int osds) {
 }
 
 CephCluster::~CephCluster() {
+  StopProcess(mgr_pid_);
   for (pid_t& p : osd_pids_) StopProcess(p);
   StopProcess(mon_pid_);
 }
@@ -200,6 +201,10 @@ absl::Status CephCluster::Setup(int osds) {
          << "mon warn on pool no redundancy = false\n"
          << "osd crush chooseleaf type = 0\nmon data avail crit = 0\nmon data avail warn = 0\n"
          << "osd data = " << d << "/osd.$id\nmon data = " << d << "/mon.$id\n"
+         << "mgr data = " << d
+         << "/mgr.$id\n"
+         // Pool statistics (and so quotas, with a mgr) within a second or two, not 5 s.
+         << "mgr stats period = 1\nosd mon report interval = 1\nmon osd report timeout = 10\n"
          << "ms bind ipv6 = false\npublic addr = 127.0.0.1\n"
          << "[osd]\nkeyring = " << d << "/osd.$id/keyring\n";
     if (!conf) return absl::InternalError(absl::StrCat("cannot write ", conf_));
@@ -277,6 +282,30 @@ absl::Status CephCluster::StartMon() {
                                                "/mon.a.log): ", r.status().message()));
   }
   return absl::OkStatus();
+}
+
+bool CephCluster::MgrPresent() { return OnPath("ceph-mgr"); }
+
+absl::Status CephCluster::StartMgr() {
+  if (mgr_pid_ > 0) return absl::FailedPreconditionError("the mgr is running");
+  const std::string dir = dir_.path() + "/mgr.x";
+  mkdir(dir.c_str(), 0755);
+  absl::StatusOr<std::string> r =
+      Ceph({"auth", "get-or-create", "mgr.x", "mon", "allow profile mgr", "osd", "allow *", "mds",
+            "allow *", "-o", dir + "/keyring"});
+  if (!r.ok()) return r.status();
+  absl::StatusOr<pid_t> pid =
+      Spawn({"ceph-mgr", "-f", "-c", conf_, "-i", "x", "--keyring", dir + "/keyring"},
+            dir_.path() + "/mgr.x.stdout");
+  if (!pid.ok()) return pid.status();
+  mgr_pid_ = *pid;
+  for (int tries = 0; tries < 600; ++tries) {
+    r = Ceph({"mgr", "stat"});
+    if (r.ok() && r->find("\"available\": true") != std::string::npos) return absl::OkStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("the mgr did not become available (log ", dir_.path(), "/mgr.x.log)"));
 }
 
 absl::Status CephCluster::StopMon() {

@@ -18,7 +18,7 @@
 //      ceph-osd --mkfs -i N --osd-uuid UUID --keyring, ceph-osd -f -i N.
 //   5. `ceph osd pool create POOL 8 8 replicated`, `ceph osd pool set POOL size 1`.
 // Without a ceph-mgr the monitor has no pool statistics, so pool quotas are not enforced and pool
-// usage reads 0; SetPoolQuota only sets the quota.
+// usage reads 0; SetPoolQuota only sets the quota. StartMgr starts one (tests that need quotas).
 //
 // Use: SKIP_IF_NO_CEPH(); auto c = CephCluster::Start(1); ASSERT_TRUE(c.ok()) << c.status();
 // Not thread-safe; one test thread drives it.
@@ -70,6 +70,12 @@ class CephCluster {
   absl::Status ResumeOsd(int i);
   absl::Status StartMon();
 
+  // True when ceph-mgr is on PATH (scripts/install-deps.sh installs it).
+  static bool MgrPresent();
+  // Starts a ceph-mgr: the monitor then has pool statistics, so pool quotas are enforced (and
+  // usage reads nonzero). Waits until the mgr is available. About 300 MiB of memory.
+  absl::Status StartMgr();
+
   // `ceph osd pool set-quota POOL max_bytes N`.
   absl::Status SetPoolQuota(uint64_t max_bytes);
 
@@ -89,6 +95,7 @@ class CephCluster {
   TempDir dir_;
   std::string conf_, admin_keyring_, mon_host_, pool_ = "kvtier-test";
   pid_t mon_pid_ = -1;
+  pid_t mgr_pid_ = -1;
   std::vector<int> osd_ids_;
   std::vector<pid_t> osd_pids_;
 };
