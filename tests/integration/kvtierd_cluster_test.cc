@@ -495,6 +495,66 @@ TEST_F(ClusterTierTest, PoolAtQuotaPausesWriteBehindAndKeepsReads) {
   }
 }
 
+// Two OSDs, the pool replicated on both: one OSD killed with SIGKILL during write-behind and
+// reads. Local service goes on within the deadlines, what was written before is still served
+// from the other replica, and when the OSD returns (empty, backfilled) write-behind goes on.
+TEST_F(ClusterTierTest, OsdKilledDuringWriteBehindAndReads) {
+  absl::StatusOr<std::unique_ptr<CephCluster>> two = CephCluster::Start(2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ceph_ = std::move(*two);
+  ASSERT_TRUE(ceph_->Ceph({"osd", "pool", "set", ceph_->pool(), "size", "2"}).ok());
+  ASSERT_TRUE(ceph_->Ceph({"osd", "pool", "set", ceph_->pool(), "min_size", "1"}).ok());
+  std::unique_ptr<Node> a = StartNode({"--set=cluster.lookup_timeout_ms=200"});
+  std::unique_ptr<Node> b = StartNode({"--set=cluster.lookup_timeout_ms=200"});
+  ASSERT_TRUE(a && b);
+  TestEngine writer(a->dir->File("pool"), 64);
+  const v1::RegisterEngineResponse ra = Register(*a->stub, writer.Request("alpha", "raw"));
+  for (uint32_t i = 0; i < 64; ++i) writer.Fill(i, 7000 + i);
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 70, 0, 16).stored_pages(), 16u);
+  ASSERT_TRUE(WaitWrittenBehind(*a, 16));
+
+  ASSERT_TRUE(ceph_->KillOsd(0).ok());
+  // Offloads go on, each acknowledged at once, while write-behind and reads meet the dead OSD.
+  for (uint32_t round = 0; round < 6; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 71 + round, 16 + 8 * round, 8).stored_pages(), 8u);
+    grpc::Status st;
+    LookupChain(*a->stub, ra.engine_id(), 90 + round, 4, &st, std::chrono::milliseconds(1500));
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(LookupChain(*a->stub, ra.engine_id(), 70, 16).hit_pages(), 16u);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  // What A wrote before the kill, from the surviving replica, once the tier answers again.
+  TestEngine reader(b->dir->File("pool"), 16);
+  const v1::RegisterEngineResponse rb = Register(*b->stub, reader.Request("alpha", "raw"));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return !b->Stats().cluster().degraded() &&
+               LookupChain(*b->stub, rb.engine_id(), 70, 16).hit_pages() == 16;
+      },
+      60))
+      << b->Log();
+  const v1::OnboardResponse on = OnboardChain(*b->stub, rb.engine_id(), 70, 0, 16);
+  for (uint32_t i = 0; i < 16; ++i) {
+    ASSERT_EQ(on.results(i).code(), v1::ITEM_CODE_OK) << on.results(i).message();
+    EXPECT_TRUE(reader.Bytes(i) == writer.Bytes(i)) << "page " << i;
+  }
+  const v1::ClusterStats during = a->Stats().cluster();
+  std::printf(
+      "OSD killed: node A wrote %llu, dropped %llu while degraded, %llu lookups timed out, "
+      "%llu degraded episodes\n",
+      static_cast<unsigned long long>(during.written()),
+      static_cast<unsigned long long>(during.dropped_degraded()),
+      static_cast<unsigned long long>(during.lookup_timeouts()),
+      static_cast<unsigned long long>(during.degraded_episodes()));
+  ASSERT_TRUE(ceph_->StartOsd(0).ok());
+  ASSERT_TRUE(WaitFor([&] { return !a->Stats().cluster().degraded(); }, 60)) << a->Log();
+  const uint64_t before = a->Stats().cluster().written();
+  EXPECT_EQ(Offload(*a->stub, ra.engine_id(), 80, 0, 8).stored_pages(), 8u);
+  EXPECT_TRUE(WaitWrittenBehind(*a, before + 8)) << a->Log();
+}
+
 TEST_F(ClusterTierTest, HungOsdDegradesWithinDeadlinesAndRecovers) {
   std::unique_ptr<Node> a = StartNode({"--set=cluster.lookup_timeout_ms=200"});
   ASSERT_TRUE(a);

@@ -205,6 +205,8 @@ absl::Status CephCluster::Setup(int osds) {
          << "/mgr.$id\n"
          // Pool statistics (and so quotas, with a mgr) within a second or two, not 5 s.
          << "mgr stats period = 1\nosd mon report interval = 1\nmon osd report timeout = 10\n"
+         // A killed OSD is marked down by its peers within seconds (tests of replicated pools).
+         << "osd heartbeat interval = 1\nosd heartbeat grace = 4\nmon osd min down reporters = 1\n"
          << "ms bind ipv6 = false\npublic addr = 127.0.0.1\n"
          << "[osd]\nkeyring = " << d << "/osd.$id/keyring\n";
     if (!conf) return absl::InternalError(absl::StrCat("cannot write ", conf_));
@@ -340,6 +342,16 @@ absl::Status CephCluster::StopOsd(int i) {
     return absl::InvalidArgumentError(absl::StrCat("no OSD ", i));
   }
   StopProcess(osd_pids_[i]);
+  return absl::OkStatus();
+}
+
+absl::Status CephCluster::KillOsd(int i) {
+  if (i < 0 || i >= static_cast<int>(osd_pids_.size()) || osd_pids_[i] <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("no running OSD ", i));
+  }
+  kill(osd_pids_[i], SIGKILL);
+  waitpid(osd_pids_[i], nullptr, 0);
+  osd_pids_[i] = -1;
   return absl::OkStatus();
 }
 

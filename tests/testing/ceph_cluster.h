@@ -63,6 +63,9 @@ class CephCluster {
   absl::Status StopOsd(int i);
   absl::Status StartOsd(int i);
   absl::Status StopMon();
+  // SIGKILL of OSD `i` (a memstore OSD comes back empty: in a replicated pool its peers hold
+  // the data and it backfills from them).
+  absl::Status KillOsd(int i);
   // SIGSTOP / SIGCONT of OSD `i`: an OSD that hangs (or a partition) without losing what it
   // holds, which a memstore OSD restarted after a stop does (its placement groups do not come
   // back active).
