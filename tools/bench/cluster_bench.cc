@@ -4,8 +4,10 @@
 //          `rados bench SECONDS seq -t DEPTH` over what it wrote, then `rados cleanup`.
 //   kvtier: valid raw-codec cold blocks of exactly SIZE bytes stored through
 //          RadosObjectStore::Put (exclusive create + write_full + xattrs, one op) from DEPTH
-//          threads for SECONDS or N objects, then read back with Get in batches of DEPTH keys
-//          (Get verifies every block: xattrs, header and payload checksum), then removed.
+//          threads (--put=threads), or PutMany of DEPTH blocks at a time from one thread
+//          (--put=batched), for SECONDS or N objects, then read back with Get in batches of
+//          DEPTH keys (Get verifies every block: xattrs, header and payload checksum), then
+//          removed.
 // Both stop at SECONDS or at N = --max-phase-bytes / SIZE objects, whichever comes first, so that
 // a memstore OSD (which holds about twice what is stored in RAM) stays small; every phase deletes
 // its objects before the next one starts, so neither side reads the other's objects or inherits
@@ -88,7 +90,7 @@ struct Flags {
   uint32_t lookup_chain = 4096;
   uint32_t lookup_reps = 50;
   bool put_threads = true;  // --put threads|batched|both
-  bool put_batched = true;
+  bool put_batched = false;
   bool json = false;
 };
 
@@ -699,7 +701,8 @@ void DeclareClusterBenchFlags(cli::Command& command) {
       .AddFlag("lookup-reps", "N", "timed lookups of the chain (default 50)")
       .AddFlag("put", "HOW",
                "kvtier's writer: 'threads' (Put from DEPTH threads), 'batched' (PutMany of DEPTH\n"
-               "blocks at a time from one thread) or 'both' (default; the read follows 'batched')")
+               "blocks at a time from one thread) or 'both' (the read follows 'batched'; writes a\n"
+               "third more); default threads")
       .AddFlag("rados", "PATH", "the rados CLI (default rados)")
       .AddSwitch("json", "print JSON instead of the table");
 }
