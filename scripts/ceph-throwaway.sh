@@ -18,7 +18,7 @@
 #
 # Memstore keeps every object in RAM (about twice the stored bytes) and blocks all writes once it
 # counts itself full. Ceph 16's memstore does not give all of a deleted object's bytes back to its
-# count (a 1 GiB memstore reported itself full after about 2.5 GB written and deleted, with
+# count (a 1 GiB memstore reported itself full after 2.0-2.5 GB written and deleted, with
 # nothing stored), so --memstore-bytes (default 8 GiB; a cap, not an allocation) should exceed
 # what a cluster's whole life writes. RAM follows what is stored (plus the allocator's cache):
 # keep each run small and start a fresh cluster per benchmark run.
