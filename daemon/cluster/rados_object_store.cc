@@ -48,6 +48,31 @@ std::string Be64(uint64_t v) {
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d)); }
 
+// The compound op of a Put: exclusive create + write_full + the block's xattrs. librados copies
+// every argument into the op, so none needs to outlive this call. The caller releases the op.
+rados_write_op_t NewPutOp(const BlockKey& key, absl::Span<const uint8_t> block,
+                          const BlockAttrs& attrs) {
+  const std::string ns = Be64(key.ns);
+  const std::string layout = Be64(attrs.layout_fingerprint);
+  const std::string created = Be64(static_cast<uint64_t>(attrs.created_unix_micros));
+  char codec[4], sum[4];
+  EncodeBigEndian32(codec, attrs.codec);
+  EncodeBigEndian32(sum, attrs.payload_checksum);
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
+  rados_write_op_write_full(op, reinterpret_cast<const char*>(block.data()), block.size());
+  rados_write_op_setxattr(op, kXattrNs, ns.data(), ns.size());
+  rados_write_op_setxattr(op, kXattrHash, reinterpret_cast<const char*>(key.hash.data()),
+                          key.hash.size());
+  rados_write_op_setxattr(op, kXattrCodec, codec, 4);
+  rados_write_op_setxattr(op, kXattrLayout, layout.data(), layout.size());
+  rados_write_op_setxattr(op, kXattrChecksum, sum, 4);
+  rados_write_op_setxattr(op, kXattrWriter, attrs.writer_node.data(), attrs.writer_node.size());
+  rados_write_op_setxattr(op, kXattrCreated, created.data(), created.size());
+  rados_write_op_setxattr(op, kXattrRead, created.data(), created.size());
+  return op;
+}
+
 }  // namespace
 
 std::string ObjectName(const BlockKey& key) {
@@ -172,27 +197,15 @@ absl::Status RadosObjectStore::Put(const std::string& rados_ns, const BlockKey& 
   rados_ioctx_t io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
   rados_ioctx_set_namespace(io, rados_ns.c_str());
-  const std::string ns = Be64(key.ns);
-  const std::string layout = Be64(attrs.layout_fingerprint);
-  const std::string created = Be64(static_cast<uint64_t>(attrs.created_unix_micros));
-  char codec[4], sum[4];
-  EncodeBigEndian32(codec, attrs.codec);
-  EncodeBigEndian32(sum, attrs.payload_checksum);
-  rados_write_op_t op = rados_create_write_op();
-  rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
-  rados_write_op_write_full(op, reinterpret_cast<const char*>(block.data()), block.size());
-  rados_write_op_setxattr(op, kXattrNs, ns.data(), ns.size());
-  rados_write_op_setxattr(op, kXattrHash, reinterpret_cast<const char*>(key.hash.data()),
-                          key.hash.size());
-  rados_write_op_setxattr(op, kXattrCodec, codec, 4);
-  rados_write_op_setxattr(op, kXattrLayout, layout.data(), layout.size());
-  rados_write_op_setxattr(op, kXattrChecksum, sum, 4);
-  rados_write_op_setxattr(op, kXattrWriter, attrs.writer_node.data(), attrs.writer_node.size());
-  rados_write_op_setxattr(op, kXattrCreated, created.data(), created.size());
-  rados_write_op_setxattr(op, kXattrRead, created.data(), created.size());
+  rados_write_op_t op = NewPutOp(key, block, attrs);
   const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, kWriteFlags);
   rados_release_write_op(op);
   rados_ioctx_destroy(io);
+  return PutStatus(r, rados_ns, name);
+}
+
+absl::Status RadosObjectStore::PutStatus(int r, const std::string& rados_ns,
+                                         const std::string& name) {
   counters_.puts.fetch_add(1);
   if (r == -EEXIST) {
     counters_.put_already_exists.fetch_add(1);
@@ -200,6 +213,49 @@ absl::Status RadosObjectStore::Put(const std::string& rados_ns, const BlockKey& 
   }
   if (r < 0) return Error(r, absl::StrCat("put ", rados_ns, "/", name));
   return absl::OkStatus();
+}
+
+std::vector<absl::Status> RadosObjectStore::PutMany(const std::string& rados_ns,
+                                                    absl::Span<const PutRequest> requests) {
+  std::vector<absl::Status> out(requests.size());
+  struct Pending {
+    std::string name;
+    rados_write_op_t op = nullptr;
+    rados_completion_t c = nullptr;
+  };
+  std::vector<Pending> p(requests.size());
+  rados_ioctx_t io = nullptr;
+  rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
+  rados_ioctx_set_namespace(io, rados_ns.c_str());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const PutRequest& q = requests[i];
+    p[i].name = ObjectName(q.key);
+    if (absl::StatusOr<uint32_t> v = codec::VerifyColdBlock(q.block); !v.ok()) {
+      out[i] =
+          absl::InvalidArgumentError(absl::StrCat("put ", p[i].name, ": ", v.status().message()));
+      continue;
+    }
+    p[i].op = NewPutOp(q.key, q.block, q.attrs);
+    rados_aio_create_completion2(nullptr, nullptr, &p[i].c);
+    const int r =
+        rados_aio_write_op_operate(p[i].op, io, p[i].c, p[i].name.c_str(), nullptr, kWriteFlags);
+    if (r < 0) {  // not submitted: no completion will come
+      out[i] = PutStatus(r, rados_ns, p[i].name);
+      rados_aio_release(p[i].c);
+      rados_release_write_op(p[i].op);
+      p[i].c = nullptr;
+    }
+  }
+  // Every op is bounded by rados_osd_op_timeout, so these waits end.
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i].c == nullptr) continue;
+    rados_aio_wait_for_complete(p[i].c);
+    out[i] = PutStatus(rados_aio_get_return_value(p[i].c), rados_ns, p[i].name);
+    rados_aio_release(p[i].c);
+    rados_release_write_op(p[i].op);
+  }
+  rados_ioctx_destroy(io);
+  return out;
 }
 
 absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStore::Get(

@@ -52,6 +52,13 @@ struct BlockAttrs {
   int64_t created_unix_micros = 0;
 };
 
+// One block of a PutMany; `block` is borrowed for the call.
+struct PutRequest {
+  BlockKey key;
+  absl::Span<const uint8_t> block;
+  BlockAttrs attrs;
+};
+
 struct ObjectInfo {
   std::string name;
   uint64_t size = 0;
@@ -96,6 +103,13 @@ class RadosObjectStore {
   // (a block written twice is one object). ResourceExhausted when the pool is full or over quota.
   absl::Status Put(const std::string& rados_ns, const BlockKey& key,
                    absl::Span<const uint8_t> block, const BlockAttrs& attrs);
+
+  // Put of every request at once: all in flight together, issued and awaited by the calling
+  // thread (no thread per block). Per request the status Put would return; an op the cluster
+  // does not answer within osd_op_timeout is DeadlineExceeded. Blocks until every request is
+  // answered.
+  std::vector<absl::Status> PutMany(const std::string& rados_ns,
+                                    absl::Span<const PutRequest> requests);
 
   // Reads every key in parallel; per key the verified bytes or nullopt (a miss: absent, or failed
   // verification, counted). An object larger than `max_bytes` (0: options' max_block_bytes, and
@@ -151,6 +165,8 @@ class RadosObjectStore {
   struct Handles;
   explicit RadosObjectStore(std::unique_ptr<Handles> h, ClusterOptions options);
   absl::Status Error(int r, const std::string& what);
+  // Counts a Put's result `r` (0 or -errno) and turns it into Put's status.
+  absl::Status PutStatus(int r, const std::string& rados_ns, const std::string& name);
 
   std::unique_ptr<Handles> h_;
   ClusterOptions options_;

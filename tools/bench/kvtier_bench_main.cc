@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "common/cli/command_line.h"
+#include "tools/bench/cluster_bench.h"
 #include "tools/bench/disk_bench.h"
 #include "tools/bench/e2e_bench.h"
 #include "tools/bench/fairness_bench.h"
@@ -33,6 +34,8 @@ constexpr Subcommand kSubcommands[] = {
      kvtier::bench::DeclareFairnessBenchFlags, kvtier::bench::RunFairnessBench},
     {"e2e", "GPU pages through kvtierd: offload and onboard with nvfp4 vs raw (CUDA IPC pools)",
      kvtier::bench::DeclareE2eBenchFlags, kvtier::bench::RunE2eBench},
+    {"cluster", "cluster tier: RADOS object Put/Get of cold blocks vs rados bench, chain Exists",
+     kvtier::bench::DeclareClusterBenchFlags, kvtier::bench::RunClusterBench},
     {"kernels", "fused nvfp4 offload/onboard on the GPU vs cudaMemcpyAsync, raw copy, unfused",
      kvtier::bench::DeclareKernelsBenchFlags, kvtier::bench::RunKernelsBench},
 };

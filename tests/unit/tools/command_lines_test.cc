@@ -38,7 +38,7 @@ TEST(KvtierBenchCommandLineTest, HelpUsageErrorsAndSpacedValues) {
   Result help = RunTool(bench + " --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.output, HasSubstr("  fairness"));
-  for (const char* sub : {"disk", "index", "lookup", "fairness", "e2e", "kernels"}) {
+  for (const char* sub : {"disk", "index", "lookup", "fairness", "e2e", "kernels", "cluster"}) {
     Result sub_help = RunTool(bench + " " + sub + " --help");
     EXPECT_EQ(sub_help.exit_code, 0) << sub;
     EXPECT_THAT(sub_help.output, HasSubstr(std::string("usage: kvtier-bench ") + sub)) << sub;
@@ -54,6 +54,12 @@ TEST(KvtierBenchCommandLineTest, HelpUsageErrorsAndSpacedValues) {
   Result joined = RunTool(bench + " disk --rounds=101");
   EXPECT_EQ(joined.exit_code, 2);
   EXPECT_THAT(joined.output, HasSubstr("--rounds: '101' is not in [1, 100]"));
+  Result put = RunTool(bench + " cluster --ceph-conf c --pool p --put sideways");
+  EXPECT_EQ(put.exit_code, 2);
+  EXPECT_THAT(put.output, HasSubstr("--put: 'sideways' is not threads, batched or both"));
+  Result no_pool = RunTool(bench + " cluster --ceph-conf c");
+  EXPECT_EQ(no_pool.exit_code, 2);
+  EXPECT_THAT(no_pool.output, HasSubstr("--pool"));
   EXPECT_EQ(RunTool(bench).exit_code, 2);
   EXPECT_EQ(RunTool(bench + " frobnicate").exit_code, 2);
 }

@@ -147,6 +147,38 @@ TEST_F(RadosObjectStoreTest, BatchedGetWithMisses) {
   EXPECT_TRUE(absl::IsNotFound(store_->Remove("t5", Key(9, 100))));
 }
 
+TEST_F(RadosObjectStoreTest, PutManyStoresEachAsPutWould) {
+  ASSERT_TRUE(store_->Put("t8", Key(9, 200), MakeTestBlock(200, 2048), Attrs()).ok());
+  std::vector<std::vector<uint8_t>> blocks;
+  for (uint64_t id = 200; id < 212; ++id) blocks.push_back(MakeTestBlock(id, 2048));
+  blocks[5][blocks[5].size() - 1] ^= 0xff;  // fails verification: never stored
+  std::vector<PutRequest> requests;
+  for (uint64_t id = 200; id < 212; ++id) {
+    requests.push_back(PutRequest{Key(9, id), blocks[id - 200], Attrs()});
+  }
+  const std::vector<absl::Status> st = store_->PutMany("t8", requests);
+  ASSERT_EQ(st.size(), requests.size());
+  EXPECT_TRUE(absl::IsAlreadyExists(st[0])) << st[0];
+  EXPECT_TRUE(absl::IsInvalidArgument(st[5])) << st[5];
+  std::vector<BlockKey> keys;
+  for (const PutRequest& r : requests) keys.push_back(r.key);
+  auto got = store_->Get("t8", keys, Soon());
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i == 5) {
+      EXPECT_FALSE((*got)[i].has_value());
+      continue;
+    }
+    if (i != 0) {
+      EXPECT_TRUE(st[i].ok()) << i << ": " << st[i];
+    }
+    ASSERT_TRUE((*got)[i].has_value()) << i;
+    EXPECT_EQ(*(*got)[i], MakeTestBlock(200 + i, 2048));
+  }
+  EXPECT_EQ(store_->counters().puts.load(), 12u);  // the Put and 11 of PutMany
+  EXPECT_EQ(store_->counters().put_already_exists.load(), 1u);
+}
+
 TEST_F(RadosObjectStoreTest, LeaseIsExclusiveAndReacquirable) {
   std::unique_ptr<RadosObjectStore> other = Open();
   ASSERT_TRUE(store_->AcquireLease("t6", "node-a", absl::Seconds(30)).ok());
