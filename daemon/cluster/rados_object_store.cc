@@ -4,10 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "codec/cold_block.h"
 #include "common/coding.h"
 #include "common/errno_text.h"
@@ -47,6 +47,38 @@ std::string Be64(uint64_t v) {
 }
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d)); }
+
+// The completions of a batch of aio operations, counted by their callbacks, so that the caller
+// sleeps until the last one or its deadline (not in polling steps). Outlives every callback: the
+// caller waits for each completion and its callback (rados_aio_wait_for_complete_and_cb) before
+// it goes.
+class BatchCompletions {
+ public:
+  // A completion whose callback counts it.
+  rados_completion_t Create() {
+    rados_completion_t c = nullptr;
+    rados_aio_create_completion2(this, &BatchCompletions::Done, &c);
+    return c;
+  }
+  // True when `n` completed by `deadline`.
+  bool WaitAll(size_t n, absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    target_ = n;
+    return mu_.AwaitWithDeadline(absl::Condition(this, &BatchCompletions::Reached), deadline);
+  }
+
+ private:
+  static void Done(rados_completion_t, void* self) {
+    auto* b = static_cast<BatchCompletions*>(self);
+    absl::MutexLock lock(&b->mu_);
+    ++b->done_;
+  }
+  bool Reached() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target_; }
+
+  absl::Mutex mu_;
+  size_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t target_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 // The compound op of a Put: exclusive create + write_full + the block's xattrs. librados copies
 // every argument into the op, so none needs to outlive this call. The caller releases the op.
@@ -274,10 +306,11 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
     rados_completion_t c = nullptr;
   };
   std::vector<Pending> p(keys.size());
+  BatchCompletions completions;
   for (size_t i = 0; i < keys.size(); ++i) {
     p[i].name = ObjectName(keys[i]);
     p[i].ns = Be64(keys[i].ns);
-    p[i].buf.resize(max_bytes + 1);
+    p[i].buf.resize(max_bytes + 1);  // one byte more: a larger object shows as too large
     p[i].op = rados_create_read_op();
     // The xattrs must match what was asked: an object under the right name with another block's
     // identity is a miss, not that block.
@@ -286,25 +319,15 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
                            reinterpret_cast<const char*>(keys[i].hash.data()), 32);
     rados_read_op_read(p[i].op, 0, p[i].buf.size(), reinterpret_cast<char*>(p[i].buf.data()),
                        &p[i].bytes_read, &p[i].read_rval);
-    rados_aio_create_completion2(nullptr, nullptr, &p[i].c);
+    p[i].c = completions.Create();
     rados_aio_read_op_operate(p[i].op, io, p[i].c, p[i].name.c_str(), 0);
   }
-  bool timed_out = false;
-  for (size_t i = 0; i < p.size(); ++i) {
-    while (!rados_aio_is_complete(p[i].c)) {
-      if (absl::Now() >= deadline) {
-        timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (timed_out) break;
-  }
+  const bool timed_out = !completions.WaitAll(p.size(), deadline);
   std::vector<std::optional<std::vector<uint8_t>>> out(keys.size());
   absl::Status err;
   for (size_t i = 0; i < p.size(); ++i) {
     if (timed_out && !rados_aio_is_complete(p[i].c)) rados_aio_cancel(io, p[i].c);
-    rados_aio_wait_for_complete(p[i].c);
+    rados_aio_wait_for_complete_and_cb(p[i].c);
     const int r = rados_aio_get_return_value(p[i].c);
     rados_aio_release(p[i].c);
     rados_release_read_op(p[i].op);
@@ -332,7 +355,8 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
       continue;
     }
     counters_.get_hits.fetch_add(1);
-    out[i] = std::vector<uint8_t>(bytes.begin(), bytes.end());
+    p[i].buf.resize(p[i].bytes_read);  // the read's own buffer, not a copy
+    out[i] = std::move(p[i].buf);
   }
   rados_ioctx_destroy(io);
   if (timed_out) {
@@ -354,26 +378,18 @@ absl::StatusOr<std::vector<bool>> RadosObjectStore::Exists(const std::string& ra
   std::vector<uint64_t> size(keys.size());
   std::vector<time_t> mtime(keys.size());
   std::vector<std::string> names(keys.size());
+  BatchCompletions completions;
   for (size_t i = 0; i < keys.size(); ++i) {
     names[i] = ObjectName(keys[i]);
-    rados_aio_create_completion2(nullptr, nullptr, &c[i]);
+    c[i] = completions.Create();
     rados_aio_stat(io, names[i].c_str(), c[i], &size[i], &mtime[i]);
   }
-  bool timed_out = false;
-  for (size_t i = 0; i < c.size() && !timed_out; ++i) {
-    while (!rados_aio_is_complete(c[i])) {
-      if (absl::Now() >= deadline) {
-        timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
+  const bool timed_out = !completions.WaitAll(c.size(), deadline);
   std::vector<bool> out(keys.size());
   absl::Status err;
   for (size_t i = 0; i < c.size(); ++i) {
     if (timed_out && !rados_aio_is_complete(c[i])) rados_aio_cancel(io, c[i]);
-    rados_aio_wait_for_complete(c[i]);
+    rados_aio_wait_for_complete_and_cb(c[i]);
     const int r = rados_aio_get_return_value(c[i]);
     rados_aio_release(c[i]);
     if (timed_out) continue;
