@@ -15,14 +15,15 @@
 namespace kvtier::cluster {
 namespace {
 
-constexpr char kXattrNs[] = "kvtier.ns";      // 8 bytes big-endian namespace id
-constexpr char kXattrHash[] = "kvtier.hash";  // 32 raw bytes
-constexpr char kXattrCodec[] = "kvtier.codec";
-constexpr char kXattrLayout[] = "kvtier.layout";
-constexpr char kXattrChecksum[] = "kvtier.checksum";
-constexpr char kXattrWriter[] = "kvtier.writer";
-constexpr char kXattrCreated[] = "kvtier.created";
-constexpr char kXattrRead[] = "kvtier.read";  // 8 bytes big-endian microseconds: the last use
+// Three xattrs per block (each one costs the OSD work on every write; docs/CLUSTER.md):
+// the block's identity, 40 bytes: the namespace id (8, big-endian) and the hash (32);
+constexpr char kXattrId[] = "kvtier.id";
+// what the writer records, 24 bytes and the writer's name: codec (4), layout fingerprint (8),
+// payload checksum (4), created (8, microseconds since the epoch), all big-endian, then the
+// writer node's name;
+constexpr char kXattrMeta[] = "kvtier.meta";
+// the last use, 8 bytes big-endian microseconds (written with the block, refreshed by Touch).
+constexpr char kXattrRead[] = "kvtier.read";
 constexpr char kLeaseObject[] = "kvtier.evict-lease";
 // Writes to a full pool (its quota, or full OSDs) fail with EDQUOT or ENOSPC at once instead of
 // waiting in the client until the pool has room, which librados does by default: a full pool is
@@ -80,27 +81,29 @@ class BatchCompletions {
   size_t target_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// kvtier.id of a block: its namespace id and hash.
+std::string IdXattr(const BlockKey& key) {
+  return absl::StrCat(
+      Be64(key.ns),
+      absl::string_view(reinterpret_cast<const char*>(key.hash.data()), key.hash.size()));
+}
+
 // The compound op of a Put: exclusive create + write_full + the block's xattrs. librados copies
 // every argument into the op, so none needs to outlive this call. The caller releases the op.
 rados_write_op_t NewPutOp(const BlockKey& key, absl::Span<const uint8_t> block,
                           const BlockAttrs& attrs) {
-  const std::string ns = Be64(key.ns);
-  const std::string layout = Be64(attrs.layout_fingerprint);
+  const std::string id = IdXattr(key);
   const std::string created = Be64(static_cast<uint64_t>(attrs.created_unix_micros));
   char codec[4], sum[4];
   EncodeBigEndian32(codec, attrs.codec);
   EncodeBigEndian32(sum, attrs.payload_checksum);
+  const std::string meta = absl::StrCat(absl::string_view(codec, 4), Be64(attrs.layout_fingerprint),
+                                        absl::string_view(sum, 4), created, attrs.writer_node);
   rados_write_op_t op = rados_create_write_op();
   rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
   rados_write_op_write_full(op, reinterpret_cast<const char*>(block.data()), block.size());
-  rados_write_op_setxattr(op, kXattrNs, ns.data(), ns.size());
-  rados_write_op_setxattr(op, kXattrHash, reinterpret_cast<const char*>(key.hash.data()),
-                          key.hash.size());
-  rados_write_op_setxattr(op, kXattrCodec, codec, 4);
-  rados_write_op_setxattr(op, kXattrLayout, layout.data(), layout.size());
-  rados_write_op_setxattr(op, kXattrChecksum, sum, 4);
-  rados_write_op_setxattr(op, kXattrWriter, attrs.writer_node.data(), attrs.writer_node.size());
-  rados_write_op_setxattr(op, kXattrCreated, created.data(), created.size());
+  rados_write_op_setxattr(op, kXattrId, id.data(), id.size());
+  rados_write_op_setxattr(op, kXattrMeta, meta.data(), meta.size());
   rados_write_op_setxattr(op, kXattrRead, created.data(), created.size());
   return op;
 }
@@ -298,10 +301,10 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
   rados_ioctx_set_namespace(io, rados_ns.c_str());
   struct Pending {
-    std::string name, ns;
+    std::string name, id;
     std::vector<uint8_t> buf;
     size_t bytes_read = 0;
-    int read_rval = 0, ns_rval = 0, hash_rval = 0;
+    int read_rval = 0;
     rados_read_op_t op = nullptr;
     rados_completion_t c = nullptr;
   };
@@ -309,14 +312,13 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
   BatchCompletions completions;
   for (size_t i = 0; i < keys.size(); ++i) {
     p[i].name = ObjectName(keys[i]);
-    p[i].ns = Be64(keys[i].ns);
+    p[i].id = IdXattr(keys[i]);
     p[i].buf.resize(max_bytes + 1);  // one byte more: a larger object shows as too large
     p[i].op = rados_create_read_op();
     // The xattrs must match what was asked: an object under the right name with another block's
     // identity is a miss, not that block.
-    rados_read_op_cmpxattr(p[i].op, kXattrNs, LIBRADOS_CMPXATTR_OP_EQ, p[i].ns.data(), 8);
-    rados_read_op_cmpxattr(p[i].op, kXattrHash, LIBRADOS_CMPXATTR_OP_EQ,
-                           reinterpret_cast<const char*>(keys[i].hash.data()), 32);
+    rados_read_op_cmpxattr(p[i].op, kXattrId, LIBRADOS_CMPXATTR_OP_EQ, p[i].id.data(),
+                           p[i].id.size());
     rados_read_op_read(p[i].op, 0, p[i].buf.size(), reinterpret_cast<char*>(p[i].buf.data()),
                        &p[i].bytes_read, &p[i].read_rval);
     p[i].c = completions.Create();
