@@ -115,13 +115,34 @@ std::string Key(uint64_t i) {
 }
 uint64_t Reduced(uint64_t i) { return i % 2 == 0 ? 0x1000 + i : 0xABCD0000 + i; }
 
-void OffloadKeys(v1::KvTier::Stub& stub, const std::string& engine, uint64_t first, uint32_t n) {
+// The token ids the tests send with block `i` of team-a (blocks 0 to 9): blocks 0 to 7 a full
+// 16-token page (1000 * i + t), block 8 none, block 9 a partial page of 5 tokens.
+std::vector<uint32_t> Tokens(uint64_t i) {
+  std::vector<uint32_t> t;
+  const uint32_t n = i < 8 ? 16 : i == 9 ? 5 : 0;
+  for (uint32_t k = 0; k < n; ++k) t.push_back(static_cast<uint32_t>(1000 * i + k));
+  return t;
+}
+// Tokens() of blocks [0, 10) as the subscriber's --tokens: {"<reduced hash>": [ids], ...}.
+std::string TokensArg() {
+  json j = json::object();
+  for (uint64_t i = 0; i < 10; ++i) {
+    if (!Tokens(i).empty()) j[std::to_string(Reduced(i))] = Tokens(i);
+  }
+  return "--tokens=" + j.dump();
+}
+
+void OffloadKeys(v1::KvTier::Stub& stub, const std::string& engine, uint64_t first, uint32_t n,
+                 bool with_tokens = false) {
   v1::OffloadRequest req;
   req.set_engine_id(engine);
   for (uint32_t i = 0; i < n; ++i) {
     v1::OffloadItem* item = req.add_items();
     item->set_block_hash(Key(first + i));
     item->set_page_index(i);
+    if (with_tokens) {
+      for (uint32_t t : Tokens(first + i)) item->add_token_ids(t);
+    }
   }
   grpc::ClientContext ctx;
   v1::OffloadResponse resp;
@@ -155,17 +176,15 @@ class KvEventsTest : public DaemonFixture, public ::testing::WithParamInterface<
   static constexpr const char* kTopic = "kv@127.0.0.1:5557@test-model";
 
   std::vector<std::string> KvEventArgs(const std::string& encoding) const {
-    return {"--set=kv_events.enabled=true",
-            "--set=kv_events.endpoint=" + Pub(),
+    return {"--set=kv_events.enabled=true", "--set=kv_events.endpoint=" + Pub(),
             "--set=kv_events.replay_endpoint=" + Replay(),
-            std::string("--set=kv_events.topic=") + kTopic,
-            "--set=kv_events.encoding=" + encoding,
-            "--set=kv_events.block_size=16",
-            "--set=kv_events.tenants=[team-a]"};
+            std::string("--set=kv_events.topic=") + kTopic, "--set=kv_events.encoding=" + encoding,
+            // Only for namespaces no engine offloaded into: team-a's blocks have its engine's 16.
+            "--set=kv_events.block_size=5", "--set=kv_events.tenants=[team-a]"};
   }
   std::vector<std::string> SubscriberArgs(const std::string& encoding) const {
-    return {"--endpoint=" + Pub(), "--replay=" + Replay(), std::string("--topic=") + kTopic,
-            "--encoding=" + encoding, "--block-size=16"};
+    return {"--endpoint=" + Pub(),    "--replay=" + Replay(), std::string("--topic=") + kTopic,
+            "--encoding=" + encoding, "--block-size=16",      TokensArg()};
   }
   // The view the daemon's lookups give for blocks [0, n) of `engine`.
   View Looked(const std::string& engine, uint64_t n) {
@@ -189,7 +208,9 @@ TEST_P(KvEventsTest, ASubscriberFollowsOffloadsDemotionsRemovalsAndAClear) {
   const v1::RegisterEngineResponse reg_a = Register(*stub_, a.Request("team-a"));
   const v1::RegisterEngineResponse reg_b = Register(*stub_, b.Request("team-b"));
   constexpr uint64_t kBlocks = 10;
-  ASSERT_NO_FATAL_FAILURE(OffloadKeys(*stub_, reg_a.engine_id(), 0, kBlocks));
+  // With their tokens (Tokens(): full pages, one without, a partial page), which the subscriber
+  // checks in every BlockStored, the demotions' included.
+  ASSERT_NO_FATAL_FAILURE(OffloadKeys(*stub_, reg_a.engine_id(), 0, kBlocks, true));
   // team-b is not in kv_events.tenants: its blocks (other keys) are never published.
   ASSERT_NO_FATAL_FAILURE(OffloadKeys(*stub_, reg_b.engine_id(), 100, 6));
   View view = Looked(reg_a.engine_id(), kBlocks);
@@ -288,7 +309,8 @@ using KvEventsConfigTest = KvEventsTest;
 TEST_F(KvEventsConfigTest, AConnectedEndpointAndABoundedReplayBuffer) {
   const int port = FreePort();
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
-  Subscriber sub({"--endpoint=" + endpoint, "--bind", "--replay=" + Replay(), "--encoding=map"},
+  Subscriber sub({"--endpoint=" + endpoint, "--bind", "--replay=" + Replay(), "--encoding=map",
+                  "--block-size=16"},
                  dir_->File("subscriber.log"));
   ASSERT_EQ(sub.Receive(), json({{"ready", true}}));
   ASSERT_NO_FATAL_FAILURE(StartDaemon(
@@ -309,13 +331,48 @@ TEST_F(KvEventsConfigTest, AConnectedEndpointAndABoundedReplayBuffer) {
   ASSERT_EQ(live["ok"], true) << live.dump();
   const int batches = live["batches"].get<int>();
   ASSERT_GE(batches, 4);
-  Subscriber late({"--endpoint=" + endpoint, "--replay=" + Replay(), "--encoding=map", "--late"},
+  Subscriber late({"--endpoint=" + endpoint, "--replay=" + Replay(), "--encoding=map",
+                   "--block-size=16", "--late"},
                   dir_->File("late.log"));
   ASSERT_EQ(late.Receive(), json({{"ready", true}}));
   const json r = late.Ask({{"finish", true}});
   ASSERT_EQ(r["ok"], true) << r.dump();
   EXPECT_EQ(r["batches"], 2);
   EXPECT_EQ(r["first_seq"], batches - 2);
+}
+
+// An item with more token ids than the engine's tokens_per_page fails the whole request, naming
+// it, and stores nothing; as many as a page is fine.
+TEST_F(KvEventsConfigTest, TooManyTokenIdsAreInvalid) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=kv_events.enabled=true", "--set=kv_events.endpoint=" + Pub(),
+                   "--set=kv_events.token_table_blocks=4"}));
+  TestEngine a(dir_->File("pool-a"), 16);
+  const v1::RegisterEngineResponse reg = Register(*stub_, a.Request());
+  v1::OffloadRequest req;
+  req.set_engine_id(reg.engine_id());
+  for (uint32_t i = 0; i < 2; ++i) {
+    v1::OffloadItem* item = req.add_items();
+    item->set_block_hash(Key(i));
+    item->set_page_index(i);
+    for (uint32_t t = 0; t < 16 + i; ++t) item->add_token_ids(t);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    const grpc::Status st = stub_->Offload(Context(&ctx), req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("items[1]: 17 token ids, more than the 16 tokens of a page "
+                                      "of engine"),
+              std::string::npos)
+        << st.error_message();
+  }
+  EXPECT_EQ(MediumOf(*stub_, reg.engine_id(), 0), "");
+  req.mutable_items(1)->mutable_token_ids()->RemoveLast();
+  grpc::ClientContext ctx;
+  v1::OffloadResponse resp;
+  ASSERT_TRUE(stub_->Offload(Context(&ctx), req, &resp).ok());
+  EXPECT_EQ(resp.stored_pages(), 2u);
 }
 
 TEST_F(KvEventsConfigTest, BadSettingsAreStartupErrors) {
