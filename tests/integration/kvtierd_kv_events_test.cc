@@ -5,9 +5,11 @@
 // invisible, that sequence numbers are gap-free from 0, that the replay socket returns a
 // requested range and its terminator, and that a subscriber that connects late and replays from
 // 0 sees everything still buffered. Also: the replay buffer's bound, a connected (not bound)
-// PUB endpoint, the metrics, and the start-up errors of bad kv_events settings.
+// PUB endpoint, the metrics, the start-up errors of bad kv_events settings, the check of
+// OffloadItem.token_ids, and `kvtierctl watch --format=vllm`.
 #include <poll.h>
 
+#include <future>
 #include <map>
 #include <set>
 
@@ -373,6 +375,80 @@ TEST_F(KvEventsConfigTest, TooManyTokenIdsAreInvalid) {
   v1::OffloadResponse resp;
   ASSERT_TRUE(stub_->Offload(Context(&ctx), req, &resp).ok());
   EXPECT_EQ(resp.stored_pages(), 2u);
+}
+
+// kvtierctl watch --format=vllm subscribes to the PUB socket and prints each KV event as one JSON
+// line under vLLM's field names (here from the array encoding), token ids included.
+TEST_F(KvEventsConfigTest, KvtierctlWatchPrintsTheKvEvents) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=kv_events.enabled=true", "--set=kv_events.endpoint=" + Pub(),
+                   "--set=kv_events.encoding=array"}));
+  TestEngine a(dir_->File("pool-a"), 16);
+  const v1::RegisterEngineResponse reg = Register(*stub_, a.Request());
+  const std::string ctl = std::string(KVTIERCTL_PATH) + " watch --format=vllm --endpoint=" + Pub();
+  std::string out;
+  std::future<int> watch = std::async(std::launch::async, [&] {
+    return RunCommand(ctl + " --count=2 --duration=60 2>" + dir_->File("watch.err"), &out);
+  });
+  // Until it is subscribed (ZeroMQ's slow joiner), a new block every 100 ms: block 100 + k with
+  // the tokens 7000 + 16 k + t.
+  uint64_t offloaded = 0;
+  while (watch.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready &&
+         offloaded < 300) {
+    v1::OffloadRequest req;
+    req.set_engine_id(reg.engine_id());
+    v1::OffloadItem* item = req.add_items();
+    item->set_block_hash(Key(100 + offloaded));
+    for (uint32_t t = 0; t < 16; ++t)
+      item->add_token_ids(static_cast<uint32_t>(7000 + 16 * offloaded + t));
+    ++offloaded;
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    ASSERT_TRUE(stub_->Offload(Context(&ctx), req, &resp).ok());
+  }
+  ASSERT_EQ(watch.get(), 0) << out;
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << out;
+  for (const std::string& line : lines) {
+    const json e = json::parse(line, nullptr, false);
+    ASSERT_TRUE(e.is_object()) << line;
+    EXPECT_TRUE(e["seq"].is_number_unsigned()) << line;
+    EXPECT_TRUE(e["timestamp"].is_number_float()) << line;
+    EXPECT_TRUE(e["data_parallel_rank"].is_null()) << line;
+    EXPECT_EQ(e["type"], "BlockStored") << line;
+    EXPECT_EQ(e["medium"], "CPU") << line;
+    EXPECT_EQ(e["block_size"], 16) << line;
+    EXPECT_TRUE(e["parent_block_hash"].is_null()) << line;
+    EXPECT_TRUE(e.contains("kv_cache_spec_sliding_window")) << line;
+    // Usually one block (the log may merge two offloads the publisher had not read yet): which
+    // blocks, by their hashes; their tokens are the ones sent, in order.
+    ASSERT_FALSE(e["block_hashes"].empty()) << line;
+    std::vector<uint32_t> want;
+    for (const json& h : e["block_hashes"]) {
+      uint64_t k = 0;
+      while (k < offloaded && Reduced(100 + k) != h.get<uint64_t>()) ++k;
+      ASSERT_LT(k, offloaded) << line;
+      for (uint32_t t = 0; t < 16; ++t) want.push_back(static_cast<uint32_t>(7000 + 16 * k + t));
+    }
+    EXPECT_EQ(e["token_ids"].get<std::vector<uint32_t>>(), want) << line;
+  }
+
+  // Flags that do not go together, and a configuration without kv_events.
+  std::string err;
+  EXPECT_EQ(RunCommand(ctl + " --from=snapshot", &err), 2);
+  EXPECT_NE(err.find("--from does not apply to --format=vllm"), std::string::npos) << err;
+  err.clear();
+  EXPECT_EQ(RunCommand(std::string(KVTIERCTL_PATH) + " watch --format=json", &err), 2);
+  EXPECT_NE(err.find("--format is kvtier or vllm, not 'json'"), std::string::npos) << err;
+  err.clear();
+  const std::string conf = dir_->File("kvtierd.yaml");
+  FILE* f = fopen(conf.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("kv_events:\n  enabled: false\n", f);
+  fclose(f);
+  EXPECT_EQ(RunCommand(std::string(KVTIERCTL_PATH) + " watch --format=vllm --config=" + conf, &err),
+            1);
+  EXPECT_NE(err.find("does not enable kv_events"), std::string::npos) << err;
 }
 
 TEST_F(KvEventsConfigTest, BadSettingsAreStartupErrors) {
