@@ -251,7 +251,16 @@ TEST_P(KvEventsTest, ASubscriberFollowsOffloadsDemotionsRemovalsAndAClear) {
     }
     ASSERT_EQ(code, v1::ITEM_CODE_OK) << "block " << i;
   }
+  // A demoted block stays in the host tier until its disk copy is written: the view once no
+  // block moves any more (the same twice, 200 ms apart, with some block on disk).
   view = Looked(reg_a.engine_id(), kBlocks);
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const View again = Looked(reg_a.engine_id(), kBlocks);
+    const bool settled = again.media == view.media && again.media.contains("STORAGE");
+    view = again;
+    if (settled) break;
+  }
   ASSERT_EQ(view.media["STORAGE"].size() + view.media["CPU"].size(), kBlocks - 2);
   ASSERT_FALSE(view.media["STORAGE"].empty());
   r = sub.Ask(view.Expect(0));
