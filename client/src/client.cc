@@ -617,6 +617,7 @@ class ClientImpl : public Client {
         v1::OffloadItem* item = req.add_items();
         item->set_block_hash((*refs)[i].block_hash);
         item->set_page_index((*refs)[i].page_index);
+        item->mutable_token_ids()->Add((*refs)[i].token_ids.begin(), (*refs)[i].token_ids.end());
       }
       req.set_durable(options.durable);
       req.set_priority(static_cast<v1::Priority>(options.priority));

@@ -247,7 +247,11 @@ class ColdPageMethod : public CompressionManager {
     if (!indices.ok()) return indices.status();
     std::vector<PageRef> refs;
     refs.reserve(pages - cached);
-    for (size_t i = cached; i < pages; ++i) refs.push_back({(*hashes)[i], (*indices)[i]});
+    for (size_t i = cached; i < pages; ++i) {
+      // The page's tokens go along, for a daemon that publishes KV events.
+      const auto first = request.tokens.begin() + static_cast<int64_t>(i) * tokens_per_page;
+      refs.push_back({(*hashes)[i], (*indices)[i], {first, first + tokens_per_page}});
+    }
     OffloadOptions options;
     options.durable = durable_;
     absl::StatusOr<OffloadResult> offload = client_->Offload(engine_.engine_id, refs, options);

@@ -204,9 +204,12 @@ kv_events:
   send_hwm: 100000
   # Tenants whose namespaces are published; []: every namespace.
   tenants: []
-  # Tokens per block written in BlockStored events (0 to 1048576; 0: unknown). Token ids are not
-  # published yet.
+  # Tokens per block written in BlockStored events for a namespace no engine offloaded into since
+  # the start (0 to 1048576; 0: unknown); else the engine layout's tokens_per_page.
   block_size: 0
+  # Blocks whose token ids (OffloadItem.token_ids) are kept for BlockStored events, the oldest
+  # going first (1 to 16777216; 4 bytes a token, about 4 MiB for 16-token pages).
+  token_table_blocks: 65536
 )";
 
 std::string Where(const YAML::Node& node) {
@@ -399,6 +402,8 @@ void ReadKvEvents(Reader& r, Config::KvEvents* k) {
   k->replay_buffer = static_cast<uint32_t>(r.Uint("kv_events.replay_buffer", 1, 1u << 20));
   k->send_hwm = static_cast<uint32_t>(r.Uint("kv_events.send_hwm", 1, 10000000));
   k->block_size = static_cast<uint32_t>(r.Uint("kv_events.block_size", 0, 1u << 20));
+  k->token_table_blocks =
+      static_cast<uint32_t>(r.Uint("kv_events.token_table_blocks", 1, 1u << 24));
   YAML::Node tenants = r.Get("kv_events.tenants");
   if (!tenants.IsSequence()) {
     r.Fail("kv_events.tenants", "must be a list of tenant names");

@@ -107,6 +107,7 @@ struct Config {
     uint32_t send_hwm = 0;             // messages
     std::vector<std::string> tenants;  // empty: every tenant
     uint32_t block_size = 0;           // tokens per block in BlockStored; 0: unknown
+    uint32_t token_table_blocks = 0;   // blocks whose token ids are kept (TokenTable)
   } kv_events;
 };
 

@@ -20,29 +20,60 @@ KvEvent WithHashes(KvEventKind kind, const service::LoggedEvent& logged, index::
   return e;
 }
 
+// The BlockStored events of `logged`'s blocks in `tier`'s medium (TranslateLoggedEvent says how
+// its blocks are grouped).
+void AppendStored(const service::LoggedEvent& logged, index::Tier tier, uint32_t block_size,
+                  const service::TokenTable* tokens, std::vector<KvEvent>* out) {
+  if (tokens == nullptr) {
+    KvEvent e = WithHashes(KvEventKind::kBlockStored, logged, tier);
+    e.block_size = block_size;
+    out->push_back(std::move(e));
+    return;
+  }
+  const uint32_t recorded = tokens->BlockSizeOf(logged.ns);
+  const uint32_t untokened_size = recorded != 0 ? recorded : block_size;
+  const std::string medium(MediumOfTier(tier));
+  // The event being filled: a run of full blocks with tokens, or of blocks without; `open` is
+  // false after a partial block (its event takes no more).
+  bool open = false, run_has_tokens = false;
+  for (const index::BlockHash& h : logged.hashes) {
+    std::optional<service::TokenTable::Tokens> t = tokens->Get(logged.ns, h);
+    const bool has_tokens = t.has_value();
+    const bool full = has_tokens && t->token_ids.size() == t->block_size;
+    const uint32_t size = has_tokens ? t->block_size : untokened_size;
+    const bool alone = has_tokens && !full;
+    if (!open || alone || run_has_tokens != has_tokens || out->back().block_size != size) {
+      KvEvent e;
+      e.kind = KvEventKind::kBlockStored;
+      e.medium = medium;
+      e.block_size = size;
+      out->push_back(std::move(e));
+      run_has_tokens = has_tokens;
+    }
+    KvEvent& e = out->back();
+    e.block_hashes.push_back(ReduceBlockHash(h));
+    if (has_tokens) e.token_ids.insert(e.token_ids.end(), t->token_ids.begin(), t->token_ids.end());
+    open = !has_tokens || full;
+  }
+}
+
 }  // namespace
 
 void TranslateLoggedEvent(const service::LoggedEvent& logged, uint32_t block_size,
-                          std::vector<KvEvent>* out) {
+                          std::vector<KvEvent>* out, const service::TokenTable* tokens) {
   // The cluster tier's blocks are the fleet's, not this node's (docs/KV_EVENTS.md).
   if (logged.shared_tier) return;
   switch (logged.kind) {
-    case store::StoreEventKind::kStored: {
-      KvEvent e = WithHashes(KvEventKind::kBlockStored, logged, logged.tier);
-      e.block_size = block_size;
-      out->push_back(std::move(e));
+    case store::StoreEventKind::kStored:
+      AppendStored(logged, logged.tier, block_size, tokens, out);
       return;
-    }
     case store::StoreEventKind::kRemoved:
       out->push_back(WithHashes(KvEventKind::kBlockRemoved, logged, logged.tier));
       return;
-    case store::StoreEventKind::kMoved: {
-      KvEvent stored = WithHashes(KvEventKind::kBlockStored, logged, logged.to_tier);
-      stored.block_size = block_size;
-      out->push_back(std::move(stored));
+    case store::StoreEventKind::kMoved:
+      AppendStored(logged, logged.to_tier, block_size, tokens, out);
       out->push_back(WithHashes(KvEventKind::kBlockRemoved, logged, logged.tier));
       return;
-    }
     case store::StoreEventKind::kCleared: {
       KvEvent e;
       e.kind = KvEventKind::kAllBlocksCleared;

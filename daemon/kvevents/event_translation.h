@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "daemon/kvevents/kv_event_encoding.h"
 #include "daemon/service/event_log.h"
+#include "daemon/service/token_table.h"
 
 namespace kvtier::kvevents {
 
@@ -19,9 +20,14 @@ namespace kvtier::kvevents {
 // kRemoved -> BlockRemoved from the medium of the fastest tier that held the blocks; kMoved (the
 // fastest tier's copy was freed, a slower one remains) -> BlockStored in the new medium, then
 // BlockRemoved from the old one; kCleared (a namespace emptied; its hashes are not logged) ->
-// AllBlocksCleared. BlockStored carries `block_size` and no token ids or parent hash.
+// AllBlocksCleared. BlockStored carries no parent hash; its token ids and block size come from
+// `tokens` (null: none): the blocks that have tokens recorded, as many as their block size, go in
+// runs of consecutive such blocks of one block size, one BlockStored per run with their tokens
+// concatenated (vLLM's form); a block with fewer recorded tokens (a partial page) gets a
+// BlockStored of its own; the blocks without tokens go in runs with empty token_ids and the
+// namespace's recorded block size, else `block_size`. The events keep the blocks' order.
 void TranslateLoggedEvent(const service::LoggedEvent& logged, uint32_t block_size,
-                          std::vector<KvEvent>* out);
+                          std::vector<KvEvent>* out, const service::TokenTable* tokens = nullptr);
 
 // The tenant of a namespace id: nullopt when the id is unknown (never registered, or a record
 // that does not parse).

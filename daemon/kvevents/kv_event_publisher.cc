@@ -206,7 +206,7 @@ void KvEventPublisher::PublishFromLog() {
     for (const auto& logged : batch.events) {
       cursor_ = logged->sequence;
       if (!filter_.Publishes(logged->ns)) continue;
-      TranslateLoggedEvent(*logged, options_.block_size, &events);
+      TranslateLoggedEvent(*logged, options_.block_size, &events, options_.tokens);
     }
     if (events.empty()) continue;
     const double timestamp =

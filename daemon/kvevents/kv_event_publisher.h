@@ -41,8 +41,13 @@ struct KvEventPublisherOptions {
   std::vector<std::string> tenants;
   // Tenant of a namespace id, asked when `tenants` is not empty. Called on the publisher's thread.
   TenantOfNamespace tenant_of;
-  // Tokens per block written in BlockStored (0: unknown).
+  // Tokens per block written in BlockStored for a namespace whose block size `tokens` does not
+  // know (0: unknown).
   uint32_t block_size = 0;
+  // The token ids and block sizes engines sent with their offloads (TranslateLoggedEvent); read on
+  // the publisher's thread; borrowed, must outlive the publisher. Null: none, every BlockStored
+  // has `block_size` and empty token_ids.
+  const service::TokenTable* tokens = nullptr;
   // The batch's data_parallel_rank; nullopt writes nil.
   std::optional<int64_t> data_parallel_rank;
   // Logged events per batch, at most (each holds up to EventLog::kMaxHashesPerEvent hashes).

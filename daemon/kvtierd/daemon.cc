@@ -300,9 +300,11 @@ absl::StatusOr<store::BlockStoreOptions> StoreOptions(const Config& c) {
 }
 
 // The kv_events publisher over `events`, or null when kv_events is off. Its tenant filter reads
-// the namespaces' records from `store`, which must outlive it.
+// the namespaces' records from `store`, and its BlockStored events the offloads' tokens from
+// `tokens` (null when kv_events is off); both must outlive it.
 absl::StatusOr<std::unique_ptr<kvevents::KvEventPublisher>> StartKvEvents(
-    const Config::KvEvents& c, service::EventLog* events, const store::BlockStore* store) {
+    const Config::KvEvents& c, service::EventLog* events, const store::BlockStore* store,
+    const service::TokenTable* tokens) {
   if (!c.enabled) return nullptr;
   kvevents::KvEventPublisherOptions o;
   o.endpoint = c.endpoint;
@@ -313,6 +315,7 @@ absl::StatusOr<std::unique_ptr<kvevents::KvEventPublisher>> StartKvEvents(
   o.send_hwm = static_cast<int>(c.send_hwm);
   o.tenants = c.tenants;
   o.block_size = c.block_size;
+  o.tokens = tokens;
   o.tenant_of = [store](index::NamespaceId id) -> std::optional<std::string> {
     for (const auto& [ns_id, record] : store->Namespaces()) {
       v1::Namespace ns;
@@ -416,6 +419,10 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   std::random_device rd;
   while (incarnation == 0) incarnation = (uint64_t{rd()} << 32) | rd();
   service::EventLog events(incarnation, config.events_retain);
+  // Offloads' token ids for the kv_events publisher; it outlives both.
+  std::unique_ptr<service::TokenTable> tokens;
+  if (config.kv_events.enabled)
+    tokens = std::make_unique<service::TokenTable>(config.kv_events.token_table_blocks);
 
   // The daemon's key: namespace ids are keyed with it (and, with authentication, hash roots). A
   // fleet sharing a cluster tier shares one (cluster.key_file), which must exist.
@@ -454,7 +461,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   }
   // kv_events: after the store (its tenant filter reads namespaces), before the log closes.
   absl::StatusOr<std::unique_ptr<kvevents::KvEventPublisher>> kv_events =
-      StartKvEvents(config.kv_events, &events, store->get());
+      StartKvEvents(config.kv_events, &events, store->get(), tokens.get());
   if (!kv_events.ok()) return kv_events.status();
 
   // The cluster tier, when configured: the first connection is tried here (bounded by
@@ -485,6 +492,7 @@ absl::Status Run(const Config& config, const ConfigSource& source) {
   so.chunk_pages = config.chunk_pages;
   so.default_deadline = config.default_deadline;
   so.events = &events;
+  so.tokens = tokens.get();
   auto peers = std::make_shared<service::PeerCredentials>();  // filled by the Unix listener
   so.peers = peers;
   if (config.host_persistent) so.forbidden_pool_files.push_back("/dev/shm/" + config.host_shm_name);

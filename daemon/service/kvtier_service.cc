@@ -557,6 +557,30 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   return reactor;
 }
 
+absl::Status KvTierService::RecordOffloadTokens(const Engine& engine,
+                                                const v1::OffloadRequest& req) const {
+  const uint32_t per_page = engine.layout.tokens_per_page;
+  for (int i = 0; i < req.items_size(); ++i) {
+    if (static_cast<uint32_t>(req.items(i).token_ids_size()) > per_page) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "items[%d]: %d token ids, more than the %d tokens of a page of engine '%s' "
+          "(its layout's tokens_per_page)",
+          i, req.items(i).token_ids_size(), per_page, engine.name));
+    }
+  }
+  if (options_.tokens == nullptr) return absl::OkStatus();
+  options_.tokens->SetBlockSize(engine.ns, per_page);
+  for (int i = 0; i < req.items_size(); ++i) {
+    const v1::OffloadItem& item = req.items(i);
+    if (item.token_ids().empty()) continue;
+    absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
+    if (!hash.ok()) continue;  // the item fails in its turn
+    options_.tokens->Put(engine.ns, *hash, {item.token_ids().begin(), item.token_ids().end()},
+                         per_page);
+  }
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ctx,
                                                  const v1::OffloadRequest* req,
                                                  v1::OffloadResponse* resp) {
@@ -578,20 +602,23 @@ grpc::ServerUnaryReactor* KvTierService::Offload(grpc::CallbackServerContext* ct
   };
   auto work = std::make_shared<Work>();
   work->batch = OffloadBatchFromProto(*req);
-  return OnEngineTurns(ctx, req->engine_id(),
-                       [this, resp, work](const Engine& engine) -> std::optional<absl::Status> {
-                         // Checked again on the worker (its first turn): a Drain that began after
-                         // the RPC arrived waits for this request (it is counted in flight), which
-                         // then writes nothing.
-                         if (work->progress.next == 0 && state_->dispatcher().draining())
-                           return absl::UnavailableError("the daemon is draining");
-                         engine.plane->Offload(engine, work->batch, &work->result, &work->progress,
-                                               ChunkEnd(work->progress.next));
-                         if (work->progress.next < static_cast<int>(work->batch.items.size()))
-                           return std::nullopt;
-                         OffloadResultToProto(work->result, resp);
-                         return absl::OkStatus();
-                       });
+  return OnEngineTurns(
+      ctx, req->engine_id(),
+      [this, req, resp, work](const Engine& engine) -> std::optional<absl::Status> {
+        // Checked again on the worker (its first turn): a Drain that began after
+        // the RPC arrived waits for this request (it is counted in flight), which
+        // then writes nothing.
+        if (work->progress.next == 0 && state_->dispatcher().draining())
+          return absl::UnavailableError("the daemon is draining");
+        if (work->progress.next == 0) {
+          if (absl::Status st = RecordOffloadTokens(engine, *req); !st.ok()) return st;
+        }
+        engine.plane->Offload(engine, work->batch, &work->result, &work->progress,
+                              ChunkEnd(work->progress.next));
+        if (work->progress.next < static_cast<int>(work->batch.items.size())) return std::nullopt;
+        OffloadResultToProto(work->result, resp);
+        return absl::OkStatus();
+      });
 }
 
 void KvTierService::FetchFromSharedTier(const Engine& engine, const dataplane::OnboardBatch& batch,

@@ -137,6 +137,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
   grpc::ServerUnaryReactor* OnEngineTurns(
       grpc::CallbackServerContext* ctx, const std::string& engine_id,
       std::function<std::optional<absl::Status>(const Engine&)> turn);
+  // Offload's first turn: InvalidArgument naming the item when one has more token ids than the
+  // engine's tokens_per_page; else records the items' tokens and the block size in
+  // options_.tokens (when set), before any block is stored and its event logged.
+  absl::Status RecordOffloadTokens(const Engine& engine, const v1::OffloadRequest& req) const;
   // Onboard's first turn with a shared tier: fetches the batch's blocks the node lacks from it
   // into the store (SharedTier::Fetch), so that the data plane finds them in the host tier.
   void FetchFromSharedTier(const Engine& engine, const dataplane::OnboardBatch& batch,

@@ -13,6 +13,7 @@
 #include "daemon/service/auth.h"
 #include "daemon/service/event_log.h"
 #include "daemon/service/peer_credentials.h"
+#include "daemon/service/token_table.h"
 #include "daemon/store/shared_tier.h"
 
 namespace kvtier::service {
@@ -64,6 +65,10 @@ struct ServiceOptions {
   // The fleet's shared tier (the cluster tier), asked by Lookup for the missing tail of a chain
   // and by Onboard for blocks the node lacks; borrowed, must outlive the service. Null: none.
   store::SharedTier* shared_tier = nullptr;
+  // Where Offload records its items' token ids and its engine's tokens_per_page for the KV-events
+  // publisher; borrowed, must outlive the service. Null (kv_events off): token ids are checked and
+  // dropped.
+  TokenTable* tokens = nullptr;
 };
 
 }  // namespace kvtier::service

@@ -2,8 +2,10 @@
 // misses and offloads its full pages at finish, a second request with the same prefix gets them
 // back (byte for byte under the raw codec, as the codec's round trip under nvfp4+rope), a
 // TriAttention-compacted request offloads only its prompt pages, a tool call's pages come back
-// after a pause, and the factory fails cleanly when no daemon is there. Label integration.
+// after a pause, the pages' tokens reach the daemon's KV events (read with kvtierctl watch
+// --format=vllm), and the factory fails cleanly when no daemon is there. Label integration.
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <random>
@@ -17,6 +19,7 @@
 #include "kvtier/compression.h"
 #include "kvtier/layout.h"
 #include "kvtier/pools.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/daemon_fixture.h"
 
 namespace kvtier::integration {
@@ -38,10 +41,11 @@ class ColdPageMethodTest : public DaemonFixture {
     return PageLayout::Gqa(o).value();
   }
 
-  // Starts the daemon, creates the engine's pool and builds the method with `yaml` (plus the
-  // daemon's socket).
-  std::unique_ptr<CompressionManager> Build(const std::string& yaml) {
-    StartDaemon();
+  // Starts the daemon (with `daemon_args`), creates the engine's pool and builds the method with
+  // `yaml` (plus the daemon's socket).
+  std::unique_ptr<CompressionManager> Build(const std::string& yaml,
+                                            const std::vector<std::string>& daemon_args = {}) {
+    StartDaemon(daemon_args);
     if (HasFatalFailure()) return nullptr;
     absl::StatusOr<std::vector<std::unique_ptr<SharedMemoryPool>>> pools =
         CreateSharedMemoryPools(layout_, dir_->path(), "engine", kSlots);
@@ -173,6 +177,56 @@ TEST_F(ColdPageMethodTest, ASecondRequestWithTheSamePrefixGetsTheExactPagesBack)
   second.num_tokens = 64;
   ASSERT_TRUE(method->OnRequestFinish(second).ok());
   EXPECT_EQ(method->Counters().at("cold_page_offloaded_pages"), 4u);
+}
+
+// Offload sends each page's tokens (OffloadItem.token_ids): with kv_events on, the BlockStored
+// events that kvtierctl watch --format=vllm prints carry them, a page of 16 tokens per block.
+TEST_F(ColdPageMethodTest, OffloadedPagesCarryTheirTokensIntoKvEvents) {
+  const std::string endpoint = "ipc://" + dir_->File("kv-events.sock");
+  std::unique_ptr<CompressionManager> method =
+      Build("algorithm: quantization_for_cold_page\nquant: raw",
+            {"--set=kv_events.enabled=true", "--set=kv_events.endpoint=" + endpoint});
+  ASSERT_NE(method, nullptr);
+  std::string out;
+  std::future<int> watch = std::async(std::launch::async, [&] {
+    return RunCommand(std::string(KVTIERCTL_PATH) + " watch --format=vllm --endpoint=" + endpoint +
+                          " --count=1 --duration=60 2>&1",
+                      &out);
+  });
+  // Until kvtierctl is subscribed (ZeroMQ's slow joiner), requests of 32 fresh tokens (2 pages):
+  // request r's tokens are Tokens(100000 r + 1, 32).
+  int64_t requests = 0;
+  while (watch.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready &&
+         requests < 300) {
+    RequestState r;
+    r.id = ++requests;
+    r.tokens = Tokens(static_cast<uint32_t>(100000 * r.id + 1), 32);
+    r.prompt_len = 32;
+    r.block_table = {0, 1};
+    ASSERT_TRUE(method->OnRequestStart(r).ok());
+    r.num_tokens = 32;
+    ASSERT_TRUE(method->OnRequestFinish(r).ok());
+  }
+  ASSERT_EQ(watch.get(), 0) << out;
+  const nlohmann::json e = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(e.is_object()) << out;
+  EXPECT_EQ(e["type"], "BlockStored") << out;
+  EXPECT_EQ(e["block_size"], kPage) << out;
+  const std::vector<uint32_t> tokens = e["token_ids"].get<std::vector<uint32_t>>();
+  ASSERT_FALSE(tokens.empty()) << out;
+  ASSERT_EQ(tokens.size(), kPage * e["block_hashes"].size()) << out;
+  for (size_t page = 0; page < tokens.size() / kPage; ++page) {
+    SCOPED_TRACE(page);
+    // Each block's tokens are a page of one request's.
+    const uint32_t first = tokens[page * kPage];
+    const uint32_t request = (first - 1) / 100000;
+    const std::vector<uint32_t> all = Tokens(100000 * request + 1, 32);
+    const size_t offset = first == all[0] ? 0 : kPage;
+    ASSERT_TRUE(request >= 1 && request <= requests) << out;
+    EXPECT_EQ(
+        std::vector<uint32_t>(tokens.begin() + page * kPage, tokens.begin() + (page + 1) * kPage),
+        std::vector<uint32_t>(all.begin() + offset, all.begin() + offset + kPage));
+  }
 }
 
 TEST_F(ColdPageMethodTest, ACompactedRequestOffloadsOnlyItsPromptPages) {

@@ -21,6 +21,11 @@ it with one JSON object per line on stdin and stdout:
 With --late it does not subscribe: it replays from 0 (what a subscriber that connects late does),
 applies what it gets, and answers "expect" and "finish" against that view (its sequence numbers
 consecutive from the oldest buffered one, which "first_seq" reports).
+
+--block-size is every BlockStored's block_size. --tokens is a JSON object {"<hash>": [token ids]}:
+a BlockStored of a listed block must carry its tokens (vLLM's form: the blocks' tokens
+concatenated, so every block but a lone one a full page of block_size tokens), one of blocks not
+listed none.
 """
 import argparse
 import json
@@ -37,6 +42,7 @@ STORED_FIELDS = ["block_hashes", "parent_block_hash", "token_ids", "block_size",
                  "kv_cache_spec_sliding_window"]
 REMOVED_FIELDS = ["block_hashes", "medium", "group_idx"]
 END_SEQ = struct.pack(">q", -1)
+TOKENS = {}  # --tokens: block hash -> its token ids
 
 
 class ProtocolError(Exception):
@@ -81,13 +87,29 @@ def decode_event(raw, encoding, block_size):
     check(fields["medium"] in MEDIA, f"{tag} medium {fields['medium']!r}")
     check(fields["group_idx"] is None, f"{tag} group_idx {fields['group_idx']!r}")
     if tag == "BlockStored":
-        check(fields["token_ids"] == [], f"token_ids {fields['token_ids']!r} (none published)")
+        check_tokens(hashes, fields["token_ids"], fields["block_size"])
         check(fields["block_size"] == block_size,
               f"block_size {fields['block_size']!r}, expected {block_size}")
         for k in ("parent_block_hash", "lora_id", "lora_name", "extra_keys", "kv_cache_spec_kind",
                   "kv_cache_spec_sliding_window"):
             check(fields[k] is None, f"BlockStored {k} is {fields[k]!r}, expected nil")
     return tag, fields
+
+
+def check_tokens(hashes, token_ids, block_size):
+    """A BlockStored's token_ids against --tokens."""
+    listed = [h in TOKENS for h in hashes]
+    check(all(listed) or not any(listed),
+          f"BlockStored mixes blocks with and without tokens: {[hex(h) for h in hashes]}")
+    if not any(listed):
+        check(token_ids == [], f"token_ids {token_ids!r} for blocks sent without tokens")
+        return
+    want = [t for h in hashes for t in TOKENS[h]]
+    check(token_ids == want,
+          f"token_ids {token_ids!r} of {[hex(h) for h in hashes]}, expected {want}")
+    if len(hashes) > 1:
+        check(all(len(TOKENS[h]) == block_size for h in hashes),
+              f"a partial page shares a BlockStored: {[hex(h) for h in hashes]}")
 
 
 def decode_batch(payload, encoding, block_size):
@@ -166,9 +188,11 @@ def main():
     ap.add_argument("--topic", default="")
     ap.add_argument("--encoding", choices=["array", "map"], required=True)
     ap.add_argument("--block-size", type=int, default=0)
+    ap.add_argument("--tokens", default="{}")
     ap.add_argument("--late", action="store_true")
     ap.add_argument("--bind", action="store_true", help="bind the SUB socket (kvtierd connects)")
     args = ap.parse_args()
+    TOKENS.update({int(h): ids for h, ids in json.loads(args.tokens).items()})
     ctx = zmq.Context()
     view = View(strict=not args.late)
     live = []  # (seq, payload) in arrival order

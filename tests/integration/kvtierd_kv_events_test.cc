@@ -5,9 +5,11 @@
 // invisible, that sequence numbers are gap-free from 0, that the replay socket returns a
 // requested range and its terminator, and that a subscriber that connects late and replays from
 // 0 sees everything still buffered. Also: the replay buffer's bound, a connected (not bound)
-// PUB endpoint, the metrics, and the start-up errors of bad kv_events settings.
+// PUB endpoint, the metrics, the start-up errors of bad kv_events settings, the check of
+// OffloadItem.token_ids, and `kvtierctl watch --format=vllm`.
 #include <poll.h>
 
+#include <future>
 #include <map>
 #include <set>
 
@@ -115,13 +117,34 @@ std::string Key(uint64_t i) {
 }
 uint64_t Reduced(uint64_t i) { return i % 2 == 0 ? 0x1000 + i : 0xABCD0000 + i; }
 
-void OffloadKeys(v1::KvTier::Stub& stub, const std::string& engine, uint64_t first, uint32_t n) {
+// The token ids the tests send with block `i` of team-a (blocks 0 to 9): blocks 0 to 7 a full
+// 16-token page (1000 * i + t), block 8 none, block 9 a partial page of 5 tokens.
+std::vector<uint32_t> Tokens(uint64_t i) {
+  std::vector<uint32_t> t;
+  const uint32_t n = i < 8 ? 16 : i == 9 ? 5 : 0;
+  for (uint32_t k = 0; k < n; ++k) t.push_back(static_cast<uint32_t>(1000 * i + k));
+  return t;
+}
+// Tokens() of blocks [0, 10) as the subscriber's --tokens: {"<reduced hash>": [ids], ...}.
+std::string TokensArg() {
+  json j = json::object();
+  for (uint64_t i = 0; i < 10; ++i) {
+    if (!Tokens(i).empty()) j[std::to_string(Reduced(i))] = Tokens(i);
+  }
+  return "--tokens=" + j.dump();
+}
+
+void OffloadKeys(v1::KvTier::Stub& stub, const std::string& engine, uint64_t first, uint32_t n,
+                 bool with_tokens = false) {
   v1::OffloadRequest req;
   req.set_engine_id(engine);
   for (uint32_t i = 0; i < n; ++i) {
     v1::OffloadItem* item = req.add_items();
     item->set_block_hash(Key(first + i));
     item->set_page_index(i);
+    if (with_tokens) {
+      for (uint32_t t : Tokens(first + i)) item->add_token_ids(t);
+    }
   }
   grpc::ClientContext ctx;
   v1::OffloadResponse resp;
@@ -155,17 +178,15 @@ class KvEventsTest : public DaemonFixture, public ::testing::WithParamInterface<
   static constexpr const char* kTopic = "kv@127.0.0.1:5557@test-model";
 
   std::vector<std::string> KvEventArgs(const std::string& encoding) const {
-    return {"--set=kv_events.enabled=true",
-            "--set=kv_events.endpoint=" + Pub(),
+    return {"--set=kv_events.enabled=true", "--set=kv_events.endpoint=" + Pub(),
             "--set=kv_events.replay_endpoint=" + Replay(),
-            std::string("--set=kv_events.topic=") + kTopic,
-            "--set=kv_events.encoding=" + encoding,
-            "--set=kv_events.block_size=16",
-            "--set=kv_events.tenants=[team-a]"};
+            std::string("--set=kv_events.topic=") + kTopic, "--set=kv_events.encoding=" + encoding,
+            // Only for namespaces no engine offloaded into: team-a's blocks have its engine's 16.
+            "--set=kv_events.block_size=5", "--set=kv_events.tenants=[team-a]"};
   }
   std::vector<std::string> SubscriberArgs(const std::string& encoding) const {
-    return {"--endpoint=" + Pub(), "--replay=" + Replay(), std::string("--topic=") + kTopic,
-            "--encoding=" + encoding, "--block-size=16"};
+    return {"--endpoint=" + Pub(),    "--replay=" + Replay(), std::string("--topic=") + kTopic,
+            "--encoding=" + encoding, "--block-size=16",      TokensArg()};
   }
   // The view the daemon's lookups give for blocks [0, n) of `engine`.
   View Looked(const std::string& engine, uint64_t n) {
@@ -189,7 +210,9 @@ TEST_P(KvEventsTest, ASubscriberFollowsOffloadsDemotionsRemovalsAndAClear) {
   const v1::RegisterEngineResponse reg_a = Register(*stub_, a.Request("team-a"));
   const v1::RegisterEngineResponse reg_b = Register(*stub_, b.Request("team-b"));
   constexpr uint64_t kBlocks = 10;
-  ASSERT_NO_FATAL_FAILURE(OffloadKeys(*stub_, reg_a.engine_id(), 0, kBlocks));
+  // With their tokens (Tokens(): full pages, one without, a partial page), which the subscriber
+  // checks in every BlockStored, the demotions' included.
+  ASSERT_NO_FATAL_FAILURE(OffloadKeys(*stub_, reg_a.engine_id(), 0, kBlocks, true));
   // team-b is not in kv_events.tenants: its blocks (other keys) are never published.
   ASSERT_NO_FATAL_FAILURE(OffloadKeys(*stub_, reg_b.engine_id(), 100, 6));
   View view = Looked(reg_a.engine_id(), kBlocks);
@@ -228,7 +251,16 @@ TEST_P(KvEventsTest, ASubscriberFollowsOffloadsDemotionsRemovalsAndAClear) {
     }
     ASSERT_EQ(code, v1::ITEM_CODE_OK) << "block " << i;
   }
+  // A demoted block stays in the host tier until its disk copy is written: the view once no
+  // block moves any more (the same twice, 200 ms apart, with some block on disk).
   view = Looked(reg_a.engine_id(), kBlocks);
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const View again = Looked(reg_a.engine_id(), kBlocks);
+    const bool settled = again.media == view.media && again.media.contains("STORAGE");
+    view = again;
+    if (settled) break;
+  }
   ASSERT_EQ(view.media["STORAGE"].size() + view.media["CPU"].size(), kBlocks - 2);
   ASSERT_FALSE(view.media["STORAGE"].empty());
   r = sub.Ask(view.Expect(0));
@@ -288,7 +320,8 @@ using KvEventsConfigTest = KvEventsTest;
 TEST_F(KvEventsConfigTest, AConnectedEndpointAndABoundedReplayBuffer) {
   const int port = FreePort();
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
-  Subscriber sub({"--endpoint=" + endpoint, "--bind", "--replay=" + Replay(), "--encoding=map"},
+  Subscriber sub({"--endpoint=" + endpoint, "--bind", "--replay=" + Replay(), "--encoding=map",
+                  "--block-size=16"},
                  dir_->File("subscriber.log"));
   ASSERT_EQ(sub.Receive(), json({{"ready", true}}));
   ASSERT_NO_FATAL_FAILURE(StartDaemon(
@@ -309,13 +342,122 @@ TEST_F(KvEventsConfigTest, AConnectedEndpointAndABoundedReplayBuffer) {
   ASSERT_EQ(live["ok"], true) << live.dump();
   const int batches = live["batches"].get<int>();
   ASSERT_GE(batches, 4);
-  Subscriber late({"--endpoint=" + endpoint, "--replay=" + Replay(), "--encoding=map", "--late"},
+  Subscriber late({"--endpoint=" + endpoint, "--replay=" + Replay(), "--encoding=map",
+                   "--block-size=16", "--late"},
                   dir_->File("late.log"));
   ASSERT_EQ(late.Receive(), json({{"ready", true}}));
   const json r = late.Ask({{"finish", true}});
   ASSERT_EQ(r["ok"], true) << r.dump();
   EXPECT_EQ(r["batches"], 2);
   EXPECT_EQ(r["first_seq"], batches - 2);
+}
+
+// An item with more token ids than the engine's tokens_per_page fails the whole request, naming
+// it, and stores nothing; as many as a page is fine.
+TEST_F(KvEventsConfigTest, TooManyTokenIdsAreInvalid) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=kv_events.enabled=true", "--set=kv_events.endpoint=" + Pub(),
+                   "--set=kv_events.token_table_blocks=4"}));
+  TestEngine a(dir_->File("pool-a"), 16);
+  const v1::RegisterEngineResponse reg = Register(*stub_, a.Request());
+  v1::OffloadRequest req;
+  req.set_engine_id(reg.engine_id());
+  for (uint32_t i = 0; i < 2; ++i) {
+    v1::OffloadItem* item = req.add_items();
+    item->set_block_hash(Key(i));
+    item->set_page_index(i);
+    for (uint32_t t = 0; t < 16 + i; ++t) item->add_token_ids(t);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    const grpc::Status st = stub_->Offload(Context(&ctx), req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("items[1]: 17 token ids, more than the 16 tokens of a page "
+                                      "of engine"),
+              std::string::npos)
+        << st.error_message();
+  }
+  EXPECT_EQ(MediumOf(*stub_, reg.engine_id(), 0), "");
+  req.mutable_items(1)->mutable_token_ids()->RemoveLast();
+  grpc::ClientContext ctx;
+  v1::OffloadResponse resp;
+  ASSERT_TRUE(stub_->Offload(Context(&ctx), req, &resp).ok());
+  EXPECT_EQ(resp.stored_pages(), 2u);
+}
+
+// kvtierctl watch --format=vllm subscribes to the PUB socket and prints each KV event as one JSON
+// line under vLLM's field names (here from the array encoding), token ids included.
+TEST_F(KvEventsConfigTest, KvtierctlWatchPrintsTheKvEvents) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--set=kv_events.enabled=true", "--set=kv_events.endpoint=" + Pub(),
+                   "--set=kv_events.encoding=array"}));
+  TestEngine a(dir_->File("pool-a"), 16);
+  const v1::RegisterEngineResponse reg = Register(*stub_, a.Request());
+  const std::string ctl = std::string(KVTIERCTL_PATH) + " watch --format=vllm --endpoint=" + Pub();
+  std::string out;
+  std::future<int> watch = std::async(std::launch::async, [&] {
+    return RunCommand(ctl + " --count=2 --duration=60 2>" + dir_->File("watch.err"), &out);
+  });
+  // Until it is subscribed (ZeroMQ's slow joiner), a new block every 100 ms: block 100 + k with
+  // the tokens 7000 + 16 k + t.
+  uint64_t offloaded = 0;
+  while (watch.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready &&
+         offloaded < 300) {
+    v1::OffloadRequest req;
+    req.set_engine_id(reg.engine_id());
+    v1::OffloadItem* item = req.add_items();
+    item->set_block_hash(Key(100 + offloaded));
+    for (uint32_t t = 0; t < 16; ++t)
+      item->add_token_ids(static_cast<uint32_t>(7000 + 16 * offloaded + t));
+    ++offloaded;
+    grpc::ClientContext ctx;
+    v1::OffloadResponse resp;
+    ASSERT_TRUE(stub_->Offload(Context(&ctx), req, &resp).ok());
+  }
+  ASSERT_EQ(watch.get(), 0) << out;
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << out;
+  for (const std::string& line : lines) {
+    const json e = json::parse(line, nullptr, false);
+    ASSERT_TRUE(e.is_object()) << line;
+    EXPECT_TRUE(e["seq"].is_number_unsigned()) << line;
+    EXPECT_TRUE(e["timestamp"].is_number_float()) << line;
+    EXPECT_TRUE(e["data_parallel_rank"].is_null()) << line;
+    EXPECT_EQ(e["type"], "BlockStored") << line;
+    EXPECT_EQ(e["medium"], "CPU") << line;
+    EXPECT_EQ(e["block_size"], 16) << line;
+    EXPECT_TRUE(e["parent_block_hash"].is_null()) << line;
+    EXPECT_TRUE(e.contains("kv_cache_spec_sliding_window")) << line;
+    // Usually one block (the log may merge two offloads the publisher had not read yet): which
+    // blocks, by their hashes; their tokens are the ones sent, in order.
+    ASSERT_FALSE(e["block_hashes"].empty()) << line;
+    std::vector<uint32_t> want;
+    for (const json& h : e["block_hashes"]) {
+      uint64_t k = 0;
+      while (k < offloaded && Reduced(100 + k) != h.get<uint64_t>()) ++k;
+      ASSERT_LT(k, offloaded) << line;
+      for (uint32_t t = 0; t < 16; ++t) want.push_back(static_cast<uint32_t>(7000 + 16 * k + t));
+    }
+    EXPECT_EQ(e["token_ids"].get<std::vector<uint32_t>>(), want) << line;
+  }
+
+  // Flags that do not go together, and a configuration without kv_events.
+  std::string err;
+  EXPECT_EQ(RunCommand(ctl + " --from=snapshot", &err), 2);
+  EXPECT_NE(err.find("--from does not apply to --format=vllm"), std::string::npos) << err;
+  err.clear();
+  EXPECT_EQ(RunCommand(std::string(KVTIERCTL_PATH) + " watch --format=json", &err), 2);
+  EXPECT_NE(err.find("--format is kvtier or vllm, not 'json'"), std::string::npos) << err;
+  err.clear();
+  const std::string conf = dir_->File("kvtierd.yaml");
+  FILE* f = fopen(conf.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("kv_events:\n  enabled: false\n", f);
+  fclose(f);
+  EXPECT_EQ(RunCommand(std::string(KVTIERCTL_PATH) + " watch --format=vllm --config=" + conf, &err),
+            1);
+  EXPECT_NE(err.find("does not enable kv_events"), std::string::npos) << err;
 }
 
 TEST_F(KvEventsConfigTest, BadSettingsAreStartupErrors) {

@@ -134,6 +134,8 @@ int RunClear(const Invocation& inv);
 int RunVerify(const Invocation& inv);
 int RunDrain(const Invocation& inv);
 int RunWatch(const Invocation& inv);
+// watch --format=vllm (kv_events_watch.cc).
+int RunWatchVllm(const Invocation& inv);
 int RunConfigValidate(const Invocation& inv);
 int RunConfigDefault(const Invocation& inv);
 

@@ -136,15 +136,26 @@ const std::vector<Command>& Commands() {
        RunDrain},
       {"watch", "follow cache events",
        "watch [--namespace=HEX | --tenant=T ...] [--from=now|snapshot|SEQUENCE] [--count=N]\n"
-       "         [--duration=SECONDS]",
+       "         [--duration=SECONDS]\n"
+       "       watch --format=vllm (--endpoint=ENDPOINT | --config=FILE [--set=FIELD=VALUE ...])\n"
+       "         [--topic=PREFIX] [--count=N] [--duration=SECONDS]",
        "Follows cache events (blocks stored, moved, removed; namespaces cleared; events lost),\n"
        "one line each (--json: one JSON object per line) until Ctrl-C, --count events or\n"
        "--duration seconds. --from=snapshot first lists the blocks held now; --from=SEQUENCE\n"
-       "replays retained events after that sequence.",
+       "replays retained events after that sequence. --format=vllm instead subscribes to the\n"
+       "daemon's KV-events publisher (kv_events, over ZeroMQ; not gRPC) and prints each vLLM KV\n"
+       "event as a JSON object per line, as routers receive it.",
        WithNamespace(
            {{"from", "WHERE", "now (default), snapshot, or an event SEQUENCE to replay after"},
             {"count", "N", "stop after N events"},
-            {"duration", "SECONDS", "stop after this many seconds"}},
+            {"duration", "SECONDS", "stop after this many seconds"},
+            {"format", "FORMAT", "kvtier (default: WatchEvents) or vllm (the KV-events socket)"},
+            {"endpoint", "ENDPOINT", "with --format=vllm: the ZeroMQ endpoint to subscribe to"},
+            {"config", "FILE",
+             "with --format=vllm: the daemon's configuration (kv_events.endpoint)"},
+            {"set", "FIELD=VALUE", "with --config: override one field, as kvtierd --set does",
+             true},
+            {"topic", "PREFIX", "with --format=vllm: only messages whose topic starts so"}},
            false),
        RunWatch},
       {"config validate",

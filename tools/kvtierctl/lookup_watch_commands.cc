@@ -212,6 +212,13 @@ std::string DescribeEvent(const kvtier::v1::Event& e) {
 }  // namespace
 
 int RunWatch(const Invocation& inv) {
+  const std::string format = inv.Get("format").value_or("kvtier");
+  if (format == "vllm") return RunWatchVllm(inv);
+  if (format != "kvtier")
+    return UsageError(inv, "--format is kvtier or vllm, not '" + format + "'");
+  for (const char* flag : {"endpoint", "config", "topic"}) {
+    if (inv.Has(flag)) return UsageError(inv, std::string("--") + flag + " needs --format=vllm");
+  }
   kvtier::v1::WatchEventsRequest req;
   if (int rc = ParseNamespaceSelector(inv, false, req.mutable_namespaces()); rc != kExitOk) {
     return rc;

@@ -91,6 +91,9 @@ struct Engine {
 struct PageRef {
   std::string block_hash;  // 1 to 32 bytes
   uint32_t page_index = 0;
+  // Offload only: the page's tokens (at most the layout's tokens_per_page), which a daemon with
+  // KV events on publishes with the block (OffloadItem.token_ids); empty: none.
+  std::vector<uint32_t> token_ids = {};
 };
 
 struct LookupResult {
