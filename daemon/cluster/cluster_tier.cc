@@ -311,15 +311,19 @@ void ClusterTier::ProberLoop() {
   }
 }
 
-size_t ClusterTier::LookupTail(index::NamespaceId ns, absl::Span<const index::BlockHash> chain,
-                               absl::Time deadline) {
-  if (chain.empty()) return 0;
+std::optional<std::string> ClusterTier::ReadableNamespace(index::NamespaceId ns) {
   if (degraded()) {
     absl::MutexLock lock(&mu_);
     ++stats_.skipped_degraded;
-    return 0;
+    return std::nullopt;
   }
-  std::optional<std::string> rados_ns = RadosNamespace(ns);
+  return RadosNamespace(ns);
+}
+
+size_t ClusterTier::LookupTail(index::NamespaceId ns, absl::Span<const index::BlockHash> chain,
+                               absl::Time deadline) {
+  if (chain.empty()) return 0;
+  std::optional<std::string> rados_ns = ReadableNamespace(ns);
   if (!rados_ns.has_value()) return 0;
   std::vector<BlockKey> keys;
   keys.reserve(chain.size());
@@ -353,12 +357,7 @@ size_t ClusterTier::LookupTail(index::NamespaceId ns, absl::Span<const index::Bl
 size_t ClusterTier::Fetch(index::NamespaceId ns, absl::Span<const index::BlockHash> hashes,
                           uint64_t max_block_bytes, absl::Time deadline) {
   if (hashes.empty()) return 0;
-  if (degraded()) {
-    absl::MutexLock lock(&mu_);
-    ++stats_.skipped_degraded;
-    return 0;
-  }
-  std::optional<std::string> rados_ns = RadosNamespace(ns);
+  std::optional<std::string> rados_ns = ReadableNamespace(ns);
   if (!rados_ns.has_value()) return 0;
   // Only what the node lacks, once each.
   std::vector<BlockKey> keys;

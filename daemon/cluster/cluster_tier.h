@@ -98,6 +98,8 @@ class ClusterTier final : public store::SharedTier {
   absl::Status Connect();
   bool Admits(store::SharedOffer why) const;
   std::optional<std::string> RadosNamespace(index::NamespaceId ns);
+  // RadosNamespace for a read, or nullopt (counted as skipped) while the tier is degraded.
+  std::optional<std::string> ReadableNamespace(index::NamespaceId ns);
   void WriterLoop();
   void WriteOne(const index::BlockKey& key);
   void ProberLoop();
