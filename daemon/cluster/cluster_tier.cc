@@ -329,7 +329,20 @@ size_t ClusterTier::LookupTail(index::NamespaceId ns, absl::Span<const index::Bl
   keys.reserve(chain.size());
   for (const index::BlockHash& h : chain) keys.push_back(BlockKey{ns, h});
   deadline = std::min(deadline, absl::Now() + options_.lookup_timeout);
-  absl::StatusOr<std::vector<bool>> present = objects_.load()->Exists(*rados_ns, keys, deadline);
+  // Only leading blocks count, so the first one goes alone: a tail the cluster does not start
+  // (most lookups of a new prompt) costs one operation, not one per block. When it is there, the
+  // rest goes in one batch.
+  absl::StatusOr<std::vector<bool>> present =
+      objects_.load()->Exists(*rados_ns, absl::MakeConstSpan(keys).first(1), deadline);
+  if (present.ok() && (*present)[0] && keys.size() > 1) {
+    absl::StatusOr<std::vector<bool>> rest =
+        objects_.load()->Exists(*rados_ns, absl::MakeConstSpan(keys).subspan(1), deadline);
+    if (rest.ok()) {
+      present->insert(present->end(), rest->begin(), rest->end());
+    } else {
+      present = rest.status();
+    }
+  }
   if (!present.ok()) {
     bool slow = false;
     {

@@ -204,6 +204,20 @@ TEST_F(ClusterTierTest, SecondNodeServesWhatTheFirstWroteBehindAndTenantsStayApa
     EXPECT_EQ(again.tiers(0), v1::TIER_HOST);
   }
   EXPECT_EQ(b->Stats().cluster().fetched(), 2 * kPages);
+  {
+    // Only leading blocks count: a tail whose first block the cluster lacks is a miss, whatever
+    // follows (A's blocks of chain 3, written below, are not in the pool yet either way).
+    TestEngine probe(b->dir->File("pool-probe"), kPages);
+    const v1::RegisterEngineResponse rp = Register(*b->stub, probe.Request("alpha", "raw"));
+    v1::LookupRequest req;
+    req.set_engine_id(rp.engine_id());
+    req.add_block_hashes(Hash(99, 0));
+    for (uint32_t i = 1; i < kPages; ++i) req.add_block_hashes(Hash(1, i));
+    grpc::ClientContext ctx;
+    v1::LookupResponse resp;
+    ASSERT_TRUE(b->stub->Lookup(DaemonFixture::Context(&ctx), req, &resp).ok());
+    EXPECT_EQ(resp.hit_pages(), 0u);
+  }
 
   // A dies; what it wrote behind stays readable from B.
   TestEngine writer(a->dir->File("pool-3"), kPages);
