@@ -369,13 +369,16 @@ size_t ClusterTier::LookupTail(index::NamespaceId ns, absl::Span<const index::Bl
 
 size_t ClusterTier::Fetch(index::NamespaceId ns, absl::Span<const index::BlockHash> hashes,
                           uint64_t max_block_bytes, absl::Time deadline) {
-  if (hashes.empty()) return 0;
+  // The usual onboard finds every block at home: one pass of the store's index says so, and
+  // the cluster is not asked (nor counted as skipped while degraded).
+  const size_t local = store_->LookupChain(ns, hashes);
+  if (local == hashes.size()) return 0;
   std::optional<std::string> rados_ns = ReadableNamespace(ns);
   if (!rados_ns.has_value()) return 0;
   // Only what the node lacks, once each.
   std::vector<BlockKey> keys;
   absl::flat_hash_set<index::BlockHash> seen;
-  for (const index::BlockHash& h : hashes) {
+  for (const index::BlockHash& h : hashes.subspan(local)) {
     if (!seen.insert(h).second) continue;
     if (store_->LookupChain(ns, absl::MakeConstSpan(&h, 1)) == 1) continue;
     keys.push_back(BlockKey{ns, h});
