@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev nlohmann-json3-dev
   librocksdb-dev liburing-dev fio
-  ceph-mon ceph-osd ceph-mgr librados-dev
+  ceph-mon ceph-osd ceph-mgr librados-dev libradospp-dev
   libyaml-cpp-dev libssl-dev openssl libmicrohttpd-dev libcli11-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
   clang clang-format libclang-rt-14-dev

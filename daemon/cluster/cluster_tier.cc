@@ -389,11 +389,11 @@ size_t ClusterTier::Fetch(index::NamespaceId ns, absl::Span<const index::BlockHa
   uint64_t stored_bytes = 0, misses = 0, rejected = 0;
   store::PutOptions put;
   put.origin = "cluster";  // the write-behind feed skips what came from the cluster
-  // In groups, so that the buffers of one Get (each of max_block_bytes) stay bounded.
+  // In groups, so that the blocks one Get holds stay bounded.
   for (size_t first = 0; first < keys.size(); first += kFetchGroup) {
     const absl::Span<const BlockKey> group =
         absl::MakeConstSpan(keys).subspan(first, std::min(kFetchGroup, keys.size() - first));
-    absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> got =
+    absl::StatusOr<std::vector<std::optional<ObjectBytes>>> got =
         objects_.load()->Get(*rados_ns, group, deadline, max_block_bytes);
     if (!got.ok()) {
       {
@@ -404,13 +404,13 @@ size_t ClusterTier::Fetch(index::NamespaceId ns, absl::Span<const index::BlockHa
       break;
     }
     for (size_t i = 0; i < group.size(); ++i) {
-      const std::optional<std::vector<uint8_t>>& bytes = (*got)[i];
+      const std::optional<ObjectBytes>& bytes = (*got)[i];
       if (!bytes.has_value()) {
         ++misses;
         continue;
       }
       const index::BlockKey key{group[i].ns, group[i].hash};
-      const absl::Status st = store_->Put(key, *bytes, put);
+      const absl::Status st = store_->Put(key, bytes->bytes(), put);
       if (st.ok()) {
         ++stored;
         stored_bytes += bytes->size();
@@ -445,6 +445,7 @@ store::SharedTierStats ClusterTier::Stats() const {
   }
   if (RadosObjectStore* objects = objects_.load(); objects != nullptr) {
     s.verify_failures += objects->counters().verify_failures.load();
+    s.writes_unreleased = objects->counters().writes_unreleased.load();
   }
   s.capacity_bytes = options_.sweeper.capacity_bytes;
   if (sweeper_ != nullptr) {

@@ -1,9 +1,11 @@
 #include "daemon/cluster/rados_object_store.h"
 
 #include <rados/librados.h>
+#include <rados/librados.hpp>
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -67,13 +69,14 @@ class BatchCompletions {
     target_ = n;
     return mu_.AwaitWithDeadline(absl::Condition(this, &BatchCompletions::Reached), deadline);
   }
-
- private:
+  // The callback of a completion made elsewhere (the C++ API's) with this as its argument.
   static void Done(rados_completion_t, void* self) {
     auto* b = static_cast<BatchCompletions*>(self);
     absl::MutexLock lock(&b->mu_);
     ++b->done_;
   }
+
+ private:
   bool Reached() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target_; }
 
   absl::Mutex mu_;
@@ -88,24 +91,59 @@ std::string IdXattr(const BlockKey& key) {
       absl::string_view(reinterpret_cast<const char*>(key.hash.data()), key.hash.size()));
 }
 
-// The compound op of a Put: exclusive create + write_full + the block's xattrs. librados copies
-// every argument into the op, so none needs to outlive this call. The caller releases the op.
-rados_write_op_t NewPutOp(const BlockKey& key, absl::Span<const uint8_t> block,
-                          const BlockAttrs& attrs) {
-  const std::string id = IdXattr(key);
+// The compound op of a Put: exclusive create + write_full + the block's xattrs. The xattrs are
+// copied into the op; the block is `data`, whose buffers the op shares.
+void FillPutOp(librados::ObjectWriteOperation& op, const BlockKey& key,
+               const ceph::bufferlist& data, const BlockAttrs& attrs) {
   const std::string created = Be64(static_cast<uint64_t>(attrs.created_unix_micros));
   char codec[4], sum[4];
   EncodeBigEndian32(codec, attrs.codec);
   EncodeBigEndian32(sum, attrs.payload_checksum);
-  const std::string meta = absl::StrCat(absl::string_view(codec, 4), Be64(attrs.layout_fingerprint),
-                                        absl::string_view(sum, 4), created, attrs.writer_node);
-  rados_write_op_t op = rados_create_write_op();
-  rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
-  rados_write_op_write_full(op, reinterpret_cast<const char*>(block.data()), block.size());
-  rados_write_op_setxattr(op, kXattrId, id.data(), id.size());
-  rados_write_op_setxattr(op, kXattrMeta, meta.data(), meta.size());
-  rados_write_op_setxattr(op, kXattrRead, created.data(), created.size());
-  return op;
+  ceph::bufferlist id, meta, read;
+  id.append(IdXattr(key));
+  meta.append(absl::StrCat(absl::string_view(codec, 4), Be64(attrs.layout_fingerprint),
+                           absl::string_view(sum, 4), created, attrs.writer_node));
+  read.append(created);
+  op.create(/*exclusive=*/true);
+  op.write_full(data);
+  op.setxattr(kXattrId, id);
+  op.setxattr(kXattrMeta, meta);
+  op.setxattr(kXattrRead, read);
+}
+
+// A block as an op's data, without a copy: a static buffer over the caller's bytes (librados
+// only reads it). librados may still hold it after the op's completion (a message still queued
+// to an OSD when the op timed out), so the writer waits for WaitReleased() before it lets the
+// caller's bytes go.
+class BlockData {
+ public:
+  explicit BlockData(absl::Span<const uint8_t> bytes)
+      : ptr_(ceph::buffer::create_static(
+            static_cast<unsigned>(bytes.size()),
+            const_cast<char*>(reinterpret_cast<const char*>(bytes.data())))) {
+    list_.push_back(ptr_);
+  }
+  const ceph::bufferlist& list() const { return list_; }
+  // Drops this one's own list, then waits until no one but this holds the buffer; false when
+  // `deadline` passed first.
+  bool WaitReleased(absl::Time deadline) {
+    list_.clear();
+    while (ptr_.raw_nref() > 1) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Microseconds(20));
+    }
+    return true;
+  }
+
+ private:
+  ceph::buffer::ptr ptr_;
+  ceph::bufferlist list_;
+};
+
+// Waits until librados lets `data` go, at most `wait`; past that counts it (the caller's bytes
+// may then reach an OSD changed, which reads reject: such an object fails verification).
+void ReleaseBlock(BlockData& data, absl::Duration wait, ClusterCounters& counters) {
+  if (!data.WaitReleased(absl::Now() + wait)) counters.writes_unreleased.fetch_add(1);
 }
 
 }  // namespace
@@ -232,9 +270,17 @@ absl::Status RadosObjectStore::Put(const std::string& rados_ns, const BlockKey& 
   rados_ioctx_t io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
   rados_ioctx_set_namespace(io, rados_ns.c_str());
-  rados_write_op_t op = NewPutOp(key, block, attrs);
-  const int r = rados_write_op_operate2(op, io, name.c_str(), nullptr, kWriteFlags);
-  rados_release_write_op(op);
+  librados::IoCtx cxx;
+  librados::IoCtx::from_rados_ioctx_t(io, cxx);
+  BlockData data(block);
+  int r;
+  {
+    librados::ObjectWriteOperation op;
+    FillPutOp(op, key, data.list(), attrs);
+    r = cxx.operate(name, &op, kWriteFlags);
+  }
+  ReleaseBlock(data, ReleaseWait(), counters_);
+  cxx.close();
   rados_ioctx_destroy(io);
   return PutStatus(r, rados_ns, name);
 }
@@ -255,13 +301,16 @@ std::vector<absl::Status> RadosObjectStore::PutMany(const std::string& rados_ns,
   std::vector<absl::Status> out(requests.size());
   struct Pending {
     std::string name;
-    rados_write_op_t op = nullptr;
-    rados_completion_t c = nullptr;
+    std::optional<BlockData> data;
+    std::optional<librados::ObjectWriteOperation> op;
+    librados::AioCompletion* c = nullptr;
   };
   std::vector<Pending> p(requests.size());
   rados_ioctx_t io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
   rados_ioctx_set_namespace(io, rados_ns.c_str());
+  librados::IoCtx cxx;
+  librados::IoCtx::from_rados_ioctx_t(io, cxx);
   for (size_t i = 0; i < requests.size(); ++i) {
     const PutRequest& q = requests[i];
     p[i].name = ObjectName(q.key);
@@ -270,69 +319,85 @@ std::vector<absl::Status> RadosObjectStore::PutMany(const std::string& rados_ns,
           absl::InvalidArgumentError(absl::StrCat("put ", p[i].name, ": ", v.status().message()));
       continue;
     }
-    p[i].op = NewPutOp(q.key, q.block, q.attrs);
-    rados_aio_create_completion2(nullptr, nullptr, &p[i].c);
-    const int r =
-        rados_aio_write_op_operate(p[i].op, io, p[i].c, p[i].name.c_str(), nullptr, kWriteFlags);
+    p[i].data.emplace(q.block);
+    p[i].op.emplace();
+    FillPutOp(*p[i].op, q.key, p[i].data->list(), q.attrs);
+    p[i].c = librados::Rados::aio_create_completion();
+    const int r = cxx.aio_operate(p[i].name, p[i].c, &*p[i].op, kWriteFlags);
     if (r < 0) {  // not submitted: no completion will come
       out[i] = PutStatus(r, rados_ns, p[i].name);
-      rados_aio_release(p[i].c);
-      rados_release_write_op(p[i].op);
+      p[i].c->release();
       p[i].c = nullptr;
     }
   }
   // Every op is bounded by rados_osd_op_timeout, so these waits end.
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i].c == nullptr) continue;
-    rados_aio_wait_for_complete(p[i].c);
-    out[i] = PutStatus(rados_aio_get_return_value(p[i].c), rados_ns, p[i].name);
-    rados_aio_release(p[i].c);
-    rados_release_write_op(p[i].op);
+    p[i].c->wait_for_complete();
+    out[i] = PutStatus(p[i].c->get_return_value(), rados_ns, p[i].name);
+    p[i].c->release();
   }
+  for (Pending& q : p) {
+    q.op.reset();
+    if (q.data.has_value()) ReleaseBlock(*q.data, ReleaseWait(), counters_);
+  }
+  cxx.close();
   rados_ioctx_destroy(io);
   return out;
 }
 
-absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStore::Get(
+struct ObjectBytes::Buffer {
+  ceph::bufferlist bl;
+};
+
+ObjectBytes::ObjectBytes() = default;
+ObjectBytes::~ObjectBytes() = default;
+ObjectBytes::ObjectBytes(ObjectBytes&& other) noexcept
+    : buffer_(std::move(other.buffer_)), bytes_(std::exchange(other.bytes_, {})) {}
+ObjectBytes& ObjectBytes::operator=(ObjectBytes&& other) noexcept {
+  buffer_ = std::move(other.buffer_);
+  bytes_ = std::exchange(other.bytes_, {});
+  return *this;
+}
+
+absl::StatusOr<std::vector<std::optional<ObjectBytes>>> RadosObjectStore::Get(
     const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline,
     uint64_t max_bytes) {
   if (max_bytes == 0 || max_bytes > options_.max_block_bytes) max_bytes = options_.max_block_bytes;
   rados_ioctx_t io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
   rados_ioctx_set_namespace(io, rados_ns.c_str());
+  // The C++ API on the same context: its reads land in buffer lists that become the result.
+  librados::IoCtx cxx;
+  librados::IoCtx::from_rados_ioctx_t(io, cxx);
   struct Pending {
-    std::string name, id;
-    std::vector<uint8_t> buf;
-    size_t bytes_read = 0;
+    std::string name;
+    ceph::bufferlist id, data;
     int read_rval = 0;
-    rados_read_op_t op = nullptr;
-    rados_completion_t c = nullptr;
+    librados::ObjectReadOperation op;
+    librados::AioCompletion* c = nullptr;
   };
   std::vector<Pending> p(keys.size());
   BatchCompletions completions;
   for (size_t i = 0; i < keys.size(); ++i) {
     p[i].name = ObjectName(keys[i]);
-    p[i].id = IdXattr(keys[i]);
-    p[i].buf.resize(max_bytes + 1);  // one byte more: a larger object shows as too large
-    p[i].op = rados_create_read_op();
+    p[i].id.append(IdXattr(keys[i]));
     // The xattrs must match what was asked: an object under the right name with another block's
     // identity is a miss, not that block.
-    rados_read_op_cmpxattr(p[i].op, kXattrId, LIBRADOS_CMPXATTR_OP_EQ, p[i].id.data(),
-                           p[i].id.size());
-    rados_read_op_read(p[i].op, 0, p[i].buf.size(), reinterpret_cast<char*>(p[i].buf.data()),
-                       &p[i].bytes_read, &p[i].read_rval);
-    p[i].c = completions.Create();
-    rados_aio_read_op_operate(p[i].op, io, p[i].c, p[i].name.c_str(), 0);
+    p[i].op.cmpxattr(kXattrId, LIBRADOS_CMPXATTR_OP_EQ, p[i].id);
+    // One byte more than the largest block: a larger object shows as too large.
+    p[i].op.read(0, max_bytes + 1, &p[i].data, &p[i].read_rval);
+    p[i].c = librados::Rados::aio_create_completion(&completions, &BatchCompletions::Done);
+    cxx.aio_operate(p[i].name, p[i].c, &p[i].op, 0, nullptr);
   }
   const bool timed_out = !completions.WaitAll(p.size(), deadline);
-  std::vector<std::optional<std::vector<uint8_t>>> out(keys.size());
+  std::vector<std::optional<ObjectBytes>> out(keys.size());
   absl::Status err;
   for (size_t i = 0; i < p.size(); ++i) {
-    if (timed_out && !rados_aio_is_complete(p[i].c)) rados_aio_cancel(io, p[i].c);
-    rados_aio_wait_for_complete_and_cb(p[i].c);
-    const int r = rados_aio_get_return_value(p[i].c);
-    rados_aio_release(p[i].c);
-    rados_release_read_op(p[i].op);
+    if (timed_out && !p[i].c->is_complete()) cxx.aio_cancel(p[i].c);
+    p[i].c->wait_for_complete_and_cb();
+    const int r = p[i].c->get_return_value();
+    p[i].c->release();
     counters_.gets.fetch_add(1);
     if (timed_out) continue;
     if (r == -ENOENT || r == -ENODATA) {
@@ -350,16 +415,27 @@ absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> RadosObjectStor
       if (err.ok()) err = Error(r, absl::StrCat("get ", rados_ns, "/", p[i].name));
       continue;
     }
-    absl::Span<const uint8_t> bytes(p[i].buf.data(), p[i].bytes_read);
-    if (p[i].bytes_read > max_bytes || !codec::VerifyColdBlock(bytes).ok()) {
+    ceph::bufferlist& data = p[i].data;
+    if (data.length() > max_bytes) {
+      counters_.get_misses.fetch_add(1);
+      counters_.verify_failures.fetch_add(1);
+      continue;
+    }
+    if (!data.is_contiguous()) data.rebuild();  // one buffer, so that it is one span
+    ObjectBytes bytes;
+    bytes.buffer_ = std::make_unique<ObjectBytes::Buffer>();
+    bytes.buffer_->bl = std::move(data);
+    bytes.bytes_ = absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(bytes.buffer_->bl.c_str()), bytes.buffer_->bl.length());
+    if (!codec::VerifyColdBlock(bytes.bytes()).ok()) {
       counters_.get_misses.fetch_add(1);
       counters_.verify_failures.fetch_add(1);
       continue;
     }
     counters_.get_hits.fetch_add(1);
-    p[i].buf.resize(p[i].bytes_read);  // the read's own buffer, not a copy
-    out[i] = std::move(p[i].buf);
+    out[i] = std::move(bytes);
   }
+  cxx.close();
   rados_ioctx_destroy(io);
   if (timed_out) {
     counters_.timeouts.fetch_add(1);

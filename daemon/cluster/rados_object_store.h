@@ -83,6 +83,31 @@ struct PoolUsage {
 struct ClusterCounters {
   std::atomic<uint64_t> puts{0}, put_already_exists{0}, gets{0}, get_hits{0}, get_misses{0},
       verify_failures{0}, errors{0}, timeouts{0};
+  // Writes whose block librados still held osd_op_timeout + objecter_timeout after the op ended
+  // (RadosObjectStore::Put returns anyway).
+  std::atomic<uint64_t> writes_unreleased{0};
+};
+
+// The verified bytes of a block read by Get, in the buffer librados received them into (no
+// copy). Move-only; empty when default-constructed.
+class ObjectBytes {
+ public:
+  ObjectBytes();
+  ~ObjectBytes();
+  ObjectBytes(ObjectBytes&& other) noexcept;
+  ObjectBytes& operator=(ObjectBytes&& other) noexcept;
+  ObjectBytes(const ObjectBytes&) = delete;
+  ObjectBytes& operator=(const ObjectBytes&) = delete;
+
+  absl::Span<const uint8_t> bytes() const { return bytes_; }
+  size_t size() const { return bytes_.size(); }
+  std::vector<uint8_t> ToVector() const { return {bytes_.begin(), bytes_.end()}; }
+
+ private:
+  friend class RadosObjectStore;
+  struct Buffer;  // librados' buffer list, which the header does not include
+  std::unique_ptr<Buffer> buffer_;
+  absl::Span<const uint8_t> bytes_;
 };
 
 // The object name of a block: 16 lower-hex digits of the namespace id, '.', 64 of the hash.
@@ -113,12 +138,12 @@ class RadosObjectStore {
 
   // Reads every key in parallel; per key the verified bytes or nullopt (a miss: absent, or failed
   // verification, counted). An object larger than `max_bytes` (0: options' max_block_bytes, and
-  // never above it) is a verification failure; each key's buffer is that large, so callers that
-  // know the block size pass it. DeadlineExceeded when the deadline passed before all answered;
-  // Unavailable/other errors for cluster failures.
-  absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> Get(
-      const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline,
-      uint64_t max_bytes = 0);
+  // never above it) is a verification failure. DeadlineExceeded when the deadline passed before all
+  // answered; Unavailable/other errors for cluster failures.
+  absl::StatusOr<std::vector<std::optional<ObjectBytes>>> Get(const std::string& rados_ns,
+                                                              absl::Span<const BlockKey> keys,
+                                                              absl::Time deadline,
+                                                              uint64_t max_bytes = 0);
 
   // Per key whether the object exists; same deadline semantics.
   absl::StatusOr<std::vector<bool>> Exists(const std::string& rados_ns,
@@ -165,6 +190,8 @@ class RadosObjectStore {
   struct Handles;
   explicit RadosObjectStore(std::unique_ptr<Handles> h, ClusterOptions options);
   absl::Status Error(int r, const std::string& what);
+  // How long a write waits for librados to let its block go after the op ended.
+  absl::Duration ReleaseWait() const { return options_.osd_op_timeout + options_.objecter_timeout; }
   // Counts a Put's result `r` (0 or -errno) and turns it into Put's status.
   absl::Status PutStatus(int r, const std::string& rados_ns, const std::string& name);
 

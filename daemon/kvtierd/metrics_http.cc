@@ -195,6 +195,9 @@ void RenderClusterMetrics(const store::SharedTierStats& c, Writer& w) {
              static_cast<double>(n));
   }
   w.Counter("kvtier_cluster_write_errors_total", "Failed cluster writes.", c.write_errors);
+  w.Counter("kvtier_cluster_writes_unreleased_total",
+            "Cluster writes whose block the RADOS client still held long after the write ended.",
+            c.writes_unreleased);
   w.Counter("kvtier_cluster_lookups_total", "Lookups that asked the cluster tier.", c.lookups);
   w.Counter("kvtier_cluster_lookup_blocks_total", "Blocks those lookups found in the cluster.",
             c.lookup_blocks);

@@ -44,6 +44,9 @@ struct SharedTierStats {
   uint64_t dropped_queue_full = 0, dropped_degraded = 0, dropped_full = 0, dropped_gone = 0;
   uint64_t dropped_lost_events = 0;  // offers the node's event log no longer held
   uint64_t write_errors = 0;
+  // Writes whose block the cluster client still held well after the write ended (a message
+  // queued to an unresponsive OSD); the tier returned it anyway (docs/CLUSTER.md).
+  uint64_t writes_unreleased = 0;
   // Reads.
   uint64_t lookups = 0;          // LookupTail calls that asked the tier
   uint64_t lookup_blocks = 0;    // blocks they found

@@ -1,17 +1,19 @@
 // `kvtier-bench cluster`. For each object size and queue depth ("point") two sides run on the
 // same pool, one after the other:
 //   rados: `rados bench SECONDS write -b SIZE -t DEPTH --no-cleanup --max-objects N`, then
-//          `rados bench SECONDS seq -t DEPTH` over what it wrote, then `rados cleanup`.
+//          `rados bench SECONDS rand -t DEPTH` over what it wrote, then `rados cleanup`.
 //   kvtier: valid raw-codec cold blocks of exactly SIZE bytes stored through
 //          RadosObjectStore::Put (exclusive create + write_full + xattrs, one op) from DEPTH
 //          threads (--put=threads), or PutMany of DEPTH blocks at a time from one thread
-//          (--put=batched), for SECONDS or N objects, then read back with Get in batches of
-//          DEPTH keys (Get verifies every block: xattrs, header and payload checksum), then
-//          removed.
-// Both stop at SECONDS or at N = --max-phase-bytes / SIZE objects, whichever comes first, so that
-// a memstore OSD (which holds about twice what is stored in RAM) stays small; every phase deletes
-// its objects before the next one starts, so neither side reads the other's objects or inherits
-// a fuller OSD. Which side runs first alternates from point to point. `rados bench` prints
+//          (--put=batched), for SECONDS or N objects, then for SECONDS read back, blocks chosen
+//          at random, with Get in batches of DEPTH keys (Get verifies every block: identity,
+//          header and payload checksum), then removed.
+// Writes stop at SECONDS or at N = --max-phase-bytes / SIZE objects, whichever comes first, so
+// that a memstore OSD (which holds about twice what is stored in RAM) stays small; every phase
+// deletes its objects before the next one starts, so neither side reads the other's objects or
+// inherits a fuller OSD. A point runs --rounds rounds, the side that goes first alternating from
+// round to round (and from point to point), and each side's median round is reported: on a
+// shared machine one disturbed round moves a mean but not a median. `rados bench` prints
 // "Bandwidth (MB/sec)" computed in MiB (2^20 bytes); this benchmark reports MiB/s for both.
 // The blocks' content repeats (a few distinct blocks under distinct keys): the client's CPU goes
 // to librados and verification, as with rados bench, which also writes one buffer throughout.
@@ -39,6 +41,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,6 +89,7 @@ struct Flags {
   std::vector<uint32_t> sizes = {1331200, 40960};
   std::vector<uint32_t> depths = {1, 4, 16, 64};
   uint32_t seconds = 3;
+  uint32_t rounds = 3;  // per point; the report shows each side's median
   uint64_t max_phase_bytes = uint64_t{128} << 20;
   uint32_t lookup_chain = 4096;
   uint32_t lookup_reps = 50;
@@ -274,7 +278,7 @@ absl::StatusOr<SideResult> RunRadosSide(const RadosCli& rados, const Flags& f, u
     if (st.ok()) r.write = *t;
   }
   if (st.ok()) {
-    out = rados.Run({"bench", absl::StrCat(f.seconds), "seq", "-t", absl::StrCat(depth),
+    out = rados.Run({"bench", absl::StrCat(f.seconds), "rand", "-t", absl::StrCat(depth),
                      "--run-name", run_name});
     st = out.status();
     if (st.ok()) {
@@ -397,24 +401,29 @@ absl::StatusOr<Throughput> KvtierWriteBatched(RadosObjectStore& store,
   return r;
 }
 
-// Reads blocks base+0 .. base+count-1 in order, `depth` keys per Get, until all are read or
-// `seconds` pass (as rados bench seq does). DataLoss when a block does not come back whole.
+// Reads blocks chosen at random from base+0 .. base+count-1, `depth` keys per Get, for `seconds`
+// (as rados bench rand does). DataLoss when a block does not come back whole.
 absl::StatusOr<Throughput> KvtierRead(RadosObjectStore& store, uint32_t size, uint64_t base,
                                       uint64_t count, uint32_t depth, double seconds) {
+  if (count == 0) return absl::InternalError("nothing was stored to read");
   const Clock::time_point start = Clock::now();
+  std::mt19937_64 random(base);
   Throughput r;
   std::vector<BlockKey> keys;
-  for (uint64_t i = 0; i < count && Since(start) < seconds; i += depth) {
+  std::vector<uint64_t> ids;
+  while (Since(start) < seconds) {
     keys.clear();
-    for (uint64_t j = i; j < std::min<uint64_t>(count, i + depth); ++j) {
-      keys.push_back(KeyOf(base + j));
+    ids.clear();
+    for (uint32_t j = 0; j < depth; ++j) {
+      ids.push_back(random() % count);
+      keys.push_back(KeyOf(base + ids.back()));
     }
-    absl::StatusOr<std::vector<std::optional<std::vector<uint8_t>>>> got =
+    absl::StatusOr<std::vector<std::optional<cluster::ObjectBytes>>> got =
         store.Get(kRadosNamespace, keys, absl::Now() + absl::Seconds(60), size);
     if (!got.ok()) return got.status();
     for (size_t k = 0; k < got->size(); ++k) {
       if (!(*got)[k].has_value() || (*got)[k]->size() != size) {
-        return absl::DataLossError(absl::StrCat("block ", i + k, " of ", count,
+        return absl::DataLossError(absl::StrCat("block ", ids[k], " of ", count,
                                                 " did not read back (missing or unverified)"));
       }
     }
@@ -558,6 +567,7 @@ absl::StatusOr<Flags> ParseFlags(const cli::Values& values) {
     }
   }
   for (const auto& [name, out] : {std::pair<const char*, uint32_t*>{"seconds", &f.seconds},
+                                  {"rounds", &f.rounds},
                                   {"lookup-chain", &f.lookup_chain},
                                   {"lookup-reps", &f.lookup_reps}}) {
     absl::StatusOr<std::optional<uint32_t>> v = values.OptionalUint32(name);
@@ -568,6 +578,7 @@ absl::StatusOr<Flags> ParseFlags(const cli::Values& values) {
   if (!m.ok()) return m.status();
   if (m->has_value()) f.max_phase_bytes = **m;
   if (f.seconds == 0) return cli::UsageError("--seconds must be positive");
+  if (f.rounds == 0) return cli::UsageError("--rounds must be positive");
   for (uint32_t size : f.sizes) {
     if (size % 16 != 0 || size < 256 || size > (4u << 20)) {
       return cli::UsageError(
@@ -582,9 +593,26 @@ absl::StatusOr<Flags> ParseFlags(const cli::Values& values) {
 
 struct Point {
   uint32_t size = 0, depth = 0;
-  bool kvtier_first = false;
-  SideResult rados, kvtier;
+  bool kvtier_first = false;  // in the first round; the order alternates from round to round
+  std::vector<SideResult> rados_rounds, kvtier_rounds;
+  SideResult rados, kvtier;  // per phase, the round with the median MiB/s
 };
+
+// Per phase (write, batched write, read), the round whose MiB/s is the median (the lower middle
+// one for an even count): on a shared machine one slow round moves a mean, not a median.
+SideResult Median(const std::vector<SideResult>& rounds) {
+  SideResult m;
+  for (Throughput SideResult::*phase :
+       {&SideResult::write, &SideResult::write_batched, &SideResult::read}) {
+    std::vector<Throughput> v;
+    for (const SideResult& r : rounds) v.push_back(r.*phase);
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end(),
+              [](const Throughput& a, const Throughput& b) { return a.mib_per_s < b.mib_per_s; });
+    m.*phase = v[(v.size() - 1) / 2];
+  }
+  return m;
+}
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
@@ -603,12 +631,14 @@ void PrintReport(const Flags& f, const std::vector<Point>& points,
     Json j;
     j["pool"] = f.pool;
     j["seconds"] = f.seconds;
+    j["rounds"] = f.rounds;
     j["max_phase_bytes"] = f.max_phase_bytes;
     for (const Point& p : points) {
       Json point = {
           {"size", p.size},
           {"depth", p.depth},
           {"kvtier_first", p.kvtier_first},
+          {"rounds", p.rados_rounds.size()},
           {"rados_write", ThroughputJson(p.rados.write)},
           {"rados_read", ThroughputJson(p.rados.read)},
           {"kvtier_read", ThroughputJson(p.kvtier.read)},
@@ -622,6 +652,14 @@ void PrintReport(const Flags& f, const std::vector<Point>& points,
         point["kvtier_write_batched"] = ThroughputJson(p.kvtier.write_batched);
         point["write_batched_ratio"] =
             Ratio(p.kvtier.write_batched.mib_per_s, p.rados.write.mib_per_s);
+      }
+      for (size_t r = 0; r < p.rados_rounds.size() && r < p.kvtier_rounds.size(); ++r) {
+        point["round_ratios"].push_back(
+            {{"write_threads",
+              Ratio(p.kvtier_rounds[r].write.mib_per_s, p.rados_rounds[r].write.mib_per_s)},
+             {"write_batched",
+              Ratio(p.kvtier_rounds[r].write_batched.mib_per_s, p.rados_rounds[r].write.mib_per_s)},
+             {"read", Ratio(p.kvtier_rounds[r].read.mib_per_s, p.rados_rounds[r].read.mib_per_s)}});
       }
       j["points"].push_back(point);
     }
@@ -637,11 +675,11 @@ void PrintReport(const Flags& f, const std::vector<Point>& points,
     return;
   }
   std::printf(
-      "pool %s, %u s per phase (at most %.0f MiB stored per phase); MiB/s, ops/s, ratio = "
-      "kvtier/rados\n",
-      f.pool.c_str(), f.seconds, static_cast<double>(f.max_phase_bytes) / kMiB);
+      "pool %s, %u s per phase (at most %.0f MiB stored per phase), %u round(s) per point, each "
+      "side's median round; MiB/s, ops/s, ratio = kvtier/rados\n",
+      f.pool.c_str(), f.seconds, static_cast<double>(f.max_phase_bytes) / kMiB, f.rounds);
   std::printf("%8s %5s | %-14s | %-20s | %-20s | %-14s | %-20s\n", "size", "depth", "rados write",
-              "Put, DEPTH threads", "PutMany of DEPTH", "rados seq read", "Get of DEPTH keys");
+              "Put, DEPTH threads", "PutMany of DEPTH", "rados rand read", "Get of DEPTH keys");
   std::vector<std::string> short_of_target;
   const auto cell = [](const Throughput& t) {
     return absl::StrFormat("%7.1f %6.0f", t.mib_per_s, t.ops_per_s);
@@ -694,6 +732,9 @@ void DeclareClusterBenchFlags(cli::Command& command) {
       .AddFlag("sizes", "B,B", "object sizes in bytes (default 1331200,40960)")
       .AddFlag("depths", "N,N", "queue depths (default 1,4,16,64)")
       .AddFlag("seconds", "N", "seconds per write and per read phase (default 3)")
+      .AddFlag("rounds", "N",
+               "rounds per point, the side that goes first alternating; each side's median round\n"
+               "is reported (default 3)")
       .AddFlag("max-phase-bytes", "B",
                "at most this many bytes stored per phase (default 134217728: a memstore OSD\n"
                "holds about twice what is stored in RAM)")
@@ -734,21 +775,26 @@ int RunClusterBench(const cli::Values& values) {
       p.depth = depth;
       p.kvtier_first = points.size() % 2 == 1;
       const uint64_t max_objects = std::max<uint64_t>(1, f.max_phase_bytes / size);
-      std::fprintf(stderr, "size %u depth %u: %s first\n", size, depth,
-                   p.kvtier_first ? "kvtier" : "rados");
-      for (int side = 0; side < 2; ++side) {
-        const bool kvtier = (side == 0) == p.kvtier_first;
-        absl::StatusOr<SideResult> r =
-            kvtier ? RunKvtierSide(**store, f, size, depth, max_objects, base)
-                   : RunRadosSide(rados, f, size, depth, max_objects);
-        if (!r.ok()) {
-          std::fprintf(stderr, "kvtier-bench cluster: %s side, size %u depth %u: %s\n",
-                       kvtier ? "kvtier" : "rados", size, depth, r.status().ToString().c_str());
-          return 1;
+      for (uint32_t round = 0; round < f.rounds; ++round) {
+        const bool kvtier_first = p.kvtier_first != (round % 2 == 1);
+        std::fprintf(stderr, "size %u depth %u round %u: %s first\n", size, depth, round + 1,
+                     kvtier_first ? "kvtier" : "rados");
+        for (int side = 0; side < 2; ++side) {
+          const bool kvtier = (side == 0) == kvtier_first;
+          absl::StatusOr<SideResult> r =
+              kvtier ? RunKvtierSide(**store, f, size, depth, max_objects, base)
+                     : RunRadosSide(rados, f, size, depth, max_objects);
+          if (!r.ok()) {
+            std::fprintf(stderr, "kvtier-bench cluster: %s side, size %u depth %u: %s\n",
+                         kvtier ? "kvtier" : "rados", size, depth, r.status().ToString().c_str());
+            return 1;
+          }
+          (kvtier ? p.kvtier_rounds : p.rados_rounds).push_back(*r);
         }
-        (kvtier ? p.kvtier : p.rados) = *r;
+        base += uint64_t{1} << 24;
       }
-      base += uint64_t{1} << 24;
+      p.rados = Median(p.rados_rounds);
+      p.kvtier = Median(p.kvtier_rounds);
       points.push_back(p);
     }
   }

@@ -67,7 +67,7 @@ TEST_F(RadosObjectStoreTest, PutGetRoundTrip) {
   auto got = store_->Get("t1", {Key(7, 1)}, Soon());
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_TRUE((*got)[0].has_value());
-  EXPECT_EQ(*(*got)[0], block);
+  EXPECT_EQ((*got)[0]->ToVector(), block);
   EXPECT_EQ(store_->counters().get_hits.load(), 1u);
 }
 
@@ -135,7 +135,7 @@ TEST_F(RadosObjectStoreTest, BatchedGetWithMisses) {
     const auto& v = (*got)[id - 100];
     if (id % 2 == 0) {
       ASSERT_TRUE(v.has_value()) << id;
-      EXPECT_EQ(*v, MakeTestBlock(id, 2048));
+      EXPECT_EQ(v->ToVector(), MakeTestBlock(id, 2048));
     } else {
       EXPECT_FALSE(v.has_value()) << id;
     }
@@ -173,7 +173,7 @@ TEST_F(RadosObjectStoreTest, PutManyStoresEachAsPutWould) {
       EXPECT_TRUE(st[i].ok()) << i << ": " << st[i];
     }
     ASSERT_TRUE((*got)[i].has_value()) << i;
-    EXPECT_EQ(*(*got)[i], MakeTestBlock(200 + i, 2048));
+    EXPECT_EQ((*got)[i]->ToVector(), MakeTestBlock(200 + i, 2048));
   }
   EXPECT_EQ(store_->counters().puts.load(), 12u);  // the Put and 11 of PutMany
   EXPECT_EQ(store_->counters().put_already_exists.load(), 1u);
