@@ -23,7 +23,7 @@ Queries, one line each on stdin, one answer line each on stdout:
   quit   (or end of input)
 
 Usage: kv_router.py --node PUB[,REPLAY] --node PUB[,REPLAY] ...   (node i is the i-th --node)
-       [--encoding map|array|auto] [--quiet-ms 2]
+       [--quiet-ms 2] [--ignore-events]
 With --ignore-events it reads the streams but applies no event (every route is a tie, so sessions
 go round the nodes): the control that shows a test tells a router that uses the events from one
 that does not.
