@@ -13,6 +13,7 @@
 #include "tools/bench/index_bench.h"
 #include "tools/bench/kernels_subcommand.h"
 #include "tools/bench/lookup_bench.h"
+#include "tools/bench/route_bench.h"
 
 namespace {
 
@@ -38,6 +39,8 @@ constexpr Subcommand kSubcommands[] = {
      kvtier::bench::DeclareClusterBenchFlags, kvtier::bench::RunClusterBench},
     {"kernels", "fused nvfp4 offload/onboard on the GPU vs cudaMemcpyAsync, raw copy, unfused",
      kvtier::bench::DeclareKernelsBenchFlags, kvtier::bench::RunKernelsBench},
+    {"route", "two kvtierd nodes publishing KV events: prefix routing vs round-robin, same run",
+     kvtier::bench::DeclareRouteBenchFlags, kvtier::bench::RunRouteBench},
 };
 
 }  // namespace

@@ -44,8 +44,13 @@ struct FlagDef {
 
 const FlagDef kFlags[] = {
     {"socket", "PATH", "kvtierd's socket (default $KVTIER_SOCKET, else /run/kvtier/kvtier.sock)"},
-    {"sockets", "P1,P2,...",
-     "a fleet of kvtierd nodes instead of --socket: session i is served by node i mod N"},
+    {"sockets", "P1,P2,...", "a fleet of kvtierd nodes instead of --socket (see --route)"},
+    {"route", "POLICY",
+     "which node serves a session: round-robin (default: session i on node i mod N) or prefix "
+     "(the node --router-command names from the nodes' KV events)"},
+    {"router-command", "CMD",
+     "the router for --route=prefix, run with /bin/sh -c, e.g. 'tools/router/kv_router.py "
+     "--node ipc:///run/a.pub,ipc:///run/a.replay --node ...' (node i: the i-th of --sockets)"},
     {"trace", "FILE", "replay a Mooncake trace (JSON lines); default: the synthetic agentic trace"},
     {"requests", "N", "replay the first N requests (trace) or N sessions (synthetic; default 32)"},
     {"seed", "N", "synthetic trace seed (default 1)"},
@@ -149,6 +154,17 @@ int Main(int argc, char** argv) {
   if (std::optional<std::string> fleet = flags.Get("sockets"); fleet.has_value()) {
     options.sockets = absl::StrSplit(*fleet, ',', absl::SkipEmpty());
   }
+  const std::string route = flags.Get("route").value_or("round-robin");
+  if (route == "prefix") {
+    options.route = RoutePolicy::kPrefix;
+    options.router_command = flags.Get("router-command").value_or("");
+    if (options.router_command.empty()) {
+      return usage(absl::InvalidArgumentError("--route=prefix needs --router-command"));
+    }
+  } else if (route != "round-robin") {
+    return usage(absl::InvalidArgumentError(
+        absl::StrCat("--route: expected round-robin or prefix, not '", route, "'")));
+  }
   options.sessions = std::move(sessions);
   options.layout = *layout;
   options.device = device;
@@ -203,6 +219,10 @@ int Main(int argc, char** argv) {
         {"recomputed_tokens", r.recomputed_tokens},
         {"evicted_tokens", r.evicted_tokens},
         {"mismatches", mismatches},
+        {"route", route},
+        {"sessions_per_node", r.sessions_per_node},
+        {"routed_pages", r.routed_pages},
+        {"router_stats", res.router_stats},
         {"hook_errors", r.hook_errors},
         {"first_hook_error", r.first_error},
         {"hot_bytes_offloaded", hot_off},
@@ -223,6 +243,12 @@ int Main(int argc, char** argv) {
                 Pct(r.cached_tokens, r.prompt_tokens).c_str());
     std::printf("  prefill tokens computed      %14llu\n",
                 static_cast<unsigned long long>(r.prefill_tokens));
+    if (r.sessions_per_node.size() > 1) {
+      std::printf("  sessions per node (%s) %*s\n", route.c_str(),
+                  static_cast<int>(std::max<size_t>(1, 16 - route.size())),
+                  absl::StrJoin(r.sessions_per_node, " / ").c_str());
+    }
+    if (!res.router_stats.empty()) std::printf("  router: %s\n", res.router_stats.c_str());
     std::printf(
         "  blocks served  gpu/host/disk %14s\n",
         absl::StrCat(hits[Tier::kGpu], " / ", hits[Tier::kHost], " / ", hits[Tier::kDisk]).c_str());

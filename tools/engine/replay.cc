@@ -27,12 +27,16 @@ struct Live {
 class Replay {
  public:
   // One pool and method chain per node of the fleet; session i is served by node i % nodes.
+  // With `router` (borrowed for the replay), a session goes to the node it names instead.
   Replay(std::vector<KvPool*> pools, std::vector<CompressionManager*> methods,
-         const CodecCheck& check, uint32_t page_tokens)
+         const CodecCheck& check, uint32_t page_tokens, PrefixRouter* router)
       : pools_(std::move(pools)),
         methods_(std::move(methods)),
         check_(check),
-        page_tokens_(page_tokens) {}
+        page_tokens_(page_tokens),
+        router_(router) {
+    report_.sessions_per_node.assign(pools_.size(), 0);
+  }
 
   absl::Status Run(const std::vector<Session>& sessions, bool quiet);
   const Report& report() const { return report_; }
@@ -50,6 +54,8 @@ class Replay {
   // the second for pages that went through the cache twice, e.g. resumed then offloaded).
   bool Matches(const std::vector<uint8_t>& actual, const std::vector<uint8_t>& original);
   absl::Status StartTurn(const Session& s, size_t turn, Live& live);
+  // The node for session number `index` (its first turn).
+  absl::StatusOr<size_t> Route(const Session& s, size_t index);
 
   KvPool& pool(const Live& live) { return *pools_[live.node]; }
   CompressionManager& methods(const Live& live) { return *methods_[live.node]; }
@@ -58,8 +64,17 @@ class Replay {
   std::vector<CompressionManager*> methods_;
   const CodecCheck& check_;
   uint32_t page_tokens_;
+  PrefixRouter* router_;
   Report report_;
 };
+
+absl::StatusOr<size_t> Replay::Route(const Session& s, size_t index) {
+  if (router_ == nullptr) return index % pools_.size();
+  absl::StatusOr<RouteAnswer> answer = router_->Choose(s.turns[0].input);
+  if (!answer.ok()) return answer.status();
+  report_.routed_pages += answer->matched_pages;
+  return answer->node;
+}
 
 bool Replay::Matches(const std::vector<uint8_t>& actual, const std::vector<uint8_t>& original) {
   if (check_.lossless()) return actual == original;
@@ -253,7 +268,12 @@ absl::Status Replay::Run(const std::vector<Session>& sessions, bool quiet) {
     const auto [when, i, t] = queue.top();
     queue.pop();
     Live& l = live[i];
-    l.node = i % pools_.size();
+    if (t == 0) {
+      absl::StatusOr<size_t> node = Route(sessions[i], i);
+      if (!node.ok()) return Annotate(node.status(), absl::StrCat("session ", sessions[i].id));
+      l.node = *node;
+      ++report_.sessions_per_node[l.node];
+    }
     if (absl::Status st = StartTurn(sessions[i], t, l); !st.ok()) {
       return Annotate(st, absl::StrCat("session ", sessions[i].id, " turn ", t));
     }
@@ -351,8 +371,44 @@ absl::StatusOr<EngineRunResult> RunEngine(const EngineRunOptions& options) {
     pool_ptrs.push_back(pools[n].get());
     chain_ptrs.push_back(chains[n].get());
   }
-  Replay replay(pool_ptrs, chain_ptrs, **check, tokens_per_page);
+  std::unique_ptr<PrefixRouter> router;
+  if (options.route == RoutePolicy::kPrefix) {
+    const auto cold = std::find_if(
+        options.configs.begin(), options.configs.end(),
+        [](const CompressionConfig& c) { return c.algorithm == "quantization_for_cold_page"; });
+    if (options.router_command.empty() || cold == options.configs.end()) {
+      return absl::InvalidArgumentError(
+          "prefix routing needs a router command and a quantization_for_cold_page config");
+    }
+    std::string root;
+    for (size_t n = 0; n < sockets.size(); ++n) {
+      absl::StatusOr<std::string> r =
+          NamespaceHashRoot(*stats_clients[n], *cold, options.model, layout, options.pool_dir);
+      if (!r.ok()) return r.status();
+      if (n == 0) root = *r;
+      if (*r != root) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "prefix routing: node ", n, " (", sockets[n],
+            ") keys the namespace with another "
+            "hash root than node 0 (authentication with different keys?): its events cannot be "
+            "matched"));
+      }
+    }
+    absl::StatusOr<BlockHasher> hasher = BlockHasher::Create(root, tokens_per_page);
+    if (!hasher.ok()) return hasher.status();
+    absl::StatusOr<std::unique_ptr<PrefixRouter>> created =
+        PrefixRouter::Create(options.router_command, *std::move(hasher), sockets.size());
+    if (!created.ok()) return created.status();
+    router = *std::move(created);
+  }
+  Replay replay(pool_ptrs, chain_ptrs, **check, tokens_per_page, router.get());
   const absl::Status run = replay.Run(options.sessions, options.quiet);
+  if (router != nullptr && run.ok()) {
+    absl::StatusOr<std::string> stats = router->process().Ask("stats");
+    if (!stats.ok()) return stats.status();
+    result.router_stats = *stats;
+    router.reset();
+  }
   chains.clear();  // unregisters the methods' engines before the pools go away
   if (!run.ok()) return run;
   result.report = replay.report();
