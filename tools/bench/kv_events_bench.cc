@@ -9,10 +9,11 @@
 // codec raw): small pages, so that the per-block costs publishing adds weigh the most.
 //
 // A run offloads fresh blocks into one daemon for --seconds: Offload RPCs of --batch items (each
-// a fresh hash, a page index, and the page's 16 token ids, which both daemons get; "off" only
-// checks their count), acknowledged once stored (--ack=stored, the default: the RPC then includes
-// the store's index and event-log updates), from one client thread, each timed on the client with
-// steady_clock around the blocking call. Mode "paced" issues the RPCs on a fixed schedule of
+// a fresh hash, a page index, and --tokens token ids (default the page's 16), which both daemons
+// get; "off" only checks their count), acknowledged once stored (--ack=stored, the default: the RPC
+// then includes the store's index and event-log updates), from one client thread, each timed on the
+// client with steady_clock around the blocking call. Mode "paced" issues the RPCs on a fixed
+// schedule of
 // --rate blocks/s (an RPC that comes back late is followed at once, without catching up in a
 // burst); mode "max" issues the next RPC as soon as the last returns. For each mode there are
 // --rounds rounds, each a run on "off" and one on "on" (the order alternating from round to
@@ -94,6 +95,7 @@ struct KvEventsFlags {
   uint32_t rounds = 5;
   uint32_t rate = 10000;
   uint32_t batch = 16;
+  uint32_t tokens = kTokensPerPage;  // token ids sent per block
   std::vector<std::string> modes = {"paced", "max"};
   std::string host = "256MiB";
   v1::WriteAck ack = v1::WRITE_ACK_STORED;
@@ -121,7 +123,8 @@ absl::StatusOr<KvEventsFlags> ParseFlags(const cli::Values& values) {
   };
   for (const Bound& b :
        {Bound{"rounds", 1, 1000, &flags.rounds}, Bound{"rate", 1, 10'000'000, &flags.rate},
-        Bound{"batch", 1, kPoolSlots, &flags.batch}}) {
+        Bound{"batch", 1, kPoolSlots, &flags.batch},
+        Bound{"tokens", 0, kTokensPerPage, &flags.tokens}}) {
     KVTIER_ASSIGN_OR_RETURN(std::optional<uint32_t> v, values.OptionalUint32(b.name));
     if (!v.has_value()) continue;
     if (*v < b.min || *v > b.max) {
@@ -410,7 +413,7 @@ absl::Status RegisterEngine(Target& t) {
 }
 
 // The Offload of the target's next `batch` blocks: fresh hashes, pages in turn, 16 token ids each.
-v1::OffloadRequest NextOffload(Target& t, uint32_t batch, v1::WriteAck ack) {
+v1::OffloadRequest NextOffload(Target& t, uint32_t batch, uint32_t tokens, v1::WriteAck ack) {
   v1::OffloadRequest req;
   req.set_engine_id(t.engine_id);
   req.set_ack(ack);
@@ -419,7 +422,7 @@ v1::OffloadRequest NextOffload(Target& t, uint32_t batch, v1::WriteAck ack) {
     v1::OffloadItem* item = req.add_items();
     item->set_block_hash(SyntheticBlockHash(block));
     item->set_page_index(static_cast<uint32_t>(block % kPoolSlots));
-    for (uint32_t k = 0; k < kTokensPerPage; ++k) {
+    for (uint32_t k = 0; k < tokens; ++k) {
       item->add_token_ids(static_cast<uint32_t>((block * kTokensPerPage + k) % 151'000));
     }
   }
@@ -477,7 +480,7 @@ absl::StatusOr<RunResult> RunLoad(Target& t, const KvEventsFlags& flags, bool pa
     } else if (Clock::now() >= end) {
       break;
     }
-    const v1::OffloadRequest req = NextOffload(t, flags.batch, flags.ack);
+    const v1::OffloadRequest req = NextOffload(t, flags.batch, flags.tokens, flags.ack);
     KVTIER_ASSIGN_OR_RETURN(double us, TimedOffload(t, req));
     r.rpc_us.push_back(us);
     r.blocks += flags.batch;
@@ -538,7 +541,8 @@ absl::Status StartTarget(Target& t, const std::string& kvtierd, const std::strin
 // Offloads kWarmupBlocks into `t`.
 absl::Status Warm(Target& t, const KvEventsFlags& flags) {
   while (t.next_block < kWarmupBlocks) {
-    KVTIER_RETURN_IF_ERROR(TimedOffload(t, NextOffload(t, flags.batch, flags.ack)).status());
+    KVTIER_RETURN_IF_ERROR(
+        TimedOffload(t, NextOffload(t, flags.batch, flags.tokens, flags.ack)).status());
   }
   return absl::OkStatus();
 }
@@ -571,7 +575,8 @@ absl::StatusOr<Report> RunBench(Target& off, Target& on, Subscriber& subscriber,
           absl::StrFormat("the subscriber received no KV event within %d s of offloads",
                           static_cast<int>(kSubscriberWait.count())));
     }
-    KVTIER_RETURN_IF_ERROR(TimedOffload(on, NextOffload(on, flags.batch, flags.ack)).status());
+    KVTIER_RETURN_IF_ERROR(
+        TimedOffload(on, NextOffload(on, flags.batch, flags.tokens, flags.ack)).status());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   KVTIER_RETURN_IF_ERROR(Warm(on, flags));
@@ -665,7 +670,7 @@ void PrintTable(const Report& report, const KvEventsFlags& flags) {
       "kvtierd %s; Offloads of %u blocks of %llu B with %u token ids each, acknowledged %s; "
       "%u rounds of %.1f s per daemon and mode, off and on alternating\n",
       report.server_version.c_str(), flags.batch,
-      static_cast<unsigned long long>(report.hot_page_bytes), kTokensPerPage,
+      static_cast<unsigned long long>(report.hot_page_bytes), flags.tokens,
       flags.ack == v1::WRITE_ACK_STORED ? "once stored" : "once read", flags.rounds, flags.seconds);
   std::printf("%-8s %-9s %10s %9s %9s %9s %12s %14s\n", "mode", "kv_events", "blocks/s", "mean us",
               "p50 us", "p99 us", "us per block", "CPU us/block");
@@ -725,6 +730,7 @@ Json ToJson(const Report& report, const KvEventsFlags& flags) {
   doc["server_version"] = report.server_version;
   doc["hot_page_bytes"] = report.hot_page_bytes;
   doc["tokens_per_page"] = kTokensPerPage;
+  doc["token_ids_per_block"] = flags.tokens;
   doc["batch"] = flags.batch;
   doc["rate"] = flags.rate;
   doc["seconds"] = flags.seconds;
@@ -778,6 +784,7 @@ void DeclareKvEventsBenchFlags(cli::Command& command) {
   command.AddFlag("rounds", "N", "rounds per mode, each an off and an on run (default 5)");
   command.AddFlag("rate", "N", "blocks per second of the paced mode (default 10000)");
   command.AddFlag("batch", "N", "blocks per Offload RPC, 1 to 4096 (default 16)");
+  command.AddFlag("tokens", "N", "token ids sent with each block, 0 to 16 (default 16)");
   command.AddFlag("modes", "M,...", "paced, max or both (default paced,max)");
   command.AddFlag("host", "SIZE", "the daemons' host.capacity (default 256MiB)");
   command.AddFlag("ack", "WHEN", "stored (default) or read: the Offloads' acknowledgement");
