@@ -132,6 +132,26 @@ inline absl::StatusOr<std::vector<PageRef>> Pages(const uint8_t* hashes, size_t 
   return pages;
 }
 
+// Page i's tokens (token_counts[i] of them, after page i-1's in `token_ids`) into pages[i]
+// (kvtier_client_offload_tokens). Null token_counts: no tokens. InvalidArgument when token_ids is
+// null while some count is not 0.
+inline absl::Status AttachTokens(const uint32_t* token_ids, const uint32_t* token_counts,
+                                 std::vector<PageRef>* pages) {
+  if (token_counts == nullptr) return absl::OkStatus();
+  size_t next = 0;
+  for (size_t i = 0; i < pages->size(); ++i) {
+    const uint32_t n = token_counts[i];
+    if (n == 0) continue;
+    if (token_ids == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token_ids is NULL but token_counts[", i, "] is ", n));
+    }
+    (*pages)[i].token_ids.assign(token_ids + next, token_ids + next + n);
+    next += n;
+  }
+  return absl::OkStatus();
+}
+
 inline std::vector<uint32_t> Indices(const uint32_t* page_indices, size_t count) {
   return count == 0 ? std::vector<uint32_t>()
                     : std::vector<uint32_t>(page_indices, page_indices + count);

@@ -221,12 +221,26 @@ int kvtier_client_offload_v2(kvtier_client* client, const char* engine_id, const
                              size_t hash_len, const uint32_t* page_indices, size_t count,
                              const kvtier_offload_options* options, kvtier_transfer_result* result,
                              kvtier_item* items, kvtier_error* err) {
+  return kvtier_client_offload_tokens(client, engine_id, hashes, hash_len, page_indices, count,
+                                      nullptr, nullptr, options, result, items, err);
+}
+
+int kvtier_client_offload_tokens(kvtier_client* client, const char* engine_id,
+                                 const uint8_t* hashes, size_t hash_len,
+                                 const uint32_t* page_indices, size_t count,
+                                 const uint32_t* token_ids, const uint32_t* token_counts,
+                                 const kvtier_offload_options* options,
+                                 kvtier_transfer_result* result, kvtier_item* items,
+                                 kvtier_error* err) {
   return Guard(err, [&]() -> absl::Status {
     if (absl::Status st = kvtier::c_api::CheckEngine(client, engine_id); !st.ok()) return st;
     if (result != nullptr) *result = kvtier_transfer_result{};
     absl::StatusOr<std::vector<kvtier::PageRef>> pages =
         kvtier::c_api::Pages(hashes, hash_len, page_indices, count);
     if (!pages.ok()) return pages.status();
+    if (absl::Status st = kvtier::c_api::AttachTokens(token_ids, token_counts, &*pages); !st.ok()) {
+      return st;
+    }
     kvtier::OffloadOptions o;
     if (options != nullptr) {
       o.durable = options->durable != 0;

@@ -210,6 +210,9 @@ kv_events:
   # Blocks whose token ids (OffloadItem.token_ids) are kept for BlockStored events, the oldest
   # going first (1 to 16777216; 4 bytes a token, about 4 MiB for 16-token pages).
   token_table_blocks: 65536
+  # Milliseconds the publisher lets the store log, once woken, before it reads the log and
+  # publishes (0 to 1000; 0: at once): one batch per interval instead of some per offload.
+  batch_interval_ms: 10
 )";
 
 std::string Where(const YAML::Node& node) {
@@ -404,6 +407,7 @@ void ReadKvEvents(Reader& r, Config::KvEvents* k) {
   k->block_size = static_cast<uint32_t>(r.Uint("kv_events.block_size", 0, 1u << 20));
   k->token_table_blocks =
       static_cast<uint32_t>(r.Uint("kv_events.token_table_blocks", 1, 1u << 24));
+  k->batch_interval_ms = static_cast<uint32_t>(r.Uint("kv_events.batch_interval_ms", 0, 1000));
   YAML::Node tenants = r.Get("kv_events.tenants");
   if (!tenants.IsSequence()) {
     r.Fail("kv_events.tenants", "must be a list of tenant names");

@@ -108,6 +108,7 @@ struct Config {
     std::vector<std::string> tenants;  // empty: every tenant
     uint32_t block_size = 0;           // tokens per block in BlockStored; 0: unknown
     uint32_t token_table_blocks = 0;   // blocks whose token ids are kept (TokenTable)
+    uint32_t batch_interval_ms = 0;    // the publisher's wait before it reads the log
   } kv_events;
 };
 

@@ -4,6 +4,7 @@
 // router never sees the block absent while it stays readable.
 #include "daemon/kvevents/event_translation.h"
 
+#include <memory>
 #include <utility>
 
 #include "daemon/store/store_events.h"
@@ -36,9 +37,12 @@ void AppendStored(const service::LoggedEvent& logged, index::Tier tier, uint32_t
   // The event being filled: a run of full blocks with tokens, or of blocks without; `open` is
   // false after a partial block (its event takes no more).
   bool open = false, run_has_tokens = false;
-  for (const index::BlockHash& h : logged.hashes) {
-    std::optional<service::TokenTable::Tokens> t = tokens->Get(logged.ns, h);
-    const bool has_tokens = t.has_value();
+  std::vector<std::shared_ptr<const service::TokenTable::Tokens>> found;
+  tokens->GetMany(logged.ns, logged.hashes, &found);
+  for (size_t i = 0; i < logged.hashes.size(); ++i) {
+    const index::BlockHash& h = logged.hashes[i];
+    const service::TokenTable::Tokens* t = found[i].get();
+    const bool has_tokens = t != nullptr;
     const bool full = has_tokens && t->token_ids.size() == t->block_size;
     const uint32_t size = has_tokens ? t->block_size : untokened_size;
     const bool alone = has_tokens && !full;

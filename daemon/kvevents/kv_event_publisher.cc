@@ -9,6 +9,13 @@
 // when one is full: a slow subscriber makes the others replay too, but no drop goes unseen.
 // Replies on the ROUTER socket are never dropped (no high-water mark): a request costs at most
 // the replay buffer's batches in memory until they are sent.
+//
+// Wake-ups: the log's notifier writes the eventfd only when no wake is pending (pending_), and
+// with a batch interval the thread, once woken, lets the store log for that long before it reads
+// (serving replay meanwhile). Reading at once after every logged event cost a context switch of
+// this thread and of ZeroMQ's I/O thread per offload, and closed the log's tail so that an
+// offload's blocks did not merge: on two cores that made each offload wait (docs/PERFORMANCE.md,
+// "KV events: publishing overhead").
 #include "daemon/kvevents/kv_event_publisher.h"
 
 #include <sys/eventfd.h>
@@ -161,7 +168,9 @@ KvEventPublisher::Counters KvEventPublisher::counters() const {
   return c;
 }
 
-void KvEventPublisher::OnEventsAvailable() { Wake(); }
+void KvEventPublisher::OnEventsAvailable() {
+  if (!pending_.exchange(true, std::memory_order_acq_rel)) Wake();
+}
 
 void KvEventPublisher::Wake() {
   const uint64_t one = 1;
@@ -176,20 +185,38 @@ void KvEventPublisher::Run() {
   items[1].socket = router_;
   items[1].events = ZMQ_POLLIN;
   const int count = router_ != nullptr ? 2 : 1;
-  PublishFromLog();  // what the log holds already (the store's recovery)
-  while (!stop_.load(std::memory_order_acquire)) {
-    if (zmq_poll(items, count, -1) < 0) {
-      if (zmq_errno() == EINTR) continue;
+  // One poll of the eventfd and the ROUTER socket (timeout_ms -1: until either is readable);
+  // drains the eventfd and serves replay requests. False when zmq_poll failed.
+  const auto poll = [&](long timeout_ms) {
+    if (zmq_poll(items, count, timeout_ms) < 0) {
+      if (zmq_errno() == EINTR) return true;
       KVTIER_LOG(kError, "kv_events: zmq_poll: ", ZmqError(), "; publisher stops");
-      return;
+      return false;
     }
     if (items[0].revents & ZMQ_POLLIN) {
       uint64_t value = 0;
       (void)!read(wake_fd_, &value, sizeof(value));
     }
-    if (stop_.load(std::memory_order_acquire)) break;
-    PublishFromLog();
     if (count == 2 && (items[1].revents & ZMQ_POLLIN)) ServeReplay();
+    return true;
+  };
+  PublishFromLog();  // what the log holds already (the store's recovery)
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (!poll(-1)) return;
+    if (stop_.load(std::memory_order_acquire)) break;
+    if (!pending_.load(std::memory_order_acquire)) continue;  // a replay request, or a stale wake
+    const absl::Time until = absl::Now() + options_.batch_interval;
+    while (!stop_.load(std::memory_order_acquire)) {
+      const absl::Duration left = until - absl::Now();
+      if (left <= absl::ZeroDuration()) break;
+      if (!poll(static_cast<long>(
+              absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))))))
+        return;
+    }
+    if (stop_.load(std::memory_order_acquire)) break;
+    // Cleared before the read: whatever is logged after it wakes the thread again.
+    pending_.store(false, std::memory_order_release);
+    PublishFromLog();
   }
 }
 

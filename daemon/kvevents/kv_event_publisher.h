@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/kvevents/event_translation.h"
 #include "daemon/kvevents/kv_event_encoding.h"
 #include "daemon/service/event_log.h"
@@ -52,6 +53,11 @@ struct KvEventPublisherOptions {
   std::optional<int64_t> data_parallel_rank;
   // Logged events per batch, at most (each holds up to EventLog::kMaxHashesPerEvent hashes).
   size_t max_logged_events_per_batch = 16;
+  // How long the publisher waits, once told that events were logged, before it reads the log:
+  // what the store logs meanwhile goes in the same read (and merges in the log), so a busy store
+  // costs one wake-up and a few batches per interval instead of some per offload. Zero: reads at
+  // once. Delays every batch by up to this much.
+  absl::Duration batch_interval = absl::ZeroDuration();
 };
 
 class KvEventPublisher final : public service::EventLog::Listener {
@@ -89,7 +95,7 @@ class KvEventPublisher final : public service::EventLog::Listener {
   // Whether it is one of the log's listeners now (from Create until Stop).
   bool listening() const { return listening_.load(std::memory_order_acquire); }
 
-  // EventLog::Listener: wakes the publisher's thread.
+  // EventLog::Listener: wakes the publisher's thread, unless a wake is pending already.
   void OnEventsAvailable() override;
 
  private:
@@ -121,6 +127,9 @@ class KvEventPublisher final : public service::EventLog::Listener {
   size_t replay_bytes_ = 0;      // payload bytes in replay_
 
   std::atomic<bool> stop_{false};
+  // Set by OnEventsAvailable when it wakes the thread, cleared by the thread before it reads the
+  // log: events logged in between wake it no further.
+  std::atomic<bool> pending_{false};
   std::atomic<bool> listening_{false};
   std::atomic<uint64_t> next_seq_{0};
   std::atomic<uint64_t> published_batches_{0}, published_events_{0}, dropped_batches_{0},

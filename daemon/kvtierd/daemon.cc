@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
 #include "common/build_info/build_info.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -315,6 +316,7 @@ absl::StatusOr<std::unique_ptr<kvevents::KvEventPublisher>> StartKvEvents(
   o.send_hwm = static_cast<int>(c.send_hwm);
   o.tenants = c.tenants;
   o.block_size = c.block_size;
+  o.batch_interval = absl::Milliseconds(c.batch_interval_ms);
   o.tokens = tokens;
   o.tenant_of = [store](index::NamespaceId id) -> std::optional<std::string> {
     for (const auto& [ns_id, record] : store->Namespaces()) {

@@ -570,14 +570,16 @@ absl::Status KvTierService::RecordOffloadTokens(const Engine& engine,
   }
   if (options_.tokens == nullptr) return absl::OkStatus();
   options_.tokens->SetBlockSize(engine.ns, per_page);
+  std::vector<std::pair<index::BlockHash, std::vector<uint32_t>>> blocks;
   for (int i = 0; i < req.items_size(); ++i) {
     const v1::OffloadItem& item = req.items(i);
     if (item.token_ids().empty()) continue;
     absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
     if (!hash.ok()) continue;  // the item fails in its turn
-    options_.tokens->Put(engine.ns, *hash, {item.token_ids().begin(), item.token_ids().end()},
-                         per_page);
+    blocks.emplace_back(*hash,
+                        std::vector<uint32_t>(item.token_ids().begin(), item.token_ids().end()));
   }
+  if (!blocks.empty()) options_.tokens->PutMany(engine.ns, per_page, std::move(blocks));
   return absl::OkStatus();
 }
 

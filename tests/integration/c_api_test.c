@@ -1,9 +1,12 @@
 /* The C ABI (client/include/kvtier/kvtier.h) against a real kvtierd, compiled as C99: the test
  * spawns the daemon itself (path from argv[1], else KVTIERD_PATH) on a temporary state directory
- * and socket, then drives layouts, hashes, a shared-memory pool and a raw-codec engine through
- * offload / lookup / onboard (pages compared byte for byte), park / resume / release, stats, event
- * watches (live and from a snapshot) and the error paths, and stops the daemon with SIGTERM (exit status 0). Exits non-zero on the first
- * failed check, printing the daemon's log. */
+ * and socket, with kv_events on, and a KV-events subscriber, `kvtierctl watch --format=vllm` (path
+ * from argv[2], else KVTIERCTL_PATH), then drives layouts, hashes, a shared-memory pool and a
+ * raw-codec engine through offload / lookup / onboard (pages compared byte for byte), offload with
+ * token ids (kvtier_v2.h: the subscriber sees them in the blocks' BlockStored events; too many
+ * for a page is INVALID_ARGUMENT naming the item), park / resume / release, stats, event watches
+ * (live and from a snapshot) and the error paths, and stops the daemon with SIGTERM (exit status
+ * 0). Exits non-zero on the first failed check, printing the daemon's log. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
@@ -20,6 +23,7 @@
 #include <unistd.h>
 
 #include "kvtier/kvtier.h"
+#include "kvtier/kvtier_v2.h"
 
 extern char** environ;
 
@@ -30,7 +34,9 @@ extern char** environ;
 
 static char g_dir[256];
 static char g_log[512];
+static char g_events[512]; /* the subscriber's output: one JSON line per KV event */
 static pid_t g_daemon = 0;
+static pid_t g_subscriber = 0;
 
 static void PrintLog(void) {
   FILE* f = fopen(g_log, "r");
@@ -44,6 +50,11 @@ static void PrintLog(void) {
 
 static void Cleanup(void) {
   char cmd[512];
+  if (g_subscriber > 0) {
+    kill(g_subscriber, SIGKILL);
+    waitpid(g_subscriber, NULL, 0);
+    g_subscriber = 0;
+  }
   if (g_daemon > 0) {
     kill(g_daemon, SIGKILL);
     waitpid(g_daemon, NULL, 0);
@@ -85,8 +96,8 @@ static void SleepMs(long ms) {
   nanosleep(&ts, NULL);
 }
 
-static void StartDaemon(const char* kvtierd, const char* socket_path) {
-  char state[1024], sock[1024], allowed[1024];
+static void StartDaemon(const char* kvtierd, const char* socket_path, const char* endpoint) {
+  char state[1024], sock[1024], allowed[1024], kv_endpoint[1024];
   char* argv[16];
   int argc = 0;
   posix_spawn_file_actions_t actions;
@@ -94,6 +105,7 @@ static void StartDaemon(const char* kvtierd, const char* socket_path) {
   snprintf(state, sizeof(state), "--state-dir=%s/state", g_dir);
   snprintf(sock, sizeof(sock), "--socket=%s", socket_path);
   snprintf(allowed, sizeof(allowed), "--set=pools.allowed_dirs=[%s]", g_dir);
+  snprintf(kv_endpoint, sizeof(kv_endpoint), "--set=kv_events.endpoint=\"%s\"", endpoint);
   argv[argc++] = (char*)kvtierd;
   argv[argc++] = state;
   argv[argc++] = sock;
@@ -105,6 +117,8 @@ static void StartDaemon(const char* kvtierd, const char* socket_path) {
   argv[argc++] = allowed;
   argv[argc++] = (char*)"--set=metrics.listen=\"\""; /* no HTTP listener: no port to pick */
   argv[argc++] = (char*)"--set=server.workers=4";
+  argv[argc++] = (char*)"--set=kv_events.enabled=true";
+  argv[argc++] = kv_endpoint;
   argv[argc] = NULL;
 
   posix_spawn_file_actions_init(&actions);
@@ -121,6 +135,55 @@ static void StartDaemon(const char* kvtierd, const char* socket_path) {
     SleepMs(10);
   }
   CHECK(access(socket_path, F_OK) == 0);
+}
+
+/* `kvtierctl watch --format=vllm --endpoint=<endpoint>`, its stdout to g_events. */
+static void StartSubscriber(const char* kvtierctl, const char* endpoint) {
+  char flag[1024];
+  char* argv[5];
+  posix_spawn_file_actions_t actions;
+  snprintf(flag, sizeof(flag), "--endpoint=%s", endpoint);
+  argv[0] = (char*)kvtierctl;
+  argv[1] = (char*)"watch";
+  argv[2] = (char*)"--format=vllm";
+  argv[3] = flag;
+  argv[4] = NULL;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, g_events, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, g_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  CHECK(posix_spawn(&g_subscriber, kvtierctl, &actions, NULL, argv, environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+/* Whether one line of the subscriber's output holds both `a` and `b`. */
+static int EventLineHas(const char* a, const char* b) {
+  FILE* f = fopen(g_events, "r");
+  char line[16384];
+  int found = 0;
+  if (f == NULL) return 0;
+  while (!found && fgets(line, sizeof(line), f) != NULL) {
+    found = strstr(line, a) != NULL && strstr(line, b) != NULL;
+  }
+  fclose(f);
+  return found;
+}
+
+/* Waits up to 10 s for such a line. */
+static int WaitEventLine(const char* a, const char* b) {
+  int i;
+  for (i = 0; i < 1000; ++i) {
+    if (EventLineHas(a, b)) return 1;
+    SleepMs(10);
+  }
+  return 0;
+}
+
+/* A 32-byte block hash as KV events carry it: its last 8 bytes read big-endian. */
+static unsigned long long ReducedHash(const uint8_t* hash) {
+  unsigned long long v = 0;
+  int i;
+  for (i = 24; i < 32; ++i) v = (v << 8) | hash[i];
+  return v;
 }
 
 /* Deterministic finite BF16 values (magnitudes in [0.5, 2)) for page `page` of chain `seed`. */
@@ -191,7 +254,9 @@ static int WaitSeen(WatchSeen* seen, int snapshot) {
 
 int main(int argc, char** argv) {
   const char* kvtierd = argc > 1 ? argv[1] : KVTIERD_PATH;
+  const char* kvtierctl = argc > 2 ? argv[2] : KVTIERCTL_PATH;
   char socket_path[512], pool_path[512], engine_id[KVTIER_ENGINE_ID_BYTES], name[64];
+  char endpoint[600];
   char* json;
   size_t json_bytes = 0, num_pools = 0, count = 0, i, name_bytes = 0;
   kvtier_error err;
@@ -226,6 +291,8 @@ int main(int argc, char** argv) {
   snprintf(g_log, sizeof(g_log), "%s/kvtierd.log", g_dir);
   snprintf(socket_path, sizeof(socket_path), "%s/kvtier.sock", g_dir);
   snprintf(pool_path, sizeof(pool_path), "%s/c-engine.kv", g_dir);
+  snprintf(g_events, sizeof(g_events), "%s/kv-events.jsonl", g_dir);
+  snprintf(endpoint, sizeof(endpoint), "ipc://%s/kv-events.ipc", g_dir);
   memset(&err, 0, sizeof(err));
 
   /* The headers' version macros (kvtier/version.h, through kvtier.h) and the loaded library's
@@ -284,7 +351,8 @@ int main(int argc, char** argv) {
   CHECK(status == KVTIER_UNAVAILABLE && client == NULL);
   CHECK(strstr(err.message, "kvtier.sock") != NULL);
 
-  StartDaemon(kvtierd, socket_path);
+  StartDaemon(kvtierd, socket_path, endpoint);
+  StartSubscriber(kvtierctl, endpoint);
   CHECK_OK(kvtier_client_connect(socket_path, "c-api-test", 20000, &client, &err));
   CHECK_OK(kvtier_client_server_info(client, 0, &server, &err));
   CHECK(server.api_version >= 1);
@@ -428,6 +496,88 @@ int main(int argc, char** argv) {
   status = kvtier_client_lookup(client, engine_id, hashes, 33, 1, 0, &hits, NULL, &err);
   CHECK(status == KVTIER_INVALID_ARGUMENT && strstr(err.message, "hash_len") != NULL);
 
+  /* Offload with token ids (kvtier_client_offload_tokens): the subscriber of the daemon's KV
+   * events sees each page's tokens in its block's BlockStored event. */
+  {
+    uint32_t page_tokens[PAGES * TOKENS_PER_PAGE], counts[PAGES], probe_token = 9;
+    uint32_t one = 1, two_counts[2] = {TOKENS_PER_PAGE, TOKENS_PER_PAGE + 1};
+    uint8_t chain[PAGES * KVTIER_BLOCK_HASH_BYTES], probe[KVTIER_BLOCK_HASH_BYTES];
+    char key[64], run[256];
+    size_t n = 0, used = 0;
+    kvtier_transfer_result moved;
+    kvtier_item items[PAGES];
+    struct stat st;
+    int subscribed = 0;
+    /* The subscriber receives only what is published after its subscription reached the
+     * daemon: offload single probe pages until it has received one. */
+    for (i = 0; i < 500 && !subscribed; ++i) {
+      memset(probe, 0x5A, sizeof(probe));
+      probe[0] = (uint8_t)i;
+      probe[1] = (uint8_t)(i >> 8);
+      CHECK_OK(kvtier_client_offload_tokens(client, engine_id, probe, sizeof(probe), indices, 1,
+                                            &probe_token, &one, &offload_options, NULL, NULL,
+                                            &err));
+      subscribed = stat(g_events, &st) == 0 && st.st_size > 0;
+      if (!subscribed) SleepMs(20);
+    }
+    CHECK(subscribed);
+
+    /* A chain of 8 pages hashed from its tokens 5000.., sent with them; the last page without. */
+    for (i = 0; i < PAGES * TOKENS_PER_PAGE; ++i) page_tokens[i] = (uint32_t)(5000 + i);
+    CHECK_OK(kvtier_hasher_hash(hasher, NULL, page_tokens, PAGES * TOKENS_PER_PAGE, chain, PAGES,
+                                &n, &err));
+    CHECK(n == PAGES);
+    for (i = 0; i < PAGES; ++i) counts[i] = i + 1 < PAGES ? TOKENS_PER_PAGE : 0;
+    CHECK_OK(kvtier_client_offload_tokens(client, engine_id, chain, KVTIER_BLOCK_HASH_BYTES,
+                                          indices, PAGES, page_tokens, counts, &offload_options,
+                                          &moved, items, &err));
+    CHECK(moved.pages == PAGES);
+    for (i = 0; i < PAGES; ++i) CHECK(items[i].code == KVTIER_ITEM_OK);
+    /* Page 0's event starts with its hash, and its token_ids with page 0's 16 tokens. */
+    snprintf(key, sizeof(key), "\"block_hashes\":[%llu", ReducedHash(chain));
+    used = (size_t)snprintf(run, sizeof(run), "\"token_ids\":[5000");
+    for (i = 1; i < TOKENS_PER_PAGE; ++i) {
+      used += (size_t)snprintf(run + used, sizeof(run) - used, ",%u", (unsigned)(5000 + i));
+    }
+    CHECK(WaitEventLine(key, run));
+    CHECK(WaitEventLine(key, "\"type\":\"BlockStored\""));
+    CHECK(WaitEventLine(key, "\"block_size\":16"));
+    /* Page 6's tokens in the same event; page 7 (no tokens) in one of its own, with none. */
+    snprintf(run, sizeof(run), "%u,%u]", (unsigned)(5000 + 7 * TOKENS_PER_PAGE - 2),
+             (unsigned)(5000 + 7 * TOKENS_PER_PAGE - 1));
+    CHECK(WaitEventLine(key, run));
+    snprintf(key, sizeof(key), "\"block_hashes\":[%llu]",
+             ReducedHash(chain + (PAGES - 1) * KVTIER_BLOCK_HASH_BYTES));
+    CHECK(WaitEventLine(key, "\"token_ids\":[]"));
+
+    /* 17 tokens for a page of 16 fail the call, naming the item; nothing of it is stored. */
+    memset(probe, 0x6B, sizeof(probe));
+    memcpy(chain, probe, sizeof(probe));
+    probe[0] = 1;
+    memcpy(chain + KVTIER_BLOCK_HASH_BYTES, probe, sizeof(probe));
+    status = kvtier_client_offload_tokens(client, engine_id, chain, KVTIER_BLOCK_HASH_BYTES,
+                                          indices, 2, page_tokens, two_counts, &offload_options,
+                                          &moved, items, &err);
+    CHECK(status == KVTIER_INVALID_ARGUMENT && err.code == KVTIER_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "items[1]: 17 token ids") != NULL);
+    CHECK(strstr(err.message, "tokens_per_page") != NULL);
+    CHECK(moved.pages == 0);
+    CHECK_OK(kvtier_client_lookup(client, engine_id, chain, KVTIER_BLOCK_HASH_BYTES, 1, 0, &hits,
+                                  NULL, &err));
+    CHECK(hits == 0);
+    /* Counts without tokens are refused before any RPC. */
+    status = kvtier_client_offload_tokens(client, engine_id, chain, KVTIER_BLOCK_HASH_BYTES,
+                                          indices, 2, NULL, two_counts, NULL, NULL, NULL, &err);
+    CHECK(status == KVTIER_INVALID_ARGUMENT && strstr(err.message, "token_ids") != NULL);
+    /* No counts: no tokens (kvtier_client_offload_v2). */
+    CHECK_OK(kvtier_client_offload_tokens(client, engine_id, chain, KVTIER_BLOCK_HASH_BYTES,
+                                          indices, 1, NULL, NULL, &offload_options, &moved, items,
+                                          &err));
+    CHECK(moved.pages == 1 && items[0].code == KVTIER_ITEM_OK);
+    snprintf(key, sizeof(key), "\"block_hashes\":[%llu]", ReducedHash(chain));
+    CHECK(WaitEventLine(key, "\"token_ids\":[]"));
+  }
+
   /* Park pages 0..3 with user data; resume them into 24..27. */
   memset(&park_options, 0, sizeof(park_options));
   park_options.num_tokens = 4 * TOKENS_PER_PAGE - 3;
@@ -496,6 +646,10 @@ int main(int argc, char** argv) {
   kvtier_layout_destroy(layout);
   CHECK(access(pool_path, F_OK) != 0); /* destroy removed the file */
 
+  kill(g_subscriber, SIGTERM);
+  CHECK(waitpid(g_subscriber, &exit_status, 0) == g_subscriber);
+  g_subscriber = 0;
+  CHECK(WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 0);
   kill(g_daemon, SIGTERM);
   CHECK(waitpid(g_daemon, &exit_status, 0) == g_daemon);
   g_daemon = 0;

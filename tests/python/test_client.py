@@ -11,6 +11,10 @@ module only:
     KeyError subclasses of kvtier.Error with the status code);
   - registers a raw engine on a SharedMemoryPool, fills pages through its numpy view, offloads,
     looks the BlockHasher hashes up and onboards them into other slots: the numpy rows are equal;
+  - offloads with token ids: a ZeroMQ subscriber of the daemon's KV events (kv_events is on;
+    python3-zmq and python3-msgpack) sees each page's tokens in its block's BlockStored event, a
+    page without in one with none; too many tokens for a page raise InvalidRequestError naming
+    the item, and nothing of that call is stored;
   - an nvfp4 engine onboards finite values close to the originals;
   - several *_async futures in flight at once complete with the right results, and an async
     error completes its future with the exception;
@@ -78,7 +82,9 @@ class ClientTest(daemon_fixture.DaemonTestCase):
                                        "--set=disk.chunk=4MiB",
                                        f"--set=pools.allowed_dirs=[{cls.dir}]",
                                        '--set=metrics.listen=""',
-                                       "--set=server.workers=4"])
+                                       "--set=server.workers=4",
+                                       "--set=kv_events.enabled=true",
+                                       f'--set=kv_events.endpoint="{cls.kv_endpoint()}"'])
             cls.client = kvtier.Client.connect(socket=cls.socket, client_name="python-test",
                                                timeout=RPC_TIMEOUT)
             cls.layout = kvtier.PageLayout.gqa(num_layers=2, kv_heads=2, head_dim=64,
@@ -93,6 +99,10 @@ class ClientTest(daemon_fixture.DaemonTestCase):
         except BaseException:
             cls.cleanup(keep=True)
             raise
+
+    @classmethod
+    def kv_endpoint(cls):
+        return f"ipc://{cls.dir}/kv-events.ipc"
 
     @classmethod
     def cleanup(cls, keep):
@@ -221,6 +231,91 @@ class ClientTest(daemon_fixture.DaemonTestCase):
         self.assertTrue(all(r.ok for r in on.results), on.results)
         self.assertEqual(on.results[0].tier, kvtier.Tier.host)
         self.assertTrue(np.array_equal(self.pages[16:16 + PAGES], self.pages[0:PAGES]))
+
+    def test_04b_offload_token_ids_are_published(self):
+        try:
+            import msgpack
+            import zmq
+        except ImportError as e:
+            self.skipTest(f"the KV-events subscriber needs python3-zmq and python3-msgpack: {e}")
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        self.addCleanup(ctx.term)
+        self.addCleanup(sub.close, 0)
+        sub.connect(self.kv_endpoint())
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        stored = {}  # reduced block hash -> the token ids its BlockStored events carried
+
+        def drain(timeout_ms):
+            got = 0
+            while sub.poll(timeout_ms):
+                _, _, payload = sub.recv_multipart()
+                _, events, _ = msgpack.unpackb(payload)
+                for e in events:
+                    if e["type"] != "BlockStored":
+                        continue
+                    self.assertEqual(e["block_size"], TOKENS)
+                    hashes, tokens = e["block_hashes"], e["token_ids"]
+                    # vLLM's form: the blocks' tokens end to end, a full page each (a partial
+                    # page alone), or none at all.
+                    if tokens and len(hashes) > 1:
+                        self.assertEqual(len(tokens), TOKENS * len(hashes), e)
+                    per = len(tokens) // len(hashes)
+                    for k, h in enumerate(hashes):
+                        stored[h] = tokens[k * per:(k + 1) * per]
+                    got += 1
+                timeout_ms = 0
+            return got
+
+        def reduced(h):
+            return int.from_bytes(h[24:32], "big")
+
+        # Only what is published after the subscription reached the daemon arrives: offload
+        # probe pages until one does.
+        for i in range(500):
+            probe = bytes([i % 256, i // 256]) + b"\x5a" * 30
+            self.client.offload(self.engine, [probe], [0], token_ids=[[9]],
+                                ack=kvtier.WriteAck.stored)
+            if drain(20):
+                break
+        else:
+            self.fail("the subscriber received no KV event")
+
+        tokens = tokens_for(41, PAGES)
+        hashes = self.hasher.hash(tokens)
+        per_page = [tokens[i * TOKENS:(i + 1) * TOKENS] for i in range(PAGES - 1)] + [None]
+        off = self.client.offload(self.engine, hashes, range(PAGES), token_ids=per_page,
+                                  ack=kvtier.WriteAck.stored)
+        self.assertEqual(off.stored_pages, PAGES)
+        # And through offload_async, a 2-D array of pages by tokens.
+        more = tokens_for(42, 2)
+        more_hashes = self.hasher.hash(more)
+        fut = self.client.offload_async(self.engine, more_hashes, [0, 1],
+                                        token_ids=more[:2 * TOKENS].reshape(2, TOKENS))
+        self.assertEqual(fut.result(timeout=RPC_TIMEOUT).stored_pages, 2)
+        want = {reduced(h): [int(t) for t in (p if p is not None else [])]
+                for h, p in zip(hashes, per_page)}
+        want.update({reduced(h): [int(t) for t in more[i * TOKENS:(i + 1) * TOKENS]]
+                     for i, h in enumerate(more_hashes)})
+        deadline = time.monotonic() + 10
+        while not all(h in stored for h in want) and time.monotonic() < deadline:
+            drain(100)
+        self.assertEqual({h: stored.get(h) for h in want}, want)
+
+        # 17 tokens for a page of 16: the call raises, naming the item, and stores nothing.
+        bad = [b"\x6b" * 32, b"\x6c" * 32]
+        with self.assertRaises(kvtier.InvalidRequestError) as ctx_err:
+            self.client.offload(self.engine, bad, [0, 1],
+                                token_ids=[list(range(TOKENS)), list(range(TOKENS + 1))])
+        self.assertEqual(ctx_err.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("items[1]: 17 token ids", ctx_err.exception.message)
+        self.assertIn("tokens_per_page", ctx_err.exception.message)
+        self.assertEqual(self.client.lookup(self.engine, bad).hit_pages, 0)
+        # One token sequence per page, checked before any call.
+        with self.assertRaises(kvtier.InvalidRequestError):
+            self.client.offload(self.engine, bad, [0, 1], token_ids=[[1, 2]])
+        with self.assertRaises(TypeError):
+            self.client.offload(self.engine, bad, [0, 1], token_ids=b"xy")
 
     def test_05_nvfp4_round_trip_is_close(self):
         pool = kvtier.SharedMemoryPool(os.path.join(self.dir, "nvfp4.kv"), "kv", 32,

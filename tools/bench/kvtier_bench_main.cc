@@ -12,6 +12,7 @@
 #include "tools/bench/fairness_bench.h"
 #include "tools/bench/index_bench.h"
 #include "tools/bench/kernels_subcommand.h"
+#include "tools/bench/kv_events_bench.h"
 #include "tools/bench/lookup_bench.h"
 #include "tools/bench/route_bench.h"
 
@@ -37,6 +38,8 @@ constexpr Subcommand kSubcommands[] = {
      kvtier::bench::DeclareE2eBenchFlags, kvtier::bench::RunE2eBench},
     {"cluster", "cluster tier: RADOS object Put/Get of cold blocks vs rados bench, chain Exists",
      kvtier::bench::DeclareClusterBenchFlags, kvtier::bench::RunClusterBench},
+    {"kv-events", "Offload time with kv_events on (a subscriber draining it) vs off, paced and max",
+     kvtier::bench::DeclareKvEventsBenchFlags, kvtier::bench::RunKvEventsBench},
     {"kernels", "fused nvfp4 offload/onboard on the GPU vs cudaMemcpyAsync, raw copy, unfused",
      kvtier::bench::DeclareKernelsBenchFlags, kvtier::bench::RunKernelsBench},
     {"route", "two kvtierd nodes publishing KV events: prefix routing vs round-robin, same run",

@@ -253,7 +253,8 @@ typedef struct kvtier_offload_options {
 /* Stores page page_indices[i] (its slot in every pool) under hash i. `options` may be NULL.
  * *stored_pages: how many were stored; codes (optional, count entries): each item's
  * KVTIER_ITEM_* code (e.g. INVALID_ARGUMENT for a page index past the pool). The status is
- * non-zero only when the call as a whole failed. */
+ * non-zero only when the call as a whole failed. Sends no token ids: kvtier_v2.h's
+ * kvtier_client_offload_tokens sends each page's tokens, for kv_events (docs/KV_EVENTS.md). */
 int kvtier_client_offload(kvtier_client* client, const char* engine_id, const uint8_t* hashes,
                           size_t hash_len, const uint32_t* page_indices, size_t count,
                           const kvtier_offload_options* options, uint32_t* stored_pages, int* codes,

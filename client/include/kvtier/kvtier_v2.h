@@ -162,6 +162,27 @@ int kvtier_client_onboard_v2(kvtier_client* client, const char* engine_id, const
                              int continue_after_miss, kvtier_transfer_result* result,
                              kvtier_item* items, kvtier_error* err);
 
+/* kvtier_client_offload_v2 with each page's token ids (OffloadItem.token_ids, the tokens the
+ * page's block hash was computed from): a daemon with kv_events on publishes them in the block's
+ * BlockStored events, which lets routers that recompute hashes from tokens (NVIDIA Dynamo's)
+ * match the block; a daemon with kv_events off only checks their count (docs/KV_EVENTS.md). Page
+ * i has token_counts[i] tokens (0: none), stored in `token_ids` right after page i-1's, so
+ * `token_ids` holds the sum of the counts; for pages hashed by kvtier_hasher_hash from `tokens`,
+ * that is `tokens` itself with every count tokens_per_page. token_counts NULL: no page has tokens
+ * (token_ids is then ignored; the same as kvtier_client_offload_v2). INVALID_ARGUMENT, before any
+ * RPC, for a NULL token_ids with a count that is not 0; from the daemon, for a page with more
+ * tokens than the layout's tokens_per_page: the call fails, no page of that item's request is
+ * stored, and the message names the item ("items[1]: 17 token ids, more than the 16 tokens of a
+ * page of engine
+ * ..."). Park has no token ids: parked pages are never published. */
+int kvtier_client_offload_tokens(kvtier_client* client, const char* engine_id,
+                                 const uint8_t* hashes, size_t hash_len,
+                                 const uint32_t* page_indices, size_t count,
+                                 const uint32_t* token_ids, const uint32_t* token_counts,
+                                 const kvtier_offload_options* options,
+                                 kvtier_transfer_result* result, kvtier_item* items,
+                                 kvtier_error* err);
+
 /* Pin / unpin with items (count entries, may be NULL) and, for pin, when the pins expire
  * (*expires_at_unix_ms, may be NULL; 0 when the server gave no time). */
 int kvtier_client_pin_v2(kvtier_client* client, const char* engine_id, const uint8_t* hashes,

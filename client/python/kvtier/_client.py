@@ -10,6 +10,7 @@ connection; calls after it raise FAILED_PRECONDITION.
 
 from __future__ import annotations
 
+import array
 import atexit
 import concurrent.futures
 import ctypes
@@ -82,6 +83,28 @@ def _pages(hashes: Sequence[bytes], page_indices: Any) -> Any:
     if indices.count != count:
         raise invalid(f"{count} hashes but {indices.count} page indices")
     return buf, hash_len, count, indices
+
+
+def _page_tokens(token_ids: Any, count: int) -> Any:
+    """token_ids (one token sequence per page; None or empty for a page without) as the C ABI's
+    (flat uint32 array, per-page counts), or None when token_ids is None."""
+    if token_ids is None:
+        return None
+    if isinstance(token_ids, (bytes, bytearray, str)):
+        raise TypeError("token_ids must be a sequence of token sequences, one per page")
+    per_page = list(token_ids)
+    if len(per_page) != count:
+        raise invalid(f"{count} hashes but token_ids for {len(per_page)} pages")
+    flat = array.array("I")
+    counts = array.array("I")
+    for i, page in enumerate(per_page):
+        tokens = _args.u32_array(() if page is None else page, f"token_ids[{i}]",
+                                 check_range=False)
+        if tokens.count:
+            flat.frombytes(ctypes.string_at(tokens.pointer, 4 * tokens.count))
+        counts.append(tokens.count)
+    return (_args.CArray(flat, flat.buffer_info()[0] if len(flat) else 0, len(flat)),
+            _args.CArray(counts, counts.buffer_info()[0] if len(counts) else 0, len(counts)))
 
 
 class EventWatch:
@@ -369,16 +392,27 @@ class Client:
         pin_ms = _args.millis(pin_ttl, "pin_ttl")
         return self._async(lambda: self._lookup(eid, buf, hash_len, count, pin_ms))
 
-    def _offload(self, eid: bytes, pages: Any, options: _capi.OffloadOptions) -> OffloadResult:
+    def _offload(self, eid: bytes, pages: Any, tokens: Any,
+                 options: _capi.OffloadOptions) -> OffloadResult:
         buf, hash_len, count, indices = pages
         result = _capi.TransferResult()
         items = (_capi.Item * max(count, 1))()
         err = _capi.Error()
         with self._call() as h:
-            check(lib.kvtier_client_offload_v2(h, eid, buf, hash_len,
-                                               indices.as_pointer(c_uint32), count,
-                                               byref(options), byref(result), items,
-                                               byref(err)), err)
+            if tokens is None:
+                status = lib.kvtier_client_offload_v2(h, eid, buf, hash_len,
+                                                      indices.as_pointer(c_uint32), count,
+                                                      byref(options), byref(result), items,
+                                                      byref(err))
+            else:
+                flat, counts = tokens
+                status = lib.kvtier_client_offload_tokens(h, eid, buf, hash_len,
+                                                          indices.as_pointer(c_uint32), count,
+                                                          flat.as_pointer(c_uint32),
+                                                          counts.as_pointer(c_uint32),
+                                                          byref(options), byref(result), items,
+                                                          byref(err))
+            check(status, err)
         return OffloadResult(results=_items(items, count), stored_pages=result.pages,
                              hot_bytes_read=result.hot_bytes,
                              cold_bytes_written=result.cold_bytes)
@@ -390,19 +424,30 @@ class Client:
                                     int(WriteAck(ack)))
 
     def offload(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: IntArray, *,
+                token_ids: Optional[Iterable[Optional[IntArray]]] = None,
                 durable: bool = False, priority: Priority = Priority.default,
                 ack: WriteAck = WriteAck.default) -> OffloadResult:
-        """Stores page page_indices[i] under hashes[i]."""
-        return self._offload(_engine_id(engine), _pages(hashes, page_indices),
+        """Stores page page_indices[i] under hashes[i].
+
+        token_ids: one token sequence per page (a list, a NumPy array, or None for a page
+        without; a 2-D array of pages x tokens works), at most the layout's tokens_per_page each
+        (more: InvalidRequestError naming the item, and no page of the request is stored). A
+        daemon with kv_events on publishes them in the blocks' BlockStored events
+        (docs/KV_EVENTS.md); for pages hashed by BlockHasher.hash(tokens), page i's tokens are
+        tokens[i * tokens_per_page:(i + 1) * tokens_per_page]."""
+        pages = _pages(hashes, page_indices)
+        return self._offload(_engine_id(engine), pages, _page_tokens(token_ids, pages[2]),
                              self._offload_options(durable, priority, ack))
 
     def offload_async(self, engine: EngineRef, hashes: Sequence[bytes], page_indices: IntArray, *,
+                      token_ids: Optional[Iterable[Optional[IntArray]]] = None,
                       durable: bool = False, priority: Priority = Priority.default,
                       ack: WriteAck = WriteAck.default
                       ) -> "concurrent.futures.Future[OffloadResult]":
         eid, pages = _engine_id(engine), _pages(hashes, page_indices)
+        tokens = _page_tokens(token_ids, pages[2])
         options = self._offload_options(durable, priority, ack)
-        return self._async(lambda: self._offload(eid, pages, options))
+        return self._async(lambda: self._offload(eid, pages, tokens, options))
 
     def _onboard(self, eid: bytes, pages: Any, continue_after_miss: bool) -> OnboardResult:
         buf, hash_len, count, indices = pages

@@ -38,7 +38,8 @@ TEST(KvtierBenchCommandLineTest, HelpUsageErrorsAndSpacedValues) {
   Result help = RunTool(bench + " --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.output, HasSubstr("  fairness"));
-  for (const char* sub : {"disk", "index", "lookup", "fairness", "e2e", "kernels", "cluster"}) {
+  for (const char* sub :
+       {"disk", "index", "lookup", "fairness", "e2e", "kernels", "cluster", "kv-events"}) {
     Result sub_help = RunTool(bench + " " + sub + " --help");
     EXPECT_EQ(sub_help.exit_code, 0) << sub;
     EXPECT_THAT(sub_help.output, HasSubstr(std::string("usage: kvtier-bench ") + sub)) << sub;
@@ -57,6 +58,9 @@ TEST(KvtierBenchCommandLineTest, HelpUsageErrorsAndSpacedValues) {
   Result put = RunTool(bench + " cluster --ceph-conf c --pool p --put sideways");
   EXPECT_EQ(put.exit_code, 2);
   EXPECT_THAT(put.output, HasSubstr("--put: 'sideways' is not threads, batched or both"));
+  Result modes = RunTool(bench + " kv-events --modes=paced,fast");
+  EXPECT_EQ(modes.exit_code, 2);
+  EXPECT_THAT(modes.output, HasSubstr("--modes: 'fast' is not paced or max"));
   Result no_pool = RunTool(bench + " cluster --ceph-conf c");
   EXPECT_EQ(no_pool.exit_code, 2);
   EXPECT_THAT(no_pool.output, HasSubstr("--pool"));
