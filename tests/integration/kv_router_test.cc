@@ -14,6 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "kvtier/block_hasher.h"
 #include "kvtier/client.h"
 #include "tests/integration/daemon_fixture.h"
@@ -202,6 +204,15 @@ TEST_F(KvRouterTest, RoutesToTheNodeWithTheLongerPrefix) {
   absl::StatusOr<OffloadResult> stored = clients[0]->Offload(engine_ids[0], refs);
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->stored_pages, 4u);
+  // The publisher sends what the log gathered every kv_events.batch_interval_ms: wait until the
+  // router has the new blocks (it applies what arrived before each query).
+  for (const absl::Time until = absl::Now() + absl::Seconds(10);;) {
+    stats = (*router)->Ask("stats");
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    if (stats->find("blocks=6,5") != std::string::npos) break;
+    ASSERT_LT(absl::Now(), until) << "the router never saw node 0's new blocks: " << *stats;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   a = (*router)->Route(EventHashes(keys, 6), kNodes);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->node, 0u);
