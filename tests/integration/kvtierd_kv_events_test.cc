@@ -182,7 +182,11 @@ class KvEventsTest : public DaemonFixture, public ::testing::WithParamInterface<
             "--set=kv_events.replay_endpoint=" + Replay(),
             std::string("--set=kv_events.topic=") + kTopic, "--set=kv_events.encoding=" + encoding,
             // Only for namespaces no engine offloaded into: team-a's blocks have its engine's 16.
-            "--set=kv_events.block_size=5", "--set=kv_events.tenants=[team-a]"};
+            "--set=kv_events.block_size=5", "--set=kv_events.tenants=[team-a]",
+            // Published at once, so that each step of the scripted sequence is a batch of its
+            // own however the machine schedules (with an interval, an offload and the demotion
+            // it causes may share one).
+            "--set=kv_events.batch_interval_ms=0"};
   }
   std::vector<std::string> SubscriberArgs(const std::string& encoding) const {
     return {"--endpoint=" + Pub(),    "--replay=" + Replay(), std::string("--topic=") + kTopic,
