@@ -21,6 +21,7 @@ packages=(
   buildah runc mmdebstrap
   python3-numpy python3-protobuf python3-venv python3-setuptools python3-wheel help2man
   python3-setuptools-whl python3-wheel-whl
+  python3-torch
 )
 
 missing=()
