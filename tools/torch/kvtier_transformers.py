@@ -87,13 +87,14 @@ class Daemon:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def build_model(shape: str, seed: int, max_positions: int) -> Any:
+def build_model(shape: str, seed: int, max_positions: int,
+                dtype: torch.dtype = torch.bfloat16) -> Any:
     from transformers import Qwen3Config, Qwen3ForCausalLM
     config = Qwen3Config(**SHAPES[shape], max_position_embeddings=max_positions,
                          tie_word_embeddings=False)
     torch.manual_seed(seed)
     default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(dtype)
     try:
         with torch.device("cuda"):
             model = Qwen3ForCausalLM(config)
@@ -130,7 +131,8 @@ def compare(ref: torch.Tensor, got: torch.Tensor) -> Dict[str, float]:
 
 
 def run_correctness(args: argparse.Namespace, client: kvtier.Client) -> Dict[str, Any]:
-    model = build_model(args.shape, args.seed, args.prefix_tokens + args.suffix_tokens + 64)
+    model = build_model(args.shape, args.seed, args.prefix_tokens + args.suffix_tokens + 64,
+                        getattr(torch, args.dtype))
     g = torch.Generator().manual_seed(args.seed + 1)
     vocab = model.config.vocab_size
     prompt = torch.randint(0, vocab, (args.prefix_tokens + args.suffix_tokens,),
@@ -152,7 +154,7 @@ def run_correctness(args: argparse.Namespace, client: kvtier.Client) -> Dict[str
         for trip in range(1, trips + 1):
             cache = PrefixCache(client, model.config, model_name=f"corr-{codec}-trip{trip}",
                                 codec=codec, slots=args.prefix_tokens // args.page_tokens + 8,
-                                tokens_per_page=args.page_tokens)
+                                tokens_per_page=args.page_tokens, dtype=getattr(torch, args.dtype))
             stored = cache.store(prefix, kv)
             loaded = cache.load(prompt)
             if loaded.tokens != args.prefix_tokens:
@@ -186,11 +188,92 @@ def run_correctness(args: argparse.Namespace, client: kvtier.Client) -> Dict[str
         print(f"{key:<22} {r['max_abs_logit_diff']:>25.6g} {r['top1_agreement']:>7.4f} "
               f"{r['kl_mean']:>10.3g} {r['kl_max']:>10.3g}   "
               f"{'' if extra is None else f'{extra:.6g}':>27}")
-    return {"ok": ok, "shape": args.shape, "prefix_tokens": args.prefix_tokens,
+    return {"ok": ok, "shape": args.shape, "dtype": args.dtype,
+            "prefix_tokens": args.prefix_tokens,
             "suffix_tokens": n, "rows": rows}
 
 
 # ---- sessions ---------------------------------------------------------------------------------
+
+class GpuPrefixStore:
+    """The reference for kvtier's prefix path: the same pages (BlockHasher hashes, the same page
+    boundaries) kept as tensors in GPU memory, unbounded, no kvtierd. With `raw` kvtier must give
+    the same answers; its time to first token is the floor of any prefix cache."""
+
+    def __init__(self, config: Any, page_tokens: int) -> None:
+        self.config = config
+        self.t = page_tokens
+        self.hasher = kvtier.BlockHasher(bytes(32), page_tokens)
+        self.pages: Dict[bytes, List[Any]] = {}
+
+    def load(self, tokens: List[int]) -> Any:
+        from kvtier.transformers import Prefix, make_dynamic_cache
+        usable = (len(tokens) - 1) // self.t
+        hit = []
+        for h in self.hasher.hash(tokens[:usable * self.t]):
+            if h not in self.pages:
+                break
+            hit.append(self.pages[h])
+        if not hit:
+            return Prefix(None, 0, 0)
+        layers = [(torch.cat([p[i][0] for p in hit], dim=1), torch.cat([p[i][1] for p in hit],
+                                                                       dim=1))
+                  for i in range(len(hit[0]))]
+        return Prefix(make_dynamic_cache(layers, self.config), len(hit) * self.t, len(hit))
+
+    def store(self, tokens: List[int], past: Any, from_page: int = 0) -> int:
+        from kvtier.transformers import cache_layers
+        layers = cache_layers(past)
+        full = min(len(tokens), layers[0][0].shape[-2]) // self.t
+        hashes = self.hasher.hash(tokens[:full * self.t])
+        for p in range(from_page, full):
+            lo, hi = p * self.t, (p + 1) * self.t
+            self.pages.setdefault(hashes[p], [(k[0, :, lo:hi].clone(), v[0, :, lo:hi].clone())
+                                              for k, v in layers])
+        return max(0, full - from_page)
+
+    def close(self) -> None:
+        self.pages.clear()
+
+
+class GpuKeeper:
+    """The reference for kvtier's park/resume: the request's cache simply stays on the GPU
+    through the tool call."""
+
+    def __init__(self) -> None:
+        self.kept: Dict[str, Any] = {}
+
+    def park(self, request_id: str, tokens: List[int], past: Any) -> int:
+        del tokens
+        self.kept[request_id] = past
+        return 0
+
+    def resume(self, request_id: str) -> Any:
+        return self.kept.pop(request_id)
+
+
+def compare_pages(got: Any, want: Any, t: int, checked: Dict[str, Any]) -> None:
+    """Counts the pages of `got` (a cache kvtierd returned) equal bit for bit to `want`'s (the
+    model's own KV of the same tokens), over every layer, K and V."""
+    from kvtier.transformers import cache_layers
+    a, b = cache_layers(got), cache_layers(want)
+    n = a[0][0].shape[-2]
+    if b[0][0].shape[-2] < n:
+        raise SystemExit(f"shadow check: {b[0][0].shape[-2]} reference tokens for {n}")
+    same = None
+    for (ka, va), (kb, vb) in zip(a, b):
+        for x, y in ((ka, kb), (va, vb)):
+            y = y[..., :n, :]
+            diff = (x.float() - y.float()).abs()
+            checked["max_abs_diff"] = max(checked["max_abs_diff"], diff.max().item())
+            per_token = (x == y).all(-1).all(1)[0]  # (tokens,)
+            same = per_token if same is None else same & per_token
+    pages = -(-n // t)
+    padded = torch.ones(pages * t, dtype=torch.bool, device=same.device)
+    padded[:n] = same
+    checked["pages"] += pages
+    checked["identical"] += int(padded.view(pages, t).all(-1).sum().item())
+
 
 def percentile(values: List[float], q: float) -> float:
     s = sorted(values)
@@ -198,10 +281,10 @@ def percentile(values: List[float], q: float) -> float:
 
 
 @torch.no_grad()
-def greedy(model: Any, cache: Any, first_logits: torch.Tensor, count: int) -> List[int]:
-    """`count` greedy tokens after the prefill whose last logits are `first_logits`; the cache
-    ends holding every token but the last one generated."""
-    out = [int(first_logits.argmax(-1))]
+def greedy(model: Any, cache: Any, first: int, count: int) -> List[int]:
+    """`count` greedy tokens starting with `first` (the prefill's); the cache ends holding every
+    token but the last one generated."""
+    out = [first]
     for _ in range(count - 1):
         step = model(input_ids=torch.tensor([[out[-1]]], device="cuda"), past_key_values=cache,
                      use_cache=True)
@@ -209,30 +292,59 @@ def greedy(model: Any, cache: Any, first_logits: torch.Tensor, count: int) -> Li
     return out
 
 
+# Each mode: (what keeps prefixes across requests, what keeps a request across its tool calls,
+# the mode whose answers it must reproduce exactly with raw pages).
+MODE_HELP = ("recompute (every prompt prefilled whole), gpu-prefix (the reference prefix cache in "
+             "GPU memory), kvtier:CODEC (prefixes through kvtierd), gpu-keep (the request's cache "
+             "stays on the GPU across tool calls), park:CODEC (parked in kvtierd across tool "
+             "calls)")
+
+
 def run_sessions(args: argparse.Namespace, client: kvtier.Client) -> Dict[str, Any]:
     longest = args.system_tokens + args.turns * (args.tool_tokens + args.answer_tokens)
     model = build_model(args.shape, args.seed, longest + 64)
     vocab = model.config.vocab_size
+    t = args.page_tokens
     g = torch.Generator().manual_seed(args.seed + 2)
     system = torch.randint(0, vocab, (args.system_tokens,), generator=g).tolist()
     tools = [[torch.randint(0, vocab, (args.tool_tokens,), generator=g).tolist()
               for _ in range(args.turns)] for _ in range(args.sessions)]
-    # Warm-up (kernels, allocator) outside the measured turns.
-    forward(model, system[:256], keep=1)
+    forward(model, system[:256], keep=1)  # kernels and allocator warm, outside the turns
     sync()
+    kv_bytes_per_token = 2 * 2 * model.config.num_hidden_layers * \
+        model.config.num_key_value_heads * (model.config.head_dim or 128)
     results: Dict[str, Any] = {}
     answers: Dict[str, List[List[int]]] = {}
     for mode in args.modes:
-        cache = None
-        if mode != "recompute":
-            codec = mode.split(":", 1)[1] if ":" in mode else "raw"
-            cache = PrefixCache(client, model.config, model_name=f"sessions-{mode}",
-                                codec=codec, slots=longest // args.page_tokens + 16,
-                                tokens_per_page=args.page_tokens)
+        kind, _, codec = mode.split("#")[0].partition(":")  # "#N": a repeat of a mode
+        prefixes: Any = None
+        keeper: Any = None
+        if kind in ("kvtier", "park"):
+            prefixes = PrefixCache(client, model.config, model_name=f"sessions-{mode}",
+                                   codec=codec or "raw", slots=longest // t + 16,
+                                   tokens_per_page=t)
+            # Registration's first transfers (CUDA IPC mappings in kvtierd) before the turns,
+            # as an engine does them once at start-up.
+            warm = list(range(vocab - 2 * t - 1, vocab))
+            prefixes.store(warm, forward(model, warm).past_key_values)
+            prefixes.load(warm)
+            keeper = prefixes if kind == "park" else None
+        elif kind in ("gpu-prefix", "gpu-keep"):
+            prefixes = GpuPrefixStore(model.config, t)
+            keeper = GpuKeeper() if kind == "gpu-keep" else None
+        elif kind != "recompute":
+            raise SystemExit(f"unknown mode {mode!r}: {MODE_HELP}")
+        # kvtier's modes also keep the same pages in a GpuPrefixStore (and the parked caches, as
+        # copies) and compare every page kvtierd returns with it, bit for bit.
+        shadow = GpuPrefixStore(model.config, t) if kind in ("kvtier", "park") else None
+        shadow_parked: Dict[str, Any] = {}
+        checked = {"pages": 0, "identical": 0, "max_abs_diff": 0.0}
         history = [list(system) for _ in range(args.sessions)]
-        parked: Dict[int, Any] = {}
+        parked: Dict[int, int] = {}
+        stored_pages = [0] * args.sessions  # pages of each session's history known stored
         ttft: List[float] = []
-        store_s: List[float] = []
+        load_s: List[float] = []
+        after_s: List[float] = []
         prefilled = cached = prompt_tokens = 0
         outs: List[List[int]] = []
         for turn in range(args.turns):
@@ -242,63 +354,104 @@ def run_sessions(args: argparse.Namespace, client: kvtier.Client) -> Dict[str, A
                 sync()
                 start = time.perf_counter()
                 past, done = None, 0
-                if mode.startswith("park") and s in parked:
-                    past, done = cache.resume(f"s{s}"), parked.pop(s)
-                elif cache is not None:
-                    prefix = cache.load(prompt)
+                if keeper is not None and s in parked:
+                    past, done = keeper.resume(f"s{s}"), parked.pop(s)
+                elif prefixes is not None:
+                    prefix = prefixes.load(prompt)
                     past, done = prefix.past_key_values, prefix.tokens
+                    stored_pages[s] = prefix.pages
+                sync()
+                loaded = time.perf_counter()
+                if shadow is not None and past is not None:  # outside the timed span
+                    want = (shadow_parked.pop(f"s{s}") if f"s{s}" in shadow_parked
+                            else shadow.load(prompt).past_key_values)
+                    compare_pages(past, want, t, checked)
+                    sync()
+                    start += time.perf_counter() - loaded
+                    loaded = time.perf_counter()
                 if past is None:
                     past = make_empty_cache(model)
                 out = forward(model, prompt[done:], past, keep=1)
-                first = out.logits[0, -1]
-                token = int(first.argmax(-1))
+                first = int(out.logits[0, -1].argmax(-1))
                 sync()
                 ttft.append(time.perf_counter() - start)
+                load_s.append(loaded - start)
                 prefilled += len(prompt) - done
                 cached += done
-                answer = [token] + greedy(model, out.past_key_values, first, args.answer_tokens)[1:]
+                answer = greedy(model, out.past_key_values, first, args.answer_tokens)
                 outs.append(answer)
                 history[s] = prompt + answer
-                if cache is not None:
-                    t0 = time.perf_counter()
-                    if mode.startswith("park") and turn + 1 < args.turns:
-                        cache.park(f"s{s}", history[s], out.past_key_values)
-                        parked[s] = len(history[s]) - 1
+                sync()
+                t0 = time.perf_counter()
+                if keeper is not None and turn + 1 < args.turns:
+                    if turn == 0:  # the prompt's pages, for the other sessions' system prompt
+                        prefixes.store(prompt, out.past_key_values, from_page=stored_pages[s])
+                        stored_pages[s] = len(prompt) // t
+                    keeper.park(f"s{s}", history[s], out.past_key_values)
+                    parked[s] = len(history[s]) - 1
+                elif prefixes is not None:
+                    prefixes.store(history[s], out.past_key_values, from_page=stored_pages[s])
+                    stored_pages[s] = (len(history[s]) - 1) // t
+                sync()
+                after_s.append(time.perf_counter() - t0)
+                if shadow is not None:
+                    if keeper is not None and turn + 1 < args.turns:
+                        if turn == 0:
+                            shadow.store(prompt, out.past_key_values)
+                        shadow_parked[f"s{s}"] = copy.deepcopy(out.past_key_values)
                     else:
-                        cache.store(history[s], out.past_key_values, from_page=done //
-                                    args.page_tokens)
-                    store_s.append(time.perf_counter() - t0)
+                        shadow.store(history[s], out.past_key_values)
                 del out, past
         answers[mode] = outs
         results[mode] = {
             "turns": len(ttft), "ttft_median_ms": 1e3 * statistics.median(ttft),
             "ttft_p90_ms": 1e3 * percentile(ttft, 0.9), "ttft_mean_ms": 1e3 * statistics.mean(ttft),
+            "load_median_ms": 1e3 * statistics.median(load_s),
+            "load_p90_ms": 1e3 * percentile(load_s, 0.9),
             "prompt_tokens": prompt_tokens, "prefill_tokens": prefilled, "cached_tokens": cached,
-            "after_turn_ms_median": 1e3 * statistics.median(store_s) if store_s else 0.0,
+            "cached_gb": cached * kv_bytes_per_token / 1e9,
+            "after_turn_ms_median": 1e3 * statistics.median(after_s),
+            "ttft_ms": [round(1e3 * x, 3) for x in ttft],
+            "answers": outs,
         }
-        if cache is not None:
-            cache.close()
-    base = answers.get("recompute")
-    print(f"{'mode':<16} {'TTFT median ms':>15} {'p90 ms':>9} {'prefill tokens':>15} "
-          f"{'from cache':>11} {'after-turn ms':>14} {'answers = recompute':>20}")
+        if shadow is not None:
+            results[mode]["pages_checked"] = dict(checked)
+            shadow.close()
+        if prefixes is not None:
+            prefixes.close()
+    ok = True
     for mode, r in results.items():
+        c = r.get("pages_checked")
+        if c is not None:
+            print(f"{mode}: {c['identical']} of {c['pages']} pages returned by kvtierd are "
+                  f"bit-identical to the model's own (max |difference| {c['max_abs_diff']:.4g})")
+            if mode.endswith(":raw") and c["identical"] != c["pages"]:
+                print(f"FAILED: {mode} returned pages that differ from the model's")
+                ok = False
+    print(f"{'mode':<14} {'TTFT median ms':>15} {'p90 ms':>8} {'load median ms':>15} "
+          f"{'prefill tokens':>15} {'from cache':>11} {'after-turn ms':>14} {'answers':>16}")
+    for mode, r in results.items():
+        base_mode = mode.split("#")[0]
+        kind, _, codec = base_mode.partition(":")
+        ref = {"kvtier": "gpu-prefix", "park": "gpu-keep"}.get(kind)
+        if base_mode != mode:
+            ref, codec = base_mode, "raw"  # a repeat must give its mode's answers
         same = ""
-        if base is not None:
-            agree = sum(1 for a, b in zip(base, answers[mode]) if a == b)
-            r["answers_equal_to_recompute"] = agree
-            same = f"{agree}/{len(base)}"
-        print(f"{mode:<16} {r['ttft_median_ms']:>15.2f} {r['ttft_p90_ms']:>9.2f} "
-              f"{r['prefill_tokens']:>15,} {r['cached_tokens']:>11,} "
-              f"{r['after_turn_ms_median']:>14.2f} {same:>20}")
-    if "recompute" in results:
-        for mode, r in results.items():
-            if mode != "recompute":
-                r["ttft_median_speedup"] = (results["recompute"]["ttft_median_ms"] /
-                                            r["ttft_median_ms"])
-                r["ttft_p90_speedup"] = results["recompute"]["ttft_p90_ms"] / r["ttft_p90_ms"]
-    return {"ok": True, "shape": args.shape, "sessions": args.sessions, "turns": args.turns,
+        if ref in answers:
+            agree = sum(1 for a, b in zip(answers[ref], answers[mode]) if a == b)
+            r["answers_equal_to"] = {"mode": ref, "turns": agree}
+            same = f"{agree}/{len(answers[ref])} = {ref}"
+        if "recompute" in results and mode != "recompute":
+            base = results["recompute"]
+            r["ttft_median_speedup"] = base["ttft_median_ms"] / r["ttft_median_ms"]
+            r["ttft_p90_speedup"] = base["ttft_p90_ms"] / r["ttft_p90_ms"]
+        print(f"{mode:<14} {r['ttft_median_ms']:>15.2f} {r['ttft_p90_ms']:>8.2f} "
+              f"{r['load_median_ms']:>15.2f} {r['prefill_tokens']:>15,} "
+              f"{r['cached_tokens']:>11,} {r['after_turn_ms_median']:>14.2f} {same:>16}")
+    return {"ok": ok, "shape": args.shape, "sessions": args.sessions, "turns": args.turns,
             "system_tokens": args.system_tokens, "tool_tokens": args.tool_tokens,
-            "answer_tokens": args.answer_tokens, "modes": results}
+            "answer_tokens": args.answer_tokens, "kv_bytes_per_token": kv_bytes_per_token,
+            "modes": results}
 
 
 def make_empty_cache(model: Any) -> Any:
@@ -316,7 +469,7 @@ def main() -> int:
     p.add_argument("command", choices=("correctness", "sessions"))
     p.add_argument("--kvtierd", default="", help="a CUDA kvtierd to start (default: --socket)")
     p.add_argument("--socket", default="", help="a running kvtierd's socket")
-    p.add_argument("--host-capacity", default="8GiB")
+    p.add_argument("--host-capacity", default="12GiB")
     p.add_argument("--shape", choices=sorted(SHAPES), default=None)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--page-tokens", type=int, default=16)
@@ -325,15 +478,16 @@ def main() -> int:
     c.add_argument("--prefix-tokens", type=int, default=1024)
     c.add_argument("--suffix-tokens", type=int, default=64)
     c.add_argument("--codecs", default=",".join(CODECS))
+    c.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16",
+                   help="the model's (and its KV pages') dtype")
     s = p.add_argument_group("sessions")
     s.add_argument("--sessions", type=int, default=4)
     s.add_argument("--turns", type=int, default=6)
     s.add_argument("--system-tokens", type=int, default=2048)
     s.add_argument("--tool-tokens", type=int, default=512)
     s.add_argument("--answer-tokens", type=int, default=16)
-    s.add_argument("--modes", default="recompute,kvtier:raw,kvtier:nvfp4,park:raw",
-                   help="recompute (no kvtier), kvtier:CODEC (prefix load/store), park:CODEC "
-                        "(park/resume around each tool call)")
+    s.add_argument("--modes", default="recompute,gpu-prefix,kvtier:raw,kvtier:nvfp4,gpu-keep,"
+                   "park:raw,park:nvfp4", help=MODE_HELP)
     args = p.parse_args()
     args.codecs = [c for c in args.codecs.split(",") if c]
     args.modes = [m for m in args.modes.split(",") if m]

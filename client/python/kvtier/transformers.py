@@ -39,8 +39,7 @@ from kvtier.torch import LayerKV, PagedKVPool
 __all__ = ["Prefix", "PrefixCache", "attention_shape", "cache_layers", "codec_from_config",
            "make_dynamic_cache"]
 
-_LAYOUT_DTYPES = {torch.bfloat16: DType.bf16, torch.float16: DType.fp16,
-                  torch.float32: DType.fp32}
+_LAYOUT_DTYPES = {torch.bfloat16: DType.bf16, torch.float16: DType.fp16}
 
 
 def attention_shape(config: Any) -> Tuple[int, int, int]:
@@ -135,12 +134,12 @@ class PrefixCache:
         self.config = config
         layers, kv_heads, head_dim = attention_shape(config)
         if dtype is None:
-            dtype = getattr(config, "torch_dtype", None) or getattr(config, "dtype", None)
+            dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
             if isinstance(dtype, str):
                 dtype = getattr(torch, dtype, None)
             dtype = dtype if dtype in _LAYOUT_DTYPES else torch.bfloat16
         if dtype not in _LAYOUT_DTYPES:
-            raise ValueError(f"PrefixCache: KV dtype {dtype} (bf16, fp16 or fp32)")
+            raise ValueError(f"PrefixCache: KV dtype {dtype} (K and V pages are bf16 or fp16)")
         self.dtype = dtype
         self.layout = PageLayout.gqa(layers, kv_heads, head_dim, tokens_per_page,
                                      _LAYOUT_DTYPES[dtype])
