@@ -4,7 +4,7 @@
 // router never sees the block absent while it stays readable.
 #include "daemon/kvevents/event_translation.h"
 
-#include <memory>
+#include <cstddef>
 #include <utility>
 
 #include "daemon/store/store_events.h"
@@ -37,26 +37,33 @@ void AppendStored(const service::LoggedEvent& logged, index::Tier tier, uint32_t
   // The event being filled: a run of full blocks with tokens, or of blocks without; `open` is
   // false after a partial block (its event takes no more).
   bool open = false, run_has_tokens = false;
-  std::vector<std::shared_ptr<const service::TokenTable::Tokens>> found;
-  tokens->GetMany(logged.ns, logged.hashes, &found);
+  std::vector<service::TokenTable::Found> found;
+  std::vector<uint32_t> token_ids;
+  tokens->GetMany(logged.ns, logged.hashes, &found, &token_ids);
   for (size_t i = 0; i < logged.hashes.size(); ++i) {
     const index::BlockHash& h = logged.hashes[i];
-    const service::TokenTable::Tokens* t = found[i].get();
-    const bool has_tokens = t != nullptr;
-    const bool full = has_tokens && t->token_ids.size() == t->block_size;
-    const uint32_t size = has_tokens ? t->block_size : untokened_size;
+    const service::TokenTable::Found& t = found[i];
+    const bool has_tokens = t.count != 0;
+    const bool full = has_tokens && t.count == t.block_size;
+    const uint32_t size = has_tokens ? t.block_size : untokened_size;
     const bool alone = has_tokens && !full;
     if (!open || alone || run_has_tokens != has_tokens || out->back().block_size != size) {
       KvEvent e;
       e.kind = KvEventKind::kBlockStored;
       e.medium = medium;
       e.block_size = size;
+      // At most the remaining blocks and their tokens (usually all of them: one event).
+      e.block_hashes.reserve(logged.hashes.size() - i);
+      if (has_tokens) e.token_ids.reserve(token_ids.size() - t.first);
       out->push_back(std::move(e));
       run_has_tokens = has_tokens;
     }
     KvEvent& e = out->back();
     e.block_hashes.push_back(ReduceBlockHash(h));
-    if (has_tokens) e.token_ids.insert(e.token_ids.end(), t->token_ids.begin(), t->token_ids.end());
+    if (has_tokens) {
+      const auto begin = token_ids.begin() + static_cast<ptrdiff_t>(t.first);
+      e.token_ids.insert(e.token_ids.end(), begin, begin + t.count);
+    }
     open = !has_tokens || full;
   }
 }

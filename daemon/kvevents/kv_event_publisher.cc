@@ -12,10 +12,12 @@
 //
 // Wake-ups: the log's notifier writes the eventfd only when no wake is pending (pending_), and
 // with a batch interval the thread, once woken, lets the store log for that long before it reads
-// (serving replay meanwhile). Reading at once after every logged event cost a context switch of
-// this thread and of ZeroMQ's I/O thread per offload, and closed the log's tail so that an
-// offload's blocks did not merge: on two cores that made each offload wait (docs/PERFORMANCE.md,
-// "KV events: publishing overhead").
+// (serving replay meanwhile). While reads find events it stays busy: it reads once per interval,
+// with pending_ left set, so that a steady store costs the thread one wake-up per interval and
+// the notifier no eventfd write; a read that finds nothing clears pending_ (and looks once more).
+// Reading at once after every logged event cost a context switch of this thread and of ZeroMQ's I/O
+// thread per offload, and closed the log's tail so that an offload's blocks did not merge: on two
+// cores that made each offload wait (docs/PERFORMANCE.md, "KV events: publishing overhead").
 #include "daemon/kvevents/kv_event_publisher.h"
 
 #include <sys/eventfd.h>
@@ -169,7 +171,7 @@ KvEventPublisher::Counters KvEventPublisher::counters() const {
 }
 
 void KvEventPublisher::OnEventsAvailable() {
-  if (!pending_.exchange(true, std::memory_order_acq_rel)) Wake();
+  if (!pending_.exchange(true, std::memory_order_seq_cst)) Wake();
 }
 
 void KvEventPublisher::Wake() {
@@ -205,30 +207,38 @@ void KvEventPublisher::Run() {
     if (!poll(-1)) return;
     if (stop_.load(std::memory_order_acquire)) break;
     if (!pending_.load(std::memory_order_acquire)) continue;  // a replay request, or a stale wake
-    const absl::Time until = absl::Now() + options_.batch_interval;
+    // Busy: one read per interval for as long as reads find events, pending_ staying set.
     while (!stop_.load(std::memory_order_acquire)) {
-      const absl::Duration left = until - absl::Now();
-      if (left <= absl::ZeroDuration()) break;
-      if (!poll(static_cast<long>(
-              absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))))))
-        return;
+      const absl::Time until = absl::Now() + options_.batch_interval;
+      while (!stop_.load(std::memory_order_acquire)) {
+        const absl::Duration left = until - absl::Now();
+        if (left <= absl::ZeroDuration()) break;
+        if (!poll(static_cast<long>(
+                absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))))))
+          return;
+      }
+      if (stop_.load(std::memory_order_acquire)) break;
+      if (PublishFromLog() > 0) continue;
+      // Idle: cleared, then the log looked at once more, since an event logged before the clear
+      // found the flag set and woke no one.
+      pending_.store(false, std::memory_order_seq_cst);
+      if (log_->last_sequence() <= cursor_) break;
+      pending_.store(true, std::memory_order_seq_cst);
     }
-    if (stop_.load(std::memory_order_acquire)) break;
-    // Cleared before the read: whatever is logged after it wakes the thread again.
-    pending_.store(false, std::memory_order_release);
-    PublishFromLog();
   }
 }
 
-void KvEventPublisher::PublishFromLog() {
+size_t KvEventPublisher::PublishFromLog() {
   std::vector<KvEvent> events;
+  size_t read = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     service::EventLog::Batch batch = log_->Read(cursor_, options_.max_logged_events_per_batch);
     if (batch.lost_last != 0) {
       lost_log_events_.fetch_add(batch.lost_last - batch.lost_first + 1, std::memory_order_relaxed);
       if (batch.lost_last > cursor_) cursor_ = batch.lost_last;
     }
-    if (batch.events.empty()) return;
+    if (batch.events.empty()) return read;
+    read += batch.events.size();
     events.clear();
     for (const auto& logged : batch.events) {
       cursor_ = logged->sequence;
@@ -241,6 +251,7 @@ void KvEventPublisher::PublishFromLog() {
     published_events_.fetch_add(events.size(), std::memory_order_relaxed);
     Send(EncodeKvEventBatch(timestamp, events, options_.data_parallel_rank, options_.encoding));
   }
+  return read;
 }
 
 void KvEventPublisher::Send(std::string payload) {

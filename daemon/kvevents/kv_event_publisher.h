@@ -102,7 +102,8 @@ class KvEventPublisher final : public service::EventLog::Listener {
   KvEventPublisher(KvEventPublisherOptions options, service::EventLog* log);
   absl::Status Open();
   void Run();
-  void PublishFromLog();
+  // Publishes what the log holds past cursor_; the logged events read.
+  size_t PublishFromLog();
   void Send(std::string payload);
   void ServeReplay();
   void Wake();
@@ -127,8 +128,8 @@ class KvEventPublisher final : public service::EventLog::Listener {
   size_t replay_bytes_ = 0;      // payload bytes in replay_
 
   std::atomic<bool> stop_{false};
-  // Set by OnEventsAvailable when it wakes the thread, cleared by the thread before it reads the
-  // log: events logged in between wake it no further.
+  // Set by OnEventsAvailable when it wakes the thread, cleared by the thread when a read finds
+  // the log idle: events logged meanwhile wake it no further.
   std::atomic<bool> pending_{false};
   std::atomic<bool> listening_{false};
   std::atomic<uint64_t> next_seq_{0};

@@ -570,16 +570,18 @@ absl::Status KvTierService::RecordOffloadTokens(const Engine& engine,
   }
   if (options_.tokens == nullptr) return absl::OkStatus();
   options_.tokens->SetBlockSize(engine.ns, per_page);
-  std::vector<std::pair<index::BlockHash, std::vector<uint32_t>>> blocks;
+  // The tokens are copied from the request into the table's ring, under its lock.
+  std::vector<TokenTable::Block> blocks;
+  blocks.reserve(req.items_size());
   for (int i = 0; i < req.items_size(); ++i) {
     const v1::OffloadItem& item = req.items(i);
     if (item.token_ids().empty()) continue;
     absl::StatusOr<index::BlockHash> hash = HashFromProto(item.block_hash());
     if (!hash.ok()) continue;  // the item fails in its turn
-    blocks.emplace_back(*hash,
-                        std::vector<uint32_t>(item.token_ids().begin(), item.token_ids().end()));
+    blocks.push_back({*hash, absl::MakeConstSpan(item.token_ids().data(),
+                                                 static_cast<size_t>(item.token_ids_size()))});
   }
-  if (!blocks.empty()) options_.tokens->PutMany(engine.ns, per_page, std::move(blocks));
+  if (!blocks.empty()) options_.tokens->PutMany(engine.ns, per_page, blocks);
   return absl::OkStatus();
 }
 

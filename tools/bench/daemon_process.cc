@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_reading.h"
+#include "tools/bench/cpu_affinity.h"
 
 extern char** environ;
 
@@ -146,7 +147,16 @@ absl::Status DaemonProcess::Start(const std::string& kvtierd, const std::string&
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&actions, 2, 1);  // keep stdout (the table, JSON) ours
-  const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  int rc = 0;
+  {
+    // The child inherits the spawning thread's CPUs (all of its threads, from the start).
+    ScopedThreadAffinity pinned(options.cpus);
+    if (!pinned.status().ok()) {
+      posix_spawn_file_actions_destroy(&actions);
+      return pinned.status();
+    }
+    rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  }
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     pid_ = 0;

@@ -45,6 +45,8 @@ struct DaemonStartOptions {
   // How long Start waits for the socket and then for Hello (a daemon that pins a large host tier
   // with CUDA takes seconds to come up).
   std::chrono::seconds start_timeout{30};
+  // The CPUs the daemon (every thread of it) runs on; empty: those of the calling thread.
+  std::vector<int> cpus;
 };
 
 // kvtierd as a child process: `<kvtierd> --state-dir=<dir>/state --socket=<dir>/kvtier.sock`

@@ -22,7 +22,10 @@
 // every round's mean ratio, the pooled percentiles of each daemon, blocks/s achieved, and
 // the publisher's batches published and dropped during the "on" runs (from /metrics) with the
 // subscriber's lines received. Every daemon and the subscriber are stopped at the end, on errors
-// too.
+// too. --cpus pins the daemons, the client (this process) and the subscriber to CPU sets, each
+// child from its first thread (spawned by a thread pinned for the moment): on a machine with
+// spare cores, disjoint sets keep the subscriber and the client off the daemons' cores. The CPUs
+// each ran on are read back and reported, pinned or not.
 //
 // Run: build/bin/kvtier-bench kv-events --seconds=5 --rounds=7
 #include "tools/bench/kv_events_bench.h"
@@ -44,6 +47,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +74,7 @@
 #include "kvtier/v1/service.grpc.pb.h"
 #include "proto/codec_convert.h"
 #include "tools/bench/bench_common.h"
+#include "tools/bench/cpu_affinity.h"
 #include "tools/bench/daemon_process.h"
 
 extern char** environ;
@@ -100,7 +105,63 @@ struct KvEventsFlags {
   std::string host = "256MiB";
   v1::WriteAck ack = v1::WRITE_ACK_STORED;
   bool json = false;
+  // --cpus: the CPUs of each role; empty: unpinned (the CPUs kvtier-bench was started on).
+  std::vector<int> daemon_cpus, client_cpus, subscriber_cpus;
 };
+
+// --cpus=daemon:0-3,client:4-5,subscriber:6: a role's CPU list runs to the next "role:" (so
+// "daemon:0-1,4,client:2" gives the daemons 0, 1 and 4). Every CPU must be one this process may
+// run on; sets may overlap (a machine with few cores), which the run then reports.
+absl::Status ParseCpusFlag(absl::string_view text, KvEventsFlags* flags) {
+  std::vector<int>* role = nullptr;
+  std::string list;
+  const auto finish = [&]() -> absl::Status {
+    if (role == nullptr) return absl::OkStatus();
+    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(list);
+    if (!cpus.ok()) return cli::UsageError(absl::StrCat("flag --cpus: ", cpus.status().message()));
+    *role = *std::move(cpus);
+    return absl::OkStatus();
+  };
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const size_t colon = part.find(':');
+    if (colon == absl::string_view::npos) {
+      if (role == nullptr) {
+        return cli::UsageError(absl::StrCat("flag --cpus: '", part,
+                                            "' has no role (daemon:, client: or subscriber:)"));
+      }
+      absl::StrAppend(&list, ",", part);
+      continue;
+    }
+    KVTIER_RETURN_IF_ERROR(finish());
+    const absl::string_view name = part.substr(0, colon);
+    if (name == "daemon") {
+      role = &flags->daemon_cpus;
+    } else if (name == "client") {
+      role = &flags->client_cpus;
+    } else if (name == "subscriber") {
+      role = &flags->subscriber_cpus;
+    } else {
+      return cli::UsageError(
+          absl::StrCat("flag --cpus: role '", name, "' is not daemon, client or subscriber"));
+    }
+    if (!role->empty()) return cli::UsageError(absl::StrCat("flag --cpus: ", name, " given twice"));
+    list = std::string(part.substr(colon + 1));
+  }
+  KVTIER_RETURN_IF_ERROR(finish());
+  absl::StatusOr<std::vector<int>> allowed = AllowedCpus(0);
+  if (!allowed.ok()) return allowed.status();
+  for (const std::vector<int>* cpus :
+       {&flags->daemon_cpus, &flags->client_cpus, &flags->subscriber_cpus}) {
+    for (int cpu : *cpus) {
+      if (!std::binary_search(allowed->begin(), allowed->end(), cpu)) {
+        return cli::UsageError(absl::StrCat("flag --cpus: CPU ", cpu,
+                                            " is not one this process may run on (",
+                                            FormatCpuList(*allowed), ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<KvEventsFlags> ParseFlags(const cli::Values& values) {
   KvEventsFlags flags;
@@ -141,6 +202,7 @@ absl::StatusOr<KvEventsFlags> ParseFlags(const cli::Values& values) {
       }
     }
   }
+  if (auto v = values.Get("cpus")) KVTIER_RETURN_IF_ERROR(ParseCpusFlag(*v, &flags));
   if (auto v = values.Get("ack")) {
     if (*v == "read") {
       flags.ack = v1::WRITE_ACK_PAGES_READ;
@@ -276,8 +338,10 @@ class Subscriber {
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
 
+  // Spawns the subscriber on `cpus` (empty: this thread's).
   absl::Status Start(const std::string& kvtierctl, const std::string& endpoint,
-                     const std::string& output, const std::string& log) {
+                     const std::string& output, const std::string& log,
+                     const std::vector<int>& cpus) {
     if (access(kvtierctl.c_str(), X_OK) != 0) {
       return absl::NotFoundError(
           absl::StrCat("kvtierctl '", kvtierctl, "' is not executable (--kvtierctl=PATH)"));
@@ -294,7 +358,15 @@ class Subscriber {
     posix_spawn_file_actions_addopen(&actions, 1, output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                      0644);
     posix_spawn_file_actions_addopen(&actions, 2, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    int rc = 0;
+    {
+      ScopedThreadAffinity pinned(cpus);  // the child inherits the spawning thread's CPUs
+      if (!pinned.status().ok()) {
+        posix_spawn_file_actions_destroy(&actions);
+        return pinned.status();
+      }
+      rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    }
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) {
       pid_ = 0;
@@ -517,7 +589,20 @@ struct Report {
   std::vector<ModeReport> modes;
   PublisherCounters publisher_total;  // the "on" daemon's counters at the end
   uint64_t subscriber_lines = 0;
+  // The CPUs each ran on (read back from the kernel): both daemons, the client, the subscriber.
+  std::string daemon_cpus, client_cpus, subscriber_cpus;
 };
+
+// The CPUs of `pid` as a list; an error when they are not `want` (when `want` is not empty).
+absl::StatusOr<std::string> CheckCpus(pid_t pid, const std::vector<int>& want,
+                                      absl::string_view who) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<int> cpus, AllowedCpus(pid));
+  if (!want.empty() && cpus != want) {
+    return absl::InternalError(absl::StrCat(who, " runs on CPUs ", FormatCpuList(cpus), ", not ",
+                                            FormatCpuList(want), " (--cpus)"));
+  }
+  return FormatCpuList(cpus);
+}
 
 absl::Status StartTarget(Target& t, const std::string& kvtierd, const std::string& dir,
                          const KvEventsFlags& flags, const std::string& endpoint) {
@@ -534,6 +619,7 @@ absl::Status StartTarget(Target& t, const std::string& kvtierd, const std::strin
       "kv_events.endpoint=\"" + endpoint + "\""};
   DaemonStartOptions options;
   options.client_name = "kvtier-bench kv-events";
+  options.cpus = flags.daemon_cpus;
   KVTIER_RETURN_IF_ERROR(t.daemon.Start(kvtierd, dir, settings, options));
   return RegisterEngine(t);
 }
@@ -559,11 +645,26 @@ absl::StatusOr<Report> RunBench(Target& off, Target& on, Subscriber& subscriber,
     KVTIER_RETURN_IF_ERROR(StartTarget(*t, kvtierd, sub, flags, endpoint));
   }
   KVTIER_RETURN_IF_ERROR(subscriber.Start(kvtierctl, endpoint, dir + "/on/subscriber.jsonl",
-                                          dir + "/on/subscriber.log"));
+                                          dir + "/on/subscriber.log", flags.subscriber_cpus));
+  Report report;
+  KVTIER_ASSIGN_OR_RETURN(report.daemon_cpus,
+                          CheckCpus(off.daemon.pid(), flags.daemon_cpus, "the 'off' kvtierd"));
+  KVTIER_ASSIGN_OR_RETURN(std::string on_cpus,
+                          CheckCpus(on.daemon.pid(), flags.daemon_cpus, "the 'on' kvtierd"));
+  if (on_cpus != report.daemon_cpus) {
+    return absl::InternalError(absl::StrCat(
+        "the kvtierd processes run on different CPUs: ", report.daemon_cpus, " and ", on_cpus));
+  }
+  KVTIER_ASSIGN_OR_RETURN(report.client_cpus, CheckCpus(0, flags.client_cpus, "the client"));
+  KVTIER_ASSIGN_OR_RETURN(report.subscriber_cpus,
+                          CheckCpus(subscriber.pid(), flags.subscriber_cpus, "the subscriber"));
   if (!flags.json) {
-    std::fprintf(stderr, "kvtierd %s: off (pid %d), on (pid %d, publishing on %s)\n",
+    std::fprintf(stderr,
+                 "kvtierd %s: off (pid %d), on (pid %d, publishing on %s); CPUs: daemons %s, "
+                 "client %s, subscriber %s\n",
                  off.daemon.hello().server_version().c_str(), static_cast<int>(off.daemon.pid()),
-                 static_cast<int>(on.daemon.pid()), endpoint.c_str());
+                 static_cast<int>(on.daemon.pid()), endpoint.c_str(), report.daemon_cpus.c_str(),
+                 report.client_cpus.c_str(), report.subscriber_cpus.c_str());
   }
   // The subscriber is subscribed once it has received something: offload until it has.
   KVTIER_RETURN_IF_ERROR(Warm(off, flags));
@@ -581,7 +682,6 @@ absl::StatusOr<Report> RunBench(Target& off, Target& on, Subscriber& subscriber,
   }
   KVTIER_RETURN_IF_ERROR(Warm(on, flags));
 
-  Report report;
   report.server_version = on.daemon.hello().server_version();
   report.hot_page_bytes = on.hot_page_bytes;
   for (const std::string& mode : flags.modes) {
@@ -672,6 +772,8 @@ void PrintTable(const Report& report, const KvEventsFlags& flags) {
       report.server_version.c_str(), flags.batch,
       static_cast<unsigned long long>(report.hot_page_bytes), flags.tokens,
       flags.ack == v1::WRITE_ACK_STORED ? "once stored" : "once read", flags.rounds, flags.seconds);
+  std::printf("CPUs: daemons %s, client %s, subscriber %s\n", report.daemon_cpus.c_str(),
+              report.client_cpus.c_str(), report.subscriber_cpus.c_str());
   std::printf("%-8s %-9s %10s %9s %9s %9s %12s %14s\n", "mode", "kv_events", "blocks/s", "mean us",
               "p50 us", "p99 us", "us per block", "CPU us/block");
   for (const ModeReport& m : report.modes) {
@@ -761,6 +863,9 @@ Json ToJson(const Report& report, const KvEventsFlags& flags) {
   doc["modes"] = std::move(modes);
   doc["publisher"] = CountersJson(report.publisher_total);
   doc["subscriber_events"] = report.subscriber_lines;
+  doc["cpus"] = {{"daemon", report.daemon_cpus},
+                 {"client", report.client_cpus},
+                 {"subscriber", report.subscriber_cpus}};
   return doc;
 }
 
@@ -788,13 +893,18 @@ void DeclareKvEventsBenchFlags(cli::Command& command) {
   command.AddFlag("modes", "M,...", "paced, max or both (default paced,max)");
   command.AddFlag("host", "SIZE", "the daemons' host.capacity (default 256MiB)");
   command.AddFlag("ack", "WHEN", "stored (default) or read: the Offloads' acknowledgement");
+  command.AddFlag("cpus", "ROLE:LIST,...",
+                  "pin the processes: daemon (both kvtierd), client (this process) and\n"
+                  "subscriber, each to a Linux CPU list, e.g. daemon:0-3,client:4-5,subscriber:6\n"
+                  "(a list runs to the next ROLE:, so daemon:0-1,4 is 0, 1 and 4); roles left out\n"
+                  "run on the CPUs kvtier-bench started on (default: nothing pinned)");
   command.AddSwitch("json", "print JSON instead of the table");
 }
 
 int RunKvEventsBench(const cli::Values& values) {
   absl::StatusOr<KvEventsFlags> parsed = ParseFlags(values);
   if (!parsed.ok()) return values.PrintUsageError(parsed.status().message());
-  const KvEventsFlags& flags = *parsed;
+  KvEventsFlags& flags = *parsed;
   const auto fail = [](const absl::Status& st) {
     std::fprintf(stderr, "kvtier-bench kv-events: %s\n", st.ToString().c_str());
     return 1;
@@ -812,6 +922,35 @@ int RunKvEventsBench(const cli::Values& values) {
     absl::StatusOr<std::string> found = BesideKvtierd(*self, "kvtierctl");
     if (!found.ok()) return fail(found.status());
     kvtierctl = *std::move(found);
+  }
+  // The client's CPUs are this thread's from here on (gRPC's threads start later and inherit
+  // them); the roles left out keep the CPUs kvtier-bench started on.
+  if (!flags.client_cpus.empty()) {
+    absl::StatusOr<std::vector<int>> started_on = AllowedCpus(0);
+    if (!started_on.ok()) return fail(started_on.status());
+    if (flags.daemon_cpus.empty()) flags.daemon_cpus = *started_on;
+    if (flags.subscriber_cpus.empty()) flags.subscriber_cpus = *started_on;
+    if (absl::Status st = PinCallingThread(flags.client_cpus); !st.ok()) return fail(st);
+  }
+  {
+    const auto shared = [](const std::vector<int>& a, const std::vector<int>& b) {
+      std::vector<int> both;
+      std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+      return both;
+    };
+    const struct {
+      const char* names;
+      std::vector<int> cpus;
+    } overlaps[] = {
+        {"the daemons and the client", shared(flags.daemon_cpus, flags.client_cpus)},
+        {"the daemons and the subscriber", shared(flags.daemon_cpus, flags.subscriber_cpus)},
+        {"the client and the subscriber", shared(flags.client_cpus, flags.subscriber_cpus)}};
+    for (const auto& o : overlaps) {
+      if (!o.cpus.empty()) {
+        std::fprintf(stderr, "kvtier-bench kv-events: note: %s share CPUs %s (--cpus)\n", o.names,
+                     FormatCpuList(o.cpus).c_str());
+      }
+    }
   }
   bool temporary = false;
   absl::StatusOr<std::string> dir =

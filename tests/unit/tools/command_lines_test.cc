@@ -61,6 +61,15 @@ TEST(KvtierBenchCommandLineTest, HelpUsageErrorsAndSpacedValues) {
   Result modes = RunTool(bench + " kv-events --modes=paced,fast");
   EXPECT_EQ(modes.exit_code, 2);
   EXPECT_THAT(modes.output, HasSubstr("--modes: 'fast' is not paced or max"));
+  Result role = RunTool(bench + " kv-events --cpus=router:0");
+  EXPECT_EQ(role.exit_code, 2);
+  EXPECT_THAT(role.output, HasSubstr("--cpus: role 'router' is not daemon, client or subscriber"));
+  Result cpu = RunTool(bench + " kv-events --cpus=daemon:0,client:1023");
+  EXPECT_EQ(cpu.exit_code, 2);
+  EXPECT_THAT(cpu.output, HasSubstr("--cpus: CPU 1023 is not one this process may run on"));
+  Result list = RunTool(bench + " kv-events --cpus=daemon:3-1");
+  EXPECT_EQ(list.exit_code, 2);
+  EXPECT_THAT(list.output, HasSubstr("--cpus: '3-1' is not a CPU number or range"));
   Result no_pool = RunTool(bench + " cluster --ceph-conf c");
   EXPECT_EQ(no_pool.exit_code, 2);
   EXPECT_THAT(no_pool.output, HasSubstr("--pool"));

@@ -58,6 +58,41 @@ TEST(KvEventEncodingTest, DataParallelRankIsWrittenWhenSet) {
             "03");
 }
 
+// Every width of msgpack's unsigned integers, at its edges, in the hash and token arrays (the
+// bytes from the msgpack specification's formats: positive fixint, uint 8/16/32/64).
+TEST(KvEventEncodingTest, ArraysUseTheShortestIntegerForms) {
+  KvEvent e;
+  e.kind = KvEventKind::kBlockStored;
+  e.block_hashes = {0x7f, 0x80, 0xff, 0x100, 0xffff, 0x10000, 0xffffffff, 0x100000000};
+  e.token_ids = {0, 127, 128, 255, 256, 65535, 65536, 4294967295u};
+  e.block_size = 8;
+  const std::string hex =
+      absl::BytesToHexString(EncodeKvEventBatch(1.5, {e}, std::nullopt, KvEventEncoding::kArray));
+  const std::string hashes =
+      "98"
+      "7f"
+      "cc80"
+      "ccff"
+      "cd0100"
+      "cdffff"
+      "ce00010000"
+      "ceffffffff"
+      "cf0000000100000000";
+  const std::string tokens =
+      "98"
+      "00"
+      "7f"
+      "cc80"
+      "ccff"
+      "cd0100"
+      "cdffff"
+      "ce00010000"
+      "ceffffffff";
+  // [1.5, [["BlockStored", hashes, nil, tokens, 8, nil, nil, nil, nil, nil, nil, nil]], nil]
+  EXPECT_EQ(hex, "93cb3ff8000000000000919cab426c6f636b53746f726564" + hashes + "c0" + tokens +
+                     "08c0c0c0c0c0c0c0c0");
+}
+
 TEST(KvEventEncodingTest, ParsesEncodingNames) {
   EXPECT_EQ(ParseKvEventEncoding("array").value(), KvEventEncoding::kArray);
   EXPECT_EQ(ParseKvEventEncoding("map").value(), KvEventEncoding::kMap);
