@@ -3,10 +3,12 @@
 #include <rados/librados.h>
 #include <rados/librados.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -150,9 +152,12 @@ void ReleaseBlock(BlockData& data, absl::Duration wait, ClusterCounters& counter
 // The reads of one GetWindowed: a fixed set of slots, each holding one read's op, its output
 // buffers and its completion. A slot's completion callback (on librados' finisher thread)
 // uncounts the read from the store's gauge and queues the slot for the calling thread, which
-// sleeps until a slot is queued or its deadline (not in polling steps). Outlives every callback:
-// the caller waits for each completion and its callback (wait_for_complete_and_cb) before it
-// reuses a slot or lets the window go.
+// sleeps until a slot is queued or its deadline (not in polling steps). A queued slot's read is
+// complete (librados sets the result before it runs the callback, and holds a reference to the
+// completion until the callback returns), so the caller takes it back at once, without waiting
+// for the callback to return: that wait would often cost a second sleep and wake-up per read on
+// a busy machine. Outlives every callback: its destructor waits until each callback made its
+// last access to it.
 class ReadWindow {
  public:
   struct Slot {
@@ -175,26 +180,42 @@ class ReadWindow {
   ReadWindow(size_t depth, ClusterCounters& counters) : slots_(depth), counters_(counters) {
     for (Slot& s : slots_) s.window = this;
   }
+  // REQUIRES: every submitted read completed (its slot was queued, or its completion waited for).
+  ~ReadWindow() {
+    // What is left of a callback after it queued its slot is a few instructions.
+    while (callbacks_returned_.load(std::memory_order_acquire) < submitted_) {
+      std::this_thread::yield();
+    }
+  }
+  ReadWindow(const ReadWindow&) = delete;
+  ReadWindow& operator=(const ReadWindow&) = delete;
   Slot& slot(size_t i) { return slots_[i]; }
 
   // Counts a read about to be submitted in the store's gauge (and its peak). Before the submission,
   // so that the completion callback's uncounting always follows it.
   void CountSubmitted() {
+    ++submitted_;
     const uint64_t now = counters_.reads_in_flight.fetch_add(1) + 1;
     uint64_t peak = counters_.reads_in_flight_peak.load();
     while (now > peak && !counters_.reads_in_flight_peak.compare_exchange_weak(peak, now)) {
     }
   }
   // A read counted by CountSubmitted that librados refused (no completion will come).
-  void CountUnsubmitted() { counters_.reads_in_flight.fetch_sub(1); }
+  void CountUnsubmitted() {
+    --submitted_;
+    counters_.reads_in_flight.fetch_sub(1);
+  }
 
   // The completion callback of a slot's read; `arg` is the slot.
   static void Done(rados_completion_t, void* arg) {
     Slot* s = static_cast<Slot*>(arg);
     ReadWindow* w = s->window;
     w->counters_.reads_in_flight.fetch_sub(1);
-    absl::MutexLock lock(&w->mu_);
-    w->answered_.push_back(s);
+    {
+      absl::MutexLock lock(&w->mu_);
+      w->answered_.push_back(s);
+    }
+    w->callbacks_returned_.fetch_add(1, std::memory_order_release);  // the last access
   }
 
   // The next slot whose read answered, in the order they answered; null when `deadline` passed
@@ -216,6 +237,8 @@ class ReadWindow {
   ClusterCounters& counters_;
   absl::Mutex mu_;
   std::deque<Slot*> answered_ ABSL_GUARDED_BY(mu_);
+  uint64_t submitted_ = 0;  // the calling thread's
+  std::atomic<uint64_t> callbacks_returned_{0};
 };
 
 }  // namespace
@@ -507,8 +530,7 @@ absl::Status RadosObjectStore::GetWindowed(const std::string& rados_ns,
       timed_out = true;
       break;
     }
-    s->c->wait_for_complete_and_cb();
-    const int r = s->c->get_return_value();
+    const int r = s->c->get_return_value();  // complete: its callback queued it
     s->c->release();
     s->c = nullptr;
     --in_flight;
