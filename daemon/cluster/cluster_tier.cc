@@ -11,8 +11,8 @@
 namespace kvtier::cluster {
 namespace {
 
-// Blocks one Get of a fetch reads at once (each into a buffer of the engine's block size).
-constexpr size_t kFetchGroup = 64;
+// Reads a fetch keeps in flight (each into a buffer of at most the engine's block size).
+constexpr size_t kFetchWindow = 64;
 
 }  // namespace
 
@@ -389,40 +389,38 @@ size_t ClusterTier::Fetch(index::NamespaceId ns, absl::Span<const index::BlockHa
   uint64_t stored_bytes = 0, misses = 0, rejected = 0;
   store::PutOptions put;
   put.origin = "cluster";  // the write-behind feed skips what came from the cluster
-  // In groups, so that the blocks one Get holds stay bounded.
-  for (size_t first = 0; first < keys.size(); first += kFetchGroup) {
-    const absl::Span<const BlockKey> group =
-        absl::MakeConstSpan(keys).subspan(first, std::min(kFetchGroup, keys.size() - first));
-    absl::StatusOr<std::vector<std::optional<ObjectBytes>>> got =
-        objects_.load()->Get(*rados_ns, group, deadline, max_block_bytes);
-    if (!got.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        ++stats_.read_errors;
-      }
-      Degrade(got.status(), "fetch");
-      break;
+  // Up to kFetchWindow reads in flight, each block stored as its read answers: the blocks held at
+  // once stay bounded, and a slow read holds up no other.
+  const absl::Status got = objects_.load()->GetWindowed(
+      *rados_ns, keys, kFetchWindow, deadline,
+      [&](size_t i, std::optional<ObjectBytes> bytes) {
+        if (!bytes.has_value()) {
+          ++misses;
+          return true;
+        }
+        const index::BlockKey key{keys[i].ns, keys[i].hash};
+        const absl::Status st = store_->Put(key, bytes->bytes(), put);
+        if (st.ok()) {
+          ++stored;
+          stored_bytes += bytes->size();
+          absl::MutexLock lock(&mu_);
+          Enqueue(key, /*touch=*/true);
+        } else if (absl::IsInvalidArgument(st)) {
+          ++rejected;  // the store's own verification refused it: a miss
+        } else {
+          KVTIER_LOG(kWarning,
+                     "cluster tier: a fetched block could not be stored: ", st.ToString());
+          ++misses;
+        }
+        return true;
+      },
+      max_block_bytes);
+  if (!got.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.read_errors;
     }
-    for (size_t i = 0; i < group.size(); ++i) {
-      const std::optional<ObjectBytes>& bytes = (*got)[i];
-      if (!bytes.has_value()) {
-        ++misses;
-        continue;
-      }
-      const index::BlockKey key{group[i].ns, group[i].hash};
-      const absl::Status st = store_->Put(key, bytes->bytes(), put);
-      if (st.ok()) {
-        ++stored;
-        stored_bytes += bytes->size();
-        absl::MutexLock lock(&mu_);
-        Enqueue(key, /*touch=*/true);
-      } else if (absl::IsInvalidArgument(st)) {
-        ++rejected;  // the store's own verification refused it: a miss
-      } else {
-        KVTIER_LOG(kWarning, "cluster tier: a fetched block could not be stored: ", st.ToString());
-        ++misses;
-      }
-    }
+    Degrade(got, "fetch");
   }
   absl::MutexLock lock(&mu_);
   stats_.fetched += stored;

@@ -3,8 +3,12 @@
 #include <rados/librados.h>
 #include <rados/librados.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -51,9 +55,9 @@ std::string Be64(uint64_t v) {
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d)); }
 
-// The completions of a batch of aio operations, counted by their callbacks, so that the caller
-// sleeps until the last one or its deadline (not in polling steps). Outlives every callback: the
-// caller waits for each completion and its callback (rados_aio_wait_for_complete_and_cb) before
+// The completions of a batch of aio operations (Exists), counted by their callbacks, so that the
+// caller sleeps until the last one or its deadline (not in polling steps). Outlives every callback:
+// the caller waits for each completion and its callback (rados_aio_wait_for_complete_and_cb) before
 // it goes.
 class BatchCompletions {
  public:
@@ -69,14 +73,13 @@ class BatchCompletions {
     target_ = n;
     return mu_.AwaitWithDeadline(absl::Condition(this, &BatchCompletions::Reached), deadline);
   }
-  // The callback of a completion made elsewhere (the C++ API's) with this as its argument.
+
+ private:
   static void Done(rados_completion_t, void* self) {
     auto* b = static_cast<BatchCompletions*>(self);
     absl::MutexLock lock(&b->mu_);
     ++b->done_;
   }
-
- private:
   bool Reached() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target_; }
 
   absl::Mutex mu_;
@@ -145,6 +148,98 @@ class BlockData {
 void ReleaseBlock(BlockData& data, absl::Duration wait, ClusterCounters& counters) {
   if (!data.WaitReleased(absl::Now() + wait)) counters.writes_unreleased.fetch_add(1);
 }
+
+// The reads of one GetWindowed: a fixed set of slots, each holding one read's op, its output
+// buffers and its completion. A slot's completion callback (on librados' finisher thread)
+// uncounts the read from the store's gauge and queues the slot for the calling thread, which
+// sleeps until a slot is queued or its deadline (not in polling steps). A queued slot's read is
+// complete (librados sets the result before it runs the callback, and holds a reference to the
+// completion until the callback returns), so the caller takes it back at once, without waiting
+// for the callback to return: that wait would often cost a second sleep and wake-up per read on
+// a busy machine. Outlives every callback: its destructor waits until each callback made its
+// last access to it.
+class ReadWindow {
+ public:
+  struct Slot {
+    ReadWindow* window = nullptr;
+    size_t index = 0;  // of the key in the call's keys
+    std::string name;
+    ceph::bufferlist id, data;
+    int read_rval = 0;
+    std::optional<librados::ObjectReadOperation> op;
+    librados::AioCompletion* c = nullptr;  // set while a read of this slot is in flight
+    // Lets the last read's op and buffers go (the result, if any, was moved out of `data`).
+    void Clear() {
+      op.reset();
+      id.clear();
+      data.clear();
+      read_rval = 0;
+    }
+  };
+
+  ReadWindow(size_t depth, ClusterCounters& counters) : slots_(depth), counters_(counters) {
+    for (Slot& s : slots_) s.window = this;
+  }
+  // REQUIRES: every submitted read completed (its slot was queued, or its completion waited for).
+  ~ReadWindow() {
+    // What is left of a callback after it queued its slot is a few instructions.
+    while (callbacks_returned_.load(std::memory_order_acquire) < submitted_) {
+      std::this_thread::yield();
+    }
+  }
+  ReadWindow(const ReadWindow&) = delete;
+  ReadWindow& operator=(const ReadWindow&) = delete;
+  Slot& slot(size_t i) { return slots_[i]; }
+
+  // Counts a read about to be submitted in the store's gauge (and its peak). Before the submission,
+  // so that the completion callback's uncounting always follows it.
+  void CountSubmitted() {
+    ++submitted_;
+    const uint64_t now = counters_.reads_in_flight.fetch_add(1) + 1;
+    uint64_t peak = counters_.reads_in_flight_peak.load();
+    while (now > peak && !counters_.reads_in_flight_peak.compare_exchange_weak(peak, now)) {
+    }
+  }
+  // A read counted by CountSubmitted that librados refused (no completion will come).
+  void CountUnsubmitted() {
+    --submitted_;
+    counters_.reads_in_flight.fetch_sub(1);
+  }
+
+  // The completion callback of a slot's read; `arg` is the slot.
+  static void Done(rados_completion_t, void* arg) {
+    Slot* s = static_cast<Slot*>(arg);
+    ReadWindow* w = s->window;
+    w->counters_.reads_in_flight.fetch_sub(1);
+    {
+      absl::MutexLock lock(&w->mu_);
+      w->answered_.push_back(s);
+    }
+    w->callbacks_returned_.fetch_add(1, std::memory_order_release);  // the last access
+  }
+
+  // The next slot whose read answered, in the order they answered; null when `deadline` passed
+  // before one did.
+  Slot* NextAnswered(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithDeadline(absl::Condition(this, &ReadWindow::HasAnswer), deadline)) {
+      return nullptr;
+    }
+    Slot* s = answered_.front();
+    answered_.pop_front();
+    return s;
+  }
+
+ private:
+  bool HasAnswer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !answered_.empty(); }
+
+  std::vector<Slot> slots_;
+  ClusterCounters& counters_;
+  absl::Mutex mu_;
+  std::deque<Slot*> answered_ ABSL_GUARDED_BY(mu_);
+  uint64_t submitted_ = 0;  // the calling thread's
+  std::atomic<uint64_t> callbacks_returned_{0};
+};
 
 }  // namespace
 
@@ -363,87 +458,141 @@ ObjectBytes& ObjectBytes::operator=(ObjectBytes&& other) noexcept {
 absl::StatusOr<std::vector<std::optional<ObjectBytes>>> RadosObjectStore::Get(
     const std::string& rados_ns, absl::Span<const BlockKey> keys, absl::Time deadline,
     uint64_t max_bytes) {
+  std::vector<std::optional<ObjectBytes>> out(keys.size());
+  const absl::Status st = GetWindowed(
+      rados_ns, keys, keys.size(), deadline,
+      [&out](size_t i, std::optional<ObjectBytes> bytes) {
+        out[i] = std::move(bytes);
+        return true;
+      },
+      max_bytes);
+  if (!st.ok()) return st;
+  return out;
+}
+
+absl::Status RadosObjectStore::GetWindowed(const std::string& rados_ns,
+                                           absl::Span<const BlockKey> keys, size_t depth,
+                                           absl::Time deadline, GetResultFn on_result,
+                                           uint64_t max_bytes) {
+  if (keys.empty()) return absl::OkStatus();
   if (max_bytes == 0 || max_bytes > options_.max_block_bytes) max_bytes = options_.max_block_bytes;
+  if (depth == 0 || depth > keys.size()) depth = keys.size();
   rados_ioctx_t io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &io);
   rados_ioctx_set_namespace(io, rados_ns.c_str());
-  // The C++ API on the same context: its reads land in buffer lists that become the result.
+  // The C++ API on the same context: its reads land in buffer lists that become the results.
   librados::IoCtx cxx;
   librados::IoCtx::from_rados_ioctx_t(io, cxx);
-  struct Pending {
-    std::string name;
-    ceph::bufferlist id, data;
-    int read_rval = 0;
-    librados::ObjectReadOperation op;
-    librados::AioCompletion* c = nullptr;
-  };
-  std::vector<Pending> p(keys.size());
-  BatchCompletions completions;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    p[i].name = ObjectName(keys[i]);
-    p[i].id.append(IdXattr(keys[i]));
-    // The xattrs must match what was asked: an object under the right name with another block's
-    // identity is a miss, not that block.
-    p[i].op.cmpxattr(kXattrId, LIBRADOS_CMPXATTR_OP_EQ, p[i].id);
-    // One byte more than the largest block: a larger object shows as too large.
-    p[i].op.read(0, max_bytes + 1, &p[i].data, &p[i].read_rval);
-    p[i].c = librados::Rados::aio_create_completion(&completions, &BatchCompletions::Done);
-    cxx.aio_operate(p[i].name, p[i].c, &p[i].op, 0, nullptr);
-  }
-  const bool timed_out = !completions.WaitAll(p.size(), deadline);
-  std::vector<std::optional<ObjectBytes>> out(keys.size());
+  ReadWindow window(depth, counters_);
+  std::vector<ReadWindow::Slot*> free_slots;
+  for (size_t i = 0; i < depth; ++i) free_slots.push_back(&window.slot(i));
+  size_t next = 0;       // the next key to read
+  size_t in_flight = 0;  // slots whose read was submitted and not yet taken back
+  size_t delivered = 0;
+  bool stop = false;  // on_result asked to, or a read failed: no read starts any more
+  bool timed_out = false;
   absl::Status err;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (timed_out && !p[i].c->is_complete()) cxx.aio_cancel(p[i].c);
-    p[i].c->wait_for_complete_and_cb();
-    const int r = p[i].c->get_return_value();
-    p[i].c->release();
+  for (;;) {
+    if (!stop && next < keys.size() && absl::Now() >= deadline) {
+      timed_out = true;  // keys are left that could not start in time
+      break;
+    }
+    while (!stop && next < keys.size() && !free_slots.empty()) {
+      ReadWindow::Slot& s = *free_slots.back();
+      s.index = next;
+      s.name = ObjectName(keys[next]);
+      s.id.append(IdXattr(keys[next]));
+      s.op.emplace();
+      // The xattr must match what was asked: an object under the right name with another block's
+      // identity is a miss, not that block.
+      s.op->cmpxattr(kXattrId, LIBRADOS_CMPXATTR_OP_EQ, s.id);
+      // One byte more than the largest block: a larger object shows as too large.
+      s.op->read(0, max_bytes + 1, &s.data, &s.read_rval);
+      s.c = librados::Rados::aio_create_completion(&s, &ReadWindow::Done);
+      window.CountSubmitted();
+      ++next;
+      if (const int r = cxx.aio_operate(s.name, s.c, &*s.op, 0, nullptr); r < 0) {
+        // Not submitted: no completion will come.
+        window.CountUnsubmitted();
+        if (err.ok()) err = Error(r, absl::StrCat("get ", rados_ns, "/", s.name));
+        s.c->release();
+        s.c = nullptr;
+        s.Clear();
+        stop = true;
+        break;
+      }
+      free_slots.pop_back();
+      ++in_flight;
+    }
+    if (in_flight == 0) break;
+    ReadWindow::Slot* s = window.NextAnswered(deadline);
+    if (s == nullptr) {
+      timed_out = true;
+      break;
+    }
+    const int r = s->c->get_return_value();  // complete: its callback queued it
+    s->c->release();
+    s->c = nullptr;
+    --in_flight;
     counters_.gets.fetch_add(1);
-    if (timed_out) continue;
-    if (r == -ENOENT || r == -ENODATA) {
+    const size_t index = s->index;
+    std::optional<ObjectBytes> result;
+    if (r == -ENOENT || r == -ENODATA || r == -ECANCELED) {
+      // Absent; or without kvtier.id (ENODATA) or with another block's (ECANCELED, the cmpxattr
+      // failed): the object is not the block asked for.
       counters_.get_misses.fetch_add(1);
-      if (r == -ENODATA) counters_.verify_failures.fetch_add(1);
+      if (r != -ENOENT) counters_.verify_failures.fetch_add(1);
+    } else if (r < 0) {
+      if (err.ok()) err = Error(r, absl::StrCat("get ", rados_ns, "/", s->name));
+      stop = true;
+      s->Clear();
+      free_slots.push_back(s);
       continue;
-    }
-    if (r == -ECANCELED) {
-      // cmpxattr mismatch: the object is not the block asked for.
-      counters_.get_misses.fetch_add(1);
-      counters_.verify_failures.fetch_add(1);
-      continue;
-    }
-    if (r < 0) {
-      if (err.ok()) err = Error(r, absl::StrCat("get ", rados_ns, "/", p[i].name));
-      continue;
-    }
-    ceph::bufferlist& data = p[i].data;
-    if (data.length() > max_bytes) {
+    } else if (s->data.length() > max_bytes) {
       counters_.get_misses.fetch_add(1);
       counters_.verify_failures.fetch_add(1);
-      continue;
+    } else {
+      ceph::bufferlist& data = s->data;
+      if (!data.is_contiguous()) data.rebuild();  // one buffer, so that it is one span
+      ObjectBytes bytes;
+      bytes.buffer_ = std::make_unique<ObjectBytes::Buffer>();
+      bytes.buffer_->bl = std::move(data);
+      bytes.bytes_ = absl::Span<const uint8_t>(
+          reinterpret_cast<const uint8_t*>(bytes.buffer_->bl.c_str()), bytes.buffer_->bl.length());
+      if (codec::VerifyColdBlock(bytes.bytes()).ok()) {
+        counters_.get_hits.fetch_add(1);
+        result = std::move(bytes);
+      } else {
+        counters_.get_misses.fetch_add(1);
+        counters_.verify_failures.fetch_add(1);
+      }
     }
-    if (!data.is_contiguous()) data.rebuild();  // one buffer, so that it is one span
-    ObjectBytes bytes;
-    bytes.buffer_ = std::make_unique<ObjectBytes::Buffer>();
-    bytes.buffer_->bl = std::move(data);
-    bytes.bytes_ = absl::Span<const uint8_t>(
-        reinterpret_cast<const uint8_t*>(bytes.buffer_->bl.c_str()), bytes.buffer_->bl.length());
-    if (!codec::VerifyColdBlock(bytes.bytes()).ok()) {
-      counters_.get_misses.fetch_add(1);
-      counters_.verify_failures.fetch_add(1);
-      continue;
+    s->Clear();
+    free_slots.push_back(s);
+    ++delivered;
+    if (!on_result(index, std::move(result))) stop = true;
+  }
+  if (timed_out) {
+    // Every slot still holding a completion: in flight, or answered and not taken back.
+    for (size_t i = 0; i < depth; ++i) {
+      ReadWindow::Slot& s = window.slot(i);
+      if (s.c == nullptr) continue;
+      if (!s.c->is_complete()) cxx.aio_cancel(s.c);
+      s.c->wait_for_complete_and_cb();
+      s.c->release();
+      s.c = nullptr;
+      counters_.gets.fetch_add(1);
     }
-    counters_.get_hits.fetch_add(1);
-    out[i] = std::move(bytes);
   }
   cxx.close();
   rados_ioctx_destroy(io);
   if (timed_out) {
     counters_.timeouts.fetch_add(1);
     return absl::DeadlineExceededError(
-        absl::StrFormat("get of %d objects in %s: deadline passed", keys.size(), rados_ns));
+        absl::StrFormat("get of %d objects in %s: deadline passed (%d delivered)", keys.size(),
+                        rados_ns, delivered));
   }
-  if (!err.ok()) return err;
-  return out;
+  return err;
 }
 
 absl::StatusOr<std::vector<bool>> RadosObjectStore::Exists(const std::string& rados_ns,

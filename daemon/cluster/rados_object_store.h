@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -86,6 +87,9 @@ struct ClusterCounters {
   // Writes whose block librados still held osd_op_timeout + objecter_timeout after the op ended
   // (RadosObjectStore::Put returns anyway).
   std::atomic<uint64_t> writes_unreleased{0};
+  // Reads librados holds now (a gauge: counted when submitted, uncounted by the read's completion
+  // callback on librados' thread) and the most it held at once since the store connected.
+  std::atomic<uint64_t> reads_in_flight{0}, reads_in_flight_peak{0};
 };
 
 // The verified bytes of a block read by Get, in the buffer librados received them into (no
@@ -109,6 +113,11 @@ class ObjectBytes {
   std::unique_ptr<Buffer> buffer_;
   absl::Span<const uint8_t> bytes_;
 };
+
+// What GetWindowed hands over per key as its read answers: the key's index in `keys` and its
+// verified bytes (ownership passes), or nullopt for a miss. Returns false to stop: no read starts
+// after it; those already in flight are still awaited and delivered.
+using GetResultFn = absl::FunctionRef<bool(size_t index, std::optional<ObjectBytes> bytes)>;
 
 // The object name of a block: 16 lower-hex digits of the namespace id, '.', 64 of the hash.
 std::string ObjectName(const BlockKey& key);
@@ -136,14 +145,28 @@ class RadosObjectStore {
   std::vector<absl::Status> PutMany(const std::string& rados_ns,
                                     absl::Span<const PutRequest> requests);
 
-  // Reads every key in parallel; per key the verified bytes or nullopt (a miss: absent, or failed
-  // verification, counted). An object larger than `max_bytes` (0: options' max_block_bytes, and
-  // never above it) is a verification failure. DeadlineExceeded when the deadline passed before all
-  // answered; Unavailable/other errors for cluster failures.
+  // Reads every key in parallel (GetWindowed with every read in flight at once); per key the
+  // verified bytes or nullopt (a miss: absent, or failed verification, counted). An object larger
+  // than `max_bytes` (0: options' max_block_bytes, and never above it) is a verification failure.
+  // DeadlineExceeded when the deadline passed before all answered; Unavailable/other errors for
+  // cluster failures.
   absl::StatusOr<std::vector<std::optional<ObjectBytes>>> Get(const std::string& rados_ns,
                                                               absl::Span<const BlockKey> keys,
                                                               absl::Time deadline,
                                                               uint64_t max_bytes = 0);
+
+  // Reads the keys in their order, keeping up to `depth` reads in flight (0: all of them): as each
+  // read answers, it is verified as Get verifies, handed to `on_result` on the calling thread,
+  // and the next key's read starts. Each key is delivered at most once, and every key is
+  // delivered unless the call stops early: OK when every key was delivered or `on_result` stopped
+  // it; DeadlineExceeded when the deadline passed first (the reads in flight are cancelled and
+  // not delivered); on a cluster failure (Unavailable, ...) no further read starts, those in
+  // flight are still delivered, and the first failure is returned (the failed keys are not
+  // delivered). `on_result` is borrowed for the call. Blocks until no read of the call is in
+  // flight. A key repeated in `keys` is read once per occurrence.
+  absl::Status GetWindowed(const std::string& rados_ns, absl::Span<const BlockKey> keys,
+                           size_t depth, absl::Time deadline, GetResultFn on_result,
+                           uint64_t max_bytes = 0);
 
   // Per key whether the object exists; same deadline semantics.
   absl::StatusOr<std::vector<bool>> Exists(const std::string& rados_ns,

@@ -1,8 +1,11 @@
 #include "daemon/cluster/rados_object_store.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/testing/ceph_cluster.h"
@@ -179,6 +182,107 @@ TEST_F(RadosObjectStoreTest, PutManyStoresEachAsPutWould) {
   EXPECT_EQ(store_->counters().put_already_exists.load(), 1u);
 }
 
+// The keys of the windowed-read tests: blocks of distinct content (and size) per id, some
+// absent, some corrupted after they were stored; the list ends with a few keys again.
+struct WindowedKeys {
+  std::vector<BlockKey> keys;
+  std::vector<uint64_t> ids;  // per key
+  static bool Absent(uint64_t id) { return id % 5 == 0; }
+  static bool Corrupted(uint64_t id) { return id % 7 == 0 && !Absent(id); }
+  static uint32_t Payload(uint64_t id) { return 1024 + 512 * static_cast<uint32_t>(id % 6); }
+};
+
+TEST_F(RadosObjectStoreTest, WindowedGetDeliversEveryKeyOnceWithinItsWindow) {
+  WindowedKeys w;
+  for (uint64_t id = 300; id < 380; ++id) {
+    w.keys.push_back(Key(9, id));
+    w.ids.push_back(id);
+    if (WindowedKeys::Absent(id)) continue;
+    std::vector<uint8_t> block = MakeTestBlock(id, WindowedKeys::Payload(id));
+    ASSERT_TRUE(store_->Put("t9", w.keys.back(), block, Attrs()).ok());
+    if (WindowedKeys::Corrupted(id)) {
+      block[block.size() - 1] ^= 0xff;
+      ASSERT_TRUE(store_->WriteRawForTest("t9", ObjectName(w.keys.back()), block).ok());
+    }
+  }
+  for (uint64_t id : {301, 302, 300, 301}) {  // repeats: read once per occurrence
+    w.keys.push_back(Key(9, id));
+    w.ids.push_back(id);
+  }
+  for (size_t depth : {size_t{1}, size_t{3}, size_t{16}, size_t{500}}) {
+    SCOPED_TRACE(depth);
+    std::unique_ptr<RadosObjectStore> store = Open();  // its own in-flight gauge and peak
+    std::vector<int> delivered(w.keys.size());
+    size_t hits = 0, over_window = 0;
+    const absl::Status st = store->GetWindowed(
+        "t9", w.keys, depth, Soon(), [&](size_t i, std::optional<ObjectBytes> bytes) {
+          if (store->counters().reads_in_flight.load() > depth) ++over_window;
+          EXPECT_LT(i, w.keys.size());
+          if (i >= w.keys.size()) return true;
+          ++delivered[i];
+          const uint64_t id = w.ids[i];
+          if (WindowedKeys::Absent(id) || WindowedKeys::Corrupted(id)) {
+            EXPECT_FALSE(bytes.has_value()) << "key " << i << " (id " << id << ")";
+          } else {
+            EXPECT_TRUE(bytes.has_value()) << "key " << i << " (id " << id << ")";
+            if (bytes.has_value()) {
+              ++hits;
+              EXPECT_EQ(bytes->ToVector(), MakeTestBlock(id, WindowedKeys::Payload(id)))
+                  << "key " << i << " (id " << id << ") delivered another block's bytes";
+            }
+          }
+          return true;
+        });
+    ASSERT_TRUE(st.ok()) << st;
+    for (size_t i = 0; i < w.keys.size(); ++i) {
+      EXPECT_EQ(delivered[i], 1) << "key " << i << " (id " << w.ids[i] << ") delivered "
+                                 << delivered[i] << " times";
+    }
+    EXPECT_EQ(over_window, 0u);
+    const uint64_t peak = store->counters().reads_in_flight_peak.load();
+    EXPECT_LE(peak, std::min(depth, w.keys.size()));
+    if (depth > 1) {
+      EXPECT_GE(peak, 2u);  // more than one read at a time
+    }
+    EXPECT_EQ(store->counters().reads_in_flight.load(), 0u);
+    EXPECT_EQ(store->counters().gets.load(), w.keys.size());
+    EXPECT_EQ(store->counters().get_hits.load(), hits);
+    EXPECT_EQ(store->counters().get_misses.load(), w.keys.size() - hits);
+  }
+}
+
+TEST_F(RadosObjectStoreTest, WindowedGetStopsWhenTheConsumerSaysSo) {
+  std::vector<BlockKey> keys;
+  for (uint64_t id = 400; id < 440; ++id) {
+    keys.push_back(Key(9, id));
+    ASSERT_TRUE(store_->Put("t10", keys.back(), MakeTestBlock(id, 1024), Attrs()).ok());
+  }
+  constexpr size_t kDepth = 4, kStopAt = 5;
+  std::vector<int> delivered(keys.size());
+  size_t n = 0;
+  const absl::Status st =
+      store_->GetWindowed("t10", keys, kDepth, Soon(), [&](size_t i, std::optional<ObjectBytes> b) {
+        EXPECT_TRUE(b.has_value()) << i;
+        if (b.has_value()) {
+          EXPECT_EQ(b->ToVector(), MakeTestBlock(400 + i, 1024)) << i;
+        }
+        ++delivered[i];
+        return ++n < kStopAt;
+      });
+  ASSERT_TRUE(st.ok()) << st;
+  // The reads in flight when the consumer stopped are still delivered; no other starts.
+  EXPECT_GE(n, kStopAt);
+  EXPECT_LE(n, kStopAt + kDepth - 1);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_LE(delivered[i], 1) << i;
+    if (i >= kStopAt + kDepth - 1) {
+      EXPECT_EQ(delivered[i], 0) << "key " << i << " read after stop";
+    }
+  }
+  EXPECT_EQ(store_->counters().gets.load(), n);
+  EXPECT_EQ(store_->counters().reads_in_flight.load(), 0u);
+}
+
 TEST_F(RadosObjectStoreTest, LeaseIsExclusiveAndReacquirable) {
   std::unique_ptr<RadosObjectStore> other = Open();
   ASSERT_TRUE(store_->AcquireLease("t6", "node-a", absl::Seconds(30)).ok());
@@ -207,12 +311,24 @@ TEST_F(RadosObjectStoreTest, ZDeadlineHonoredWhenOsdStopped) {
   auto got = store_->Get("t7", {Key(7, 70), Key(7, 71)}, absl::Now() + absl::Seconds(2));
   EXPECT_TRUE(absl::IsDeadlineExceeded(got.status()) || absl::IsUnavailable(got.status()))
       << got.status();
+  size_t delivered = 0;
+  const std::vector<BlockKey> window_keys = {Key(7, 70), Key(7, 71), Key(7, 72), Key(7, 73)};
+  const absl::Time t0 = absl::Now();
+  const absl::Status windowed = store_->GetWindowed("t7", window_keys, 2, t0 + absl::Seconds(2),
+                                                    [&](size_t, std::optional<ObjectBytes>) {
+                                                      ++delivered;
+                                                      return true;
+                                                    });
+  EXPECT_TRUE(absl::IsDeadlineExceeded(windowed) || absl::IsUnavailable(windowed)) << windowed;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(4));
+  EXPECT_EQ(delivered, 0u);
+  EXPECT_EQ(store_->counters().reads_in_flight.load(), 0u);
   auto ex = store_->Exists("t7", {Key(7, 70)}, absl::Now() + absl::Seconds(2));
   EXPECT_TRUE(absl::IsDeadlineExceeded(ex.status()) || absl::IsUnavailable(ex.status()))
       << ex.status();
   const absl::Status put = store_->Put("t7", Key(7, 72), MakeTestBlock(72, 4096), Attrs());
   EXPECT_TRUE(absl::IsDeadlineExceeded(put) || absl::IsUnavailable(put)) << put;
-  EXPECT_GE(store_->counters().timeouts.load(), 2u);
+  EXPECT_GE(store_->counters().timeouts.load(), 3u);
   ASSERT_TRUE(cluster_->StartOsd(0).ok());
 }
 
