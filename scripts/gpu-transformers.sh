@@ -9,7 +9,10 @@
 #   scripts/gpu-transformers.sh run [STEP...]  on the GPU machine, from the checkout, carrying
 #       .device-tf-pack: unpacks, installs the wheel into a scratch directory for the machine's
 #       Python (torch, transformers), and runs each STEP (default: correctness sessions), logs
-#       and JSON into $OUT (default results/).
+#       and JSON into $OUT (default results/). Steps: correctness and sessions
+#       (tools/torch/kvtier_transformers.py, options in $KVTIER_TF_ARGS), train and eval
+#       (tools/torch/kvtier_accuracy.py: train a small model into /tmp/kvtier-accuracy-model, then
+#       its accuracy through kvtierd; options in $KVTIER_TRAIN_ARGS and $KVTIER_EVAL_ARGS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=.device-tf-pack
@@ -48,9 +51,15 @@ case "${1:-}" in
     for step in "${@:-correctness sessions}"; do
       for s in $step; do
         echo "== $s"
-        PYTHONPATH="$py" python3 tools/torch/kvtier_transformers.py "$s" \
-          --kvtierd /tmp/kvtierd-bundled --json "$results/$s.json" ${KVTIER_TF_ARGS:-} \
-          2>&1 | grep -v -i "warn" | tee "$results/$s.txt" || status=1
+        case "$s" in
+          train) cmd=(tools/torch/kvtier_accuracy.py train ${KVTIER_TRAIN_ARGS:-}) ;;
+          eval) cmd=(tools/torch/kvtier_accuracy.py eval --kvtierd /tmp/kvtierd-bundled
+                     --json "$results/$s.json" ${KVTIER_EVAL_ARGS:-}) ;;
+          *) cmd=(tools/torch/kvtier_transformers.py "$s" --kvtierd /tmp/kvtierd-bundled
+                  --json "$results/$s.json" ${KVTIER_TF_ARGS:-}) ;;
+        esac
+        PYTHONPATH="$py" python3 "${cmd[@]}" 2>&1 | grep -v -i "warn" | tee "$results/$s.txt" ||
+          status=1
       done
     done
     exit "$status"
