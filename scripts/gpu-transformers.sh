@@ -12,7 +12,10 @@
 #       and JSON into $OUT (default results/). Steps: correctness and sessions
 #       (tools/torch/kvtier_transformers.py, options in $KVTIER_TF_ARGS), train and eval
 #       (tools/torch/kvtier_accuracy.py: train a small model into /tmp/kvtier-accuracy-model, then
-#       its accuracy through kvtierd; options in $KVTIER_TRAIN_ARGS and $KVTIER_EVAL_ARGS).
+#       its accuracy through kvtierd; options in $KVTIER_TRAIN_ARGS and $KVTIER_EVAL_ARGS),
+#       calibrate and triattention (the trained model's TriAttention calibration, then its
+#       accuracy with decode-time eviction at several budgets; $KVTIER_CALIBRATE_ARGS,
+#       $KVTIER_TRI_ARGS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=.device-tf-pack
@@ -55,6 +58,9 @@ case "${1:-}" in
           train) cmd=(tools/torch/kvtier_accuracy.py train ${KVTIER_TRAIN_ARGS:-}) ;;
           eval) cmd=(tools/torch/kvtier_accuracy.py eval --kvtierd /tmp/kvtierd-bundled
                      --json "$results/$s.json" ${KVTIER_EVAL_ARGS:-}) ;;
+          calibrate) cmd=(tools/torch/kvtier_accuracy.py calibrate ${KVTIER_CALIBRATE_ARGS:-}) ;;
+          triattention) cmd=(tools/torch/kvtier_accuracy.py triattention
+                             --json "$results/$s.json" ${KVTIER_TRI_ARGS:-}) ;;
           *) cmd=(tools/torch/kvtier_transformers.py "$s" --kvtierd /tmp/kvtierd-bundled
                   --json "$results/$s.json" ${KVTIER_TF_ARGS:-}) ;;
         esac

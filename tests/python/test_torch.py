@@ -11,6 +11,10 @@ shared-memory pools, against a real kvtierd:
   - park / resume of a context whose last page is partial returns every token; resuming an
     unknown or already resumed request raises KeyError;
   - nvfp4 (codec from a quantization_for_cold_page block): values come back finite and close.
+  - TriAttention: kvtier_calibrate.py's statistics (after q_proj and q_norm) by hand, its
+    torch.save file loads in the Evictor (and one of the wrong shape is refused); the Evictor
+    compacts a batch of two rows in place and the rebuilt cache holds the pinned prompt and
+    original rows of cached tokens, one token set per row in union mode.
 The transformers-specific glue (DynamicCache) runs on the GPU machine's transformers
 (tools/torch/kvtier_transformers.py); here the cache factory returns the layers themselves.
 
@@ -19,6 +23,7 @@ directory on PYTHONPATH (ctest sets both). Needs python3-torch; skips without it
 """
 
 import argparse
+import json
 import os
 import sys
 import types
@@ -36,6 +41,61 @@ KVTIERD = os.environ.get("KVTIERD_PATH", "")
 TOKENS = 16
 CONFIG = types.SimpleNamespace(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
                                head_dim=32, hidden_size=128, torch_dtype="bfloat16")
+# TriAttention's: the Evictor takes head_dim 64, 128 or 256.
+TRI = types.SimpleNamespace(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=64, hidden_size=128, torch_dtype="bfloat16")
+
+
+def _calibration_tool():
+    """tools/torch/kvtier_calibrate.py of this checkout, as a module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "tools", "torch"))
+    import kvtier_calibrate
+    return kvtier_calibrate
+
+
+if torch is not None:
+    class TinyAttention(torch.nn.Module):
+        """The parts of a transformers attention module calibration reads: q_proj, q_norm."""
+
+        def __init__(self, qk_norm):
+            super().__init__()
+            self.q_proj = torch.nn.Linear(TRI.hidden_size, TRI.num_attention_heads * TRI.head_dim,
+                                          bias=False)
+            self.q_norm = torch.nn.LayerNorm(TRI.head_dim) if qk_norm else None
+
+        def forward(self, hidden_states):
+            return hidden_states + 0.01 * self.q_proj(hidden_states)[..., :TRI.hidden_size]
+
+    class TinyLayer(torch.nn.Module):
+        def __init__(self, qk_norm):
+            super().__init__()
+            self.self_attn = TinyAttention(qk_norm)
+
+        def forward(self, h):
+            return torch.tanh(self.self_attn(h))
+
+    class TinyModel(torch.nn.Module):
+        """model.model.layers[i].self_attn, as transformers' decoder models nest them."""
+
+        def __init__(self, qk_norm):
+            super().__init__()
+            torch.manual_seed(3)
+            self.config = TRI
+            self.embed = torch.nn.Embedding(64, TRI.hidden_size)
+            self.model = torch.nn.Module()
+            self.model.layers = torch.nn.ModuleList(
+                [TinyLayer(qk_norm) for _ in range(TRI.num_hidden_layers)])
+
+        def hidden_before(self, input_ids, layer):
+            h = self.embed(input_ids)
+            for block in self.model.layers[:layer]:
+                h = block(h)
+            return h
+
+        def forward(self, input_ids, use_cache=False):
+            del use_cache
+            return self.hidden_before(input_ids, len(self.model.layers))
 
 
 def layers_factory(layers, config):
@@ -218,6 +278,121 @@ class TorchTest(daemon_fixture.DaemonTestCase):
                 self.assertFalse(torch.equal(g, w))  # it is lossy ...
                 rel = (g - w).norm() / w.norm()
                 self.assertLess(rel.item(), 0.2)  # ... and close (4-bit: about 0.1)
+
+    # ---- TriAttention: calibration and decode-time eviction ----------------------------------
+
+    def test_06_calibration_file_loads_in_the_evictor(self):
+        calibrate = _calibration_tool()
+        model = TinyModel(qk_norm=True)
+        batches = [torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(s))
+                   for s in range(2)]
+        cal = calibrate.calibrate(model, batches, model_name="tiny")
+        m = cal["metadata"]
+        layers, heads, head_dim = TRI.num_hidden_layers, TRI.num_attention_heads, TRI.head_dim
+        self.assertEqual((m["rope_style"], m["head_dim"], m["num_traces"], m["tokens"]),
+                         ("half", head_dim, 4, 160))
+        self.assertEqual(m["sampled_heads"], [[l, h] for l in range(layers) for h in range(heads)])
+        self.assertTrue(m["q_norm_applied"])
+        self.assertEqual(len(cal["stats"]), layers * heads)
+        # Layer 1, head 3 by hand: the query after q_proj and q_norm, bands (f, f + 32).
+        with torch.no_grad():
+            h = torch.cat([model.hidden_before(b, 1) for b in batches]).reshape(-1, 128)
+            q = model.model.layers[1].self_attn.q_norm(
+                model.model.layers[1].self_attn.q_proj(h).view(-1, heads, head_dim))[:, 3]
+        re, im = q[:, :32].double(), q[:, 32:].double()
+        entry = cal["stats"]["layer01_head03"]
+        self.assertTrue(torch.allclose(entry["q_mean_real"].double(), re.mean(0), atol=1e-5))
+        self.assertTrue(torch.allclose(entry["q_mean_imag"].double(), im.mean(0), atol=1e-5))
+        self.assertTrue(torch.allclose(entry["q_abs_mean"].double(),
+                                       torch.sqrt(re * re + im * im).mean(0), atol=1e-5))
+        # The file torch.save wrote is one kvtier's reader takes, checked against config.json.
+        path = os.path.join(self.dir, "tiny.calib.pt")
+        calibrate.save(cal, path)
+        tri = self.triattention(path, budget=16, beta=8, batch=1)
+        self.assertEqual(tri.evictor.config.budget, 16)
+        # A calibration of another model's shape is refused by name.
+        cal["stats"] = {k: v for k, v in cal["stats"].items() if not k.startswith("layer02")}
+        cal["metadata"]["sampled_heads"] = [p for p in m["sampled_heads"] if p[0] != 2]
+        calibrate.save(cal, path)
+        with self.assertRaisesRegex(ValueError, "layers"):
+            self.triattention(path, budget=16, beta=8, batch=1)
+
+    def triattention(self, calibration, *, budget, beta, batch, mode="union"):
+        from kvtier.transformers import TriAttention
+        config_path = os.path.join(self.dir, "config.json")
+        with open(config_path, "w") as f:
+            json.dump({"model_type": "qwen3", "num_hidden_layers": TRI.num_hidden_layers,
+                       "num_attention_heads": TRI.num_attention_heads,
+                       "num_key_value_heads": TRI.num_key_value_heads,
+                       "head_dim": TRI.head_dim, "hidden_size": TRI.hidden_size,
+                       "rope_theta": 10000.0, "max_position_embeddings": 4096}, f)
+        block = kvtier.parse_compression_config(
+            f"algorithm: triattention\nbudget: {budget}\nbeta: {beta}\neviction_mode: {mode}\n"
+            f"calibration_path: {calibration}\nmodel_config_path: {config_path}\n")
+        return TriAttention(TRI, block, batch=batch, max_tokens=8 + budget + beta + 4,
+                            tokens_per_page=TOKENS, device="cpu", pool_dir=self.dir,
+                            cache_factory=lambda layers, config: list(layers))
+
+    def test_07_triattention_compacts_the_model_cache(self):
+        calibrate = _calibration_tool()
+        path = os.path.join(self.dir, "tiny7.calib.pt")
+        ids = torch.randint(0, 64, (1, 64), generator=torch.Generator().manual_seed(5))
+        calibrate.save(calibrate.calibrate(TinyModel(qk_norm=False), [ids]), path)
+        prompt, budget, beta, batch = 8, 16, 8, 2
+        tri = self.triattention(path, budget=budget, beta=beta, batch=batch)
+        # Rows of distinct values, so every cached row names the token it came from.
+        g = torch.Generator().manual_seed(7)
+        total = prompt + 40
+        shape = (batch, TRI.num_key_value_heads, total, TRI.head_dim)
+        full = [(torch.randn(shape, generator=g).to(torch.bfloat16),
+                 torch.randn(shape, generator=g).to(torch.bfloat16))
+                for _ in range(TRI.num_hidden_layers)]
+        past = [(k[:, :, :prompt], v[:, :, :prompt]) for k, v in full]
+        tri.start(past)
+        kept = [list(range(prompt)) for _ in range(batch)]  # each row's cached tokens
+        for pos in range(prompt, total):
+            self.assertTrue(torch.equal(tri.position_ids(), torch.full((batch, 1), pos)))
+            past = [(torch.cat([k, fk[:, :, pos:pos + 1]], 2),
+                     torch.cat([v, fv[:, :, pos:pos + 1]], 2))
+                    for (k, v), (fk, fv) in zip(past, full)]
+            for row in kept:
+                row.append(pos)
+            before = tri.rounds
+            past = tri.step(past)
+            if tri.rounds == before:
+                continue
+            # A round: prompt + budget tokens remain, the prompt first and in place, and each
+            # cached (layer, head) row is the original row of a token that was cached.
+            self.assertEqual(tri.physical, prompt + budget)
+            self.assertEqual(past[0][0].shape[-2], prompt + budget)
+            for b in range(batch):
+                k0 = past[0][0][b, 0]
+                ids = [self._token_of(full[0][0][b, 0], row) for row in k0]
+                self.assertEqual(ids[:prompt], list(range(prompt)))
+                self.assertEqual(len(set(ids)), len(ids))
+                self.assertTrue(set(ids) <= set(kept[b]), f"row {b}: {ids}")
+                for layer, (k, v) in enumerate(past):
+                    for head in range(TRI.num_key_value_heads):
+                        want = [self._token_of(full[layer][0][b, head], row)
+                                for row in k[b, head]]
+                        self.assertEqual(want, ids, "union: one token set per request")
+                        self.assertTrue(torch.equal(v[b, head], full[layer][1][b, head, ids]))
+                kept[b] = ids  # the next steps append to this set
+        self.assertGreaterEqual(tri.rounds, 2)
+        self.assertEqual(tri.evicted_tokens, tri.logical - tri.physical)
+        self.assertEqual(tri.logical, total)
+        with self.assertRaisesRegex(ValueError, "before the step"):
+            tri.step(past)  # no new token
+        tri.finish()
+        with self.assertRaises(RuntimeError):
+            tri.step(past)
+
+    @staticmethod
+    def _token_of(originals, row):
+        """The index of `row` among `originals` (tokens, head_dim) rows."""
+        match = (originals == row).all(-1).nonzero()
+        assert match.numel() == 1, f"{match.numel()} matches"
+        return int(match[0, 0])
 
     def test_99_sigterm_stops_the_daemon(self):
         self.assert_sigterm_stops_daemon()

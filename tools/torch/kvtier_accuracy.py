@@ -18,9 +18,19 @@ learnable perplexity) carrying key-value records `K k1 k2 V v1 v2` and one passk
 some of its records and `R A -> d1..d5` for the passkey. Answers are only predictable by
 attending back to the record, up to the whole context away.
 
+  calibrate     The trained model's TriAttention calibration in the official {metadata, stats}
+                layout (kvtier_calibrate.py) from sequences of a seed no evaluation set uses.
+  triattention  The context is generated instead: after a short prompt every token is fed as
+                one decode step (teacher forcing) and TriAttention (kvtier.transformers.
+                TriAttention, the Evictor's GPU round) evicts decode tokens at several budgets;
+                answer perplexity and retrieval accuracy against dense decoding and, with
+                --window, a cache that keeps the prompt and the most recent tokens.
+
 Usage (GPU machine, the kvtier wheel on PYTHONPATH, a CUDA kvtierd):
   kvtier_accuracy.py train --model-dir DIR [--steps N]
   kvtier_accuracy.py eval --model-dir DIR --kvtierd PATH [--sets N] [--json FILE]
+  kvtier_accuracy.py calibrate --model-dir DIR
+  kvtier_accuracy.py triattention --model-dir DIR [--budgets 128,256] [--window] [--json FILE]
 """
 
 from __future__ import annotations
@@ -269,14 +279,166 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- TriAttention: calibration and decode-time eviction ------------------------------------
+
+def calibration_path(args: argparse.Namespace) -> str:
+    return args.calibration or os.path.join(args.model_dir, "kvtier.calib.pt")
+
+
+def calibrate_model(args: argparse.Namespace) -> int:
+    """Writes the model's calibration ({metadata, stats}) from generated sequences of a seed no
+    evaluation set uses."""
+    from transformers import Qwen3ForCausalLM
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from kvtier_calibrate import calibrate, save  # noqa: E402
+
+    model = Qwen3ForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16).cuda().eval()
+    corpus = Corpus(seed=3_000_000, length=args.length)
+    batches = [corpus.batch(4) for _ in range(args.calibration_sequences // 4)]
+    calibration = calibrate(model, batches, model_name="kvtier-accuracy")
+    path = calibration_path(args)
+    save(calibration, path)
+    m = calibration["metadata"]
+    print(f"{path}: {len(calibration['stats'])} (layer, query head) entries, {m['tokens']} "
+          f"tokens, head_dim {m['head_dim']}, q_norm applied: {m['q_norm_applied']}")
+    return 0
+
+
+def crop_to_window(past: Any, config: Any, prompt: int, keep: int) -> Any:
+    """The recent-window baseline: the prompt and the last `keep` decode tokens."""
+    from kvtier.transformers import cache_layers, make_dynamic_cache
+    layers = [(torch.cat([k[:, :, :prompt], k[:, :, -keep:]], 2),
+               torch.cat([v[:, :, :prompt], v[:, :, -keep:]], 2)) for k, v in cache_layers(past)]
+    return make_dynamic_cache(layers, config)
+
+
+@torch.no_grad()
+def decode_scores(model: Any, x: torch.Tensor, prompt: int, method: Any) -> Tuple[torch.Tensor,
+                                                                                   torch.Tensor,
+                                                                                   int]:
+    """Teacher-forced decoding of x (batch, length): the first `prompt` tokens are prefilled,
+    every later token is fed as one generation step, with `method` between steps (None: dense;
+    ("tri", TriAttention); ("window", budget, beta)). Returns -log p and hit (argmax == token)
+    for every position 1..length-1 (index = position) and the largest cache length seen."""
+    b, n = x.shape
+    nll = torch.zeros(b, n, device=x.device)
+    hit = torch.zeros(b, n, dtype=torch.bool, device=x.device)
+
+    def record(logits: torch.Tensor, pos: int) -> None:  # logits predicting token `pos`
+        logp = torch.log_softmax(logits.float(), -1)
+        nll[:, pos] = -logp.gather(1, x[:, pos:pos + 1]).squeeze(1)
+        hit[:, pos] = logits.argmax(-1) == x[:, pos]
+
+    out = model(input_ids=x[:, :prompt], use_cache=True)
+    past = out.past_key_values
+    record(out.logits[:, -1], prompt)
+    tri = method[1] if method and method[0] == "tri" else None
+    if tri is not None:
+        tri.start(past)
+    longest = prompt
+    for pos in range(prompt, n - 1):
+        if tri is not None:
+            positions = tri.position_ids()
+        else:
+            positions = torch.full((b, 1), pos, dtype=torch.long, device=x.device)
+        out = model(input_ids=x[:, pos:pos + 1], past_key_values=past, position_ids=positions,
+                    use_cache=True)
+        record(out.logits[:, -1], pos + 1)
+        past = out.past_key_values
+        from kvtier.transformers import cache_layers
+        longest = max(longest, int(cache_layers(past)[0][0].shape[-2]))
+        if tri is not None:
+            past = tri.step(past)
+        elif method and method[0] == "window":
+            budget, beta = method[1], method[2]
+            if cache_layers(past)[0][0].shape[-2] >= prompt + budget + beta:
+                past = crop_to_window(past, model.config, prompt, budget)
+    if tri is not None:
+        tri.finish()
+    return nll, hit, longest
+
+
+@torch.no_grad()
+def evaluate_triattention(args: argparse.Namespace) -> int:
+    """Answer perplexity and retrieval accuracy when the context is generated (teacher-forced
+    decoding after a short prompt) with TriAttention evicting decode tokens at several budgets,
+    against dense decoding and a recent-window cache of the same budget."""
+    import kvtier
+    from transformers import Qwen3ForCausalLM
+
+    from kvtier.transformers import TriAttention
+
+    model = Qwen3ForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16).cuda().eval()
+    budgets = [int(b) for b in args.budgets.split(",") if b]
+    modes = [m for m in args.modes.split(",") if m]
+    variants: List[Tuple[str, Any]] = [("dense", None)]
+    for budget in budgets:
+        for mode in modes:
+            block = kvtier.parse_compression_config(
+                f"algorithm: triattention\nbudget: {budget}\nbeta: {args.beta}\n"
+                f"eviction_mode: {mode}\ncalibration_path: {calibration_path(args)}\n"
+                f"model_config_path: {os.path.join(args.model_dir, 'config.json')}\n")
+            tri = TriAttention(model.config, block, batch=args.batch,
+                               max_tokens=args.prompt + budget + args.beta + 16,
+                               tokens_per_page=args.page_tokens)
+            variants.append((f"triattention {mode} {budget}", ("tri", tri)))
+        if args.window:
+            variants.append((f"recent window {budget}", ("window", budget, args.beta)))
+    per_set: Dict[str, List[Dict[str, float]]] = {v: [] for v, _ in variants}
+    longest: Dict[str, int] = {}
+    start = time.time()
+    for s in range(args.sets):
+        corpus = Corpus(seed=1_000_000 + 1000 * s, length=args.length)
+        sums = {v: [0.0, 0, 0] for v, _ in variants}
+        for _ in range(args.sequences // args.batch):
+            samples = [corpus.sample() for _ in range(args.batch)]
+            x = torch.tensor([t for t, _, _ in samples], device="cuda")
+            for name, method in variants:
+                nll, hit, top = decode_scores(model, x, args.prompt, method)
+                longest[name] = max(longest.get(name, 0), top)
+                acc = sums[name]
+                for row, (_, answers, _) in enumerate(samples):
+                    idx = torch.tensor(answers, device="cuda")
+                    acc[0] += nll[row, idx].sum().item()
+                    acc[1] += int(hit[row, idx].sum().item())
+                    acc[2] += len(answers)
+        for name, _ in variants:
+            total, right, count = sums[name]
+            per_set[name].append({"perplexity": math.exp(total / count),
+                                  "accuracy": right / count})
+        print(f"set {s}: {time.time() - start:.1f} s", flush=True)
+    summary: Dict[str, Any] = {}
+    print(f"{'variant':<28} {'cache':>6} {'answer perplexity':>20} {'retrieval accuracy':>20}   "
+          f"(mean ± spread over {args.sets} sets of {args.sequences}; prompt {args.prompt}, "
+          f"{args.length - args.prompt} decode tokens)")
+    spread = (lambda xs: (max(xs) - min(xs)) / 2 if len(xs) > 1 else 0.0)  # noqa: E731
+    for name, _ in variants:
+        ppl = [r["perplexity"] for r in per_set[name]]
+        acc = [r["accuracy"] for r in per_set[name]]
+        summary[name] = {"perplexity": statistics.mean(ppl), "perplexity_spread": spread(ppl),
+                         "accuracy": statistics.mean(acc), "accuracy_spread": spread(acc),
+                         "longest_cache": longest[name], "sets": per_set[name]}
+        print(f"{name:<28} {longest[name]:>6} {statistics.mean(ppl):>12.4f} ± "
+              f"{spread(ppl):<6.4f} {statistics.mean(acc):>12.4f} ± {spread(acc):<6.4f}")
+    line = json.dumps({"command": "triattention", "length": args.length, "prompt": args.prompt,
+                       "beta": args.beta, "sets": args.sets, "sequences": args.sequences,
+                       "variants": summary})
+    print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(line + "\n")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=("train", "eval"))
+    p.add_argument("command", choices=("train", "eval", "calibrate", "triattention"))
     p.add_argument("--model-dir", default="/tmp/kvtier-accuracy-model")
     p.add_argument("--length", type=int, default=1024)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32,
+                   help="training batch; sequences decoded together (triattention)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--max-seconds", type=float, default=300.0)
     p.add_argument("--kvtierd", default="")
@@ -285,11 +447,20 @@ def main() -> int:
     p.add_argument("--sets", type=int, default=3)
     p.add_argument("--sequences", type=int, default=64)
     p.add_argument("--json", default="")
+    p.add_argument("--calibration", default="", help="default: MODEL_DIR/kvtier.calib.pt")
+    p.add_argument("--calibration-sequences", type=int, default=16)
+    p.add_argument("--budgets", default="128,256,384,512", help="TriAttention decode budgets")
+    p.add_argument("--modes", default="union", help="eviction modes, comma-separated")
+    p.add_argument("--beta", type=int, default=64)
+    p.add_argument("--prompt", type=int, default=64, help="prefilled (pinned) tokens")
+    p.add_argument("--window", action="store_true", help="also a recent-window cache per budget")
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to run")
         return 0
-    return train(args) if args.command == "train" else evaluate(args)
+    commands = {"train": train, "eval": evaluate, "calibrate": calibrate_model,
+                "triattention": evaluate_triattention}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

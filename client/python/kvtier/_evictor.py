@@ -96,7 +96,9 @@ class EvictorConfig:
 class KvCacheView:
     """An engine's paged KV cache, by raw addresses: `layers` is a list of (k_ptr, v_ptr) integer
     addresses, one pair per attention layer (v_ptr 0 for a combined pool). Pass NumPy arrays'
-    `arr.ctypes.data` or torch tensors' `t.data_ptr()`.
+    `arr.ctypes.data` or torch tensors' `t.data_ptr()`. page_stride_bytes is the distance from
+    one page of a layer's pool to the next (0: the page itself; a kvtier layout's slot, which
+    holds every layer, is larger).
 
     The view only BORROWS that memory: the caller must keep the arrays / tensors alive and
     unmoved while this view, or an Evictor made from it, is used."""
@@ -104,7 +106,7 @@ class KvCacheView:
     def __init__(self, layers: Sequence[Tuple[int, int]], num_pages: int, page_tokens: int,
                  num_kv_heads: int, head_dim: int, dtype: Union[DType, str] = DType.bf16,
                  layout: KvLayout = KvLayout.hnd, pool_kind: KvPoolKind = KvPoolKind.separate,
-                 memory: KvMemory = KvMemory.host) -> None:
+                 memory: KvMemory = KvMemory.host, page_stride_bytes: int = 0) -> None:
         self._layers = [(_args.u64(k, "layers[].k"), _args.u64(v, "layers[].v"))
                         for k, v in layers]
         self.num_pages = _args.i64(num_pages, "num_pages")
@@ -115,13 +117,14 @@ class KvCacheView:
         self.layout = KvLayout(layout)
         self.pool_kind = KvPoolKind(pool_kind)
         self.memory = KvMemory(memory)
+        self.page_stride_bytes = _args.u64(page_stride_bytes, "page_stride_bytes")
         n = max(len(self._layers), 1)
         self._k = (c_void_p * n)(*[k or None for k, _ in self._layers])
         self._v = (c_void_p * n)(*[v or None for _, v in self._layers])
         self._c = _capi.KvCacheView(self._k, self._v, len(self._layers), self.num_pages,
                                     self.page_tokens, self.num_kv_heads, self.head_dim,
                                     int(self.dtype), int(self.layout), int(self.pool_kind),
-                                    int(self.memory), 0)
+                                    int(self.memory), self.page_stride_bytes)
 
     @property
     def layers(self) -> List[Tuple[int, int]]:

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from kvtier._evictor import KvCacheView, KvLayout, KvMemory, KvPoolKind
 from kvtier._layout import DType, PageLayout
 from kvtier._pools import PoolRegistration, SharedMemoryPool
 
@@ -176,6 +177,32 @@ class PagedKVPool:
                 pair.append(g.reshape(g.shape[0], -1, g.shape[-1])[:, :n].contiguous())
             out.append((pair[0], pair[1]))
         return out
+
+    def kv_cache_view(self) -> KvCacheView:
+        """The pool as the TriAttention Evictor sees it (kvtier.KvCacheView): each layer's K
+        and V pages in HND order at a slot's stride, on the pool's device. The view borrows
+        this pool's memory: keep the pool alive while it (or an Evictor made from it) is used.
+        ValueError for a layout the Evictor cannot read (rows with gaps, layers that differ)."""
+        first = self.keys[0]
+        assert first is not None
+        for b in self.layout.buffers:
+            if b.row_stride not in (0, b.head_dim):
+                raise ValueError(f"kv_cache_view: buffer {b.name!r} has a row stride of "
+                                 f"{b.row_stride} for head_dim {b.head_dim} (the Evictor reads "
+                                 "dense rows)")
+        for t in self.keys + self.values:
+            assert t is not None
+            if t.shape != first.shape or t.dtype != first.dtype:
+                raise ValueError("kv_cache_view: every layer's K and V must have one shape and "
+                                 f"dtype; {tuple(t.shape)} {t.dtype} differs from "
+                                 f"{tuple(first.shape)} {first.dtype}")
+        dtype = next(d for d, td in _TORCH_DTYPES.items() if td == first.dtype)
+        pairs = [(k.data_ptr(), v.data_ptr()) for k, v in zip(self.keys, self.values)
+                 if k is not None and v is not None]
+        return KvCacheView(pairs, self.slots, self.tokens_per_page, first.shape[1],
+                           first.shape[3], dtype, KvLayout.hnd, KvPoolKind.separate,
+                           KvMemory.device if self.device.type == "cuda" else KvMemory.host,
+                           page_stride_bytes=self.slot_bytes)
 
     def sync(self) -> None:
         """Waits for the device's work on the pool (before kvtierd reads written pages)."""

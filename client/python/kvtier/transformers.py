@@ -20,6 +20,24 @@ byte passes through Python. One sequence at a time (batch size 1).
 The block hashes are BlockHasher's over the token ids from the engine's hash root, so any client
 of the same model, layout and codec (the C++ hooks, the example engine, another process) shares
 these blocks; the token ids go with each offloaded page for kvtierd's KV events.
+
+TriAttention (stage 3) evicts decode tokens between steps on the model's GPU, no daemon involved:
+
+    tri = kvtier.transformers.TriAttention(model.config, kvtier.parse_compression_config(
+        "algorithm: triattention\nbudget: 512\nbeta: 64\ncalibration_path: model.calib.pt\n"
+        "model_config_path: model/config.json\n"), batch=8, max_tokens=4096)
+    out = model(input_ids=prompts, use_cache=True)       # the prefill (8 prompts of one length)
+    tri.start(out.past_key_values)
+    past = out.past_key_values
+    while generating:
+        out = model(input_ids=next_tokens, past_key_values=past,
+                    position_ids=tri.position_ids(), use_cache=True)
+        past = tri.step(out.past_key_values)            # the same cache, or one rebuilt smaller
+
+The sequences' KV is kept in a PagedKVPool as well, where the Evictor scores and compacts it
+in place; after a round the model's cache is rebuilt from the compacted pages. Kept keys keep
+their RoPE rotation and the next query its true position (position_ids), while the cache, and
+with it the attention, covers only the kept tokens.
 """
 
 from __future__ import annotations
@@ -32,12 +50,13 @@ import torch
 
 from kvtier._client import Client
 from kvtier._compression import CompressionConfig
+from kvtier._evictor import EvictionMode, Evictor, EvictorConfig, StepRequest
 from kvtier._layout import BlockHasher, DType, PageLayout
 from kvtier._types import ItemCode, WriteAck
 from kvtier.torch import LayerKV, PagedKVPool
 
-__all__ = ["Prefix", "PrefixCache", "attention_shape", "cache_layers", "codec_from_config",
-           "make_dynamic_cache"]
+__all__ = ["Prefix", "PrefixCache", "TriAttention", "attention_shape", "cache_layers",
+           "codec_from_config", "make_dynamic_cache"]
 
 _LAYOUT_DTYPES = {torch.bfloat16: DType.bf16, torch.float16: DType.fp16}
 
@@ -83,15 +102,30 @@ def cache_layers(past_key_values: Any) -> List[LayerKV]:
 
 def make_dynamic_cache(layers: Sequence[LayerKV], config: Any = None) -> Any:
     """A transformers DynamicCache holding `layers` (each (K, V) shaped (heads, tokens,
-    head_dim), batch 1), as the model's own prefill would have left it."""
+    head_dim) for batch 1, or (batch, heads, tokens, head_dim)), as the model's own prefill
+    would have left it."""
     from transformers import DynamicCache
     try:
         cache = DynamicCache(config=config) if config is not None else DynamicCache()
     except TypeError:  # transformers before config-aware caches
         cache = DynamicCache()
     for i, (k, v) in enumerate(layers):
-        cache.update(k.unsqueeze(0), v.unsqueeze(0), i)
+        if k.dim() == 3:
+            k, v = k.unsqueeze(0), v.unsqueeze(0)
+        cache.update(k, v, i)
     return cache
+
+
+def _kv_dtype(config: Any, dtype: Optional[torch.dtype], who: str) -> torch.dtype:
+    """The KV dtype: `dtype`, else the config's (torch_dtype / dtype), else bf16."""
+    if dtype is None:
+        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype, None)
+        dtype = dtype if dtype in _LAYOUT_DTYPES else torch.bfloat16
+    if dtype not in _LAYOUT_DTYPES:
+        raise ValueError(f"{who}: KV dtype {dtype} (K and V pages are bf16 or fp16)")
+    return dtype
 
 
 def _token_list(tokens: Any) -> List[int]:
@@ -133,14 +167,7 @@ class PrefixCache:
         self.client = client
         self.config = config
         layers, kv_heads, head_dim = attention_shape(config)
-        if dtype is None:
-            dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-            if isinstance(dtype, str):
-                dtype = getattr(torch, dtype, None)
-            dtype = dtype if dtype in _LAYOUT_DTYPES else torch.bfloat16
-        if dtype not in _LAYOUT_DTYPES:
-            raise ValueError(f"PrefixCache: KV dtype {dtype} (K and V pages are bf16 or fp16)")
-        self.dtype = dtype
+        self.dtype = dtype = _kv_dtype(config, dtype, "PrefixCache")
         self.layout = PageLayout.gqa(layers, kv_heads, head_dim, tokens_per_page,
                                      _LAYOUT_DTYPES[dtype])
         self.pool = PagedKVPool(self.layout, slots, device, pool_dir=pool_dir)
@@ -279,3 +306,172 @@ class PrefixCache:
     def __repr__(self) -> str:
         return (f"PrefixCache(codec={self.codec!r}, tokens_per_page={self.tokens_per_page}, "
                 f"{self.pool!r})")
+
+
+class TriAttention:
+    """TriAttention (stage 3) for a transformers generation loop over `batch` sequences that
+    start from prompts of one length: kvtier's Evictor (the GPU round for a CUDA device, the CPU
+    reference otherwise) on a PagedKVPool that mirrors the model's cache. Each row owns
+    ceil(max_tokens / tokens_per_page) pages for its whole life (pages a round frees stay the
+    row's, for the tokens it generates next), so `max_tokens` bounds the physical length:
+    prompt + budget + beta + the tokens of one step suffice.
+
+    The configuration block is an `algorithm: triattention` one (budget, beta, eviction_mode,
+    calibration_path, model_config_path; model_config_path defaults to the model's directory).
+    The Evictor gets the calibration checked against the model's config.json."""
+
+    def __init__(self, config: Any, compression: CompressionConfig, *, batch: int,
+                 max_tokens: int, tokens_per_page: int = 16,
+                 device: Union[str, torch.device] = "cuda", dtype: Optional[torch.dtype] = None,
+                 pool_dir: Optional[str] = None,
+                 cache_factory: Callable[[Sequence[LayerKV], Any], Any] = make_dynamic_cache
+                 ) -> None:
+        """cache_factory(layers, config) makes the cache step() returns after a round, from
+        (batch, heads, tokens, head_dim) layers (default: a transformers DynamicCache). On the
+        CPU the pool is a shared-memory file in `pool_dir` (PagedKVPool's default otherwise)."""
+        if compression.algorithm != "triattention":
+            raise ValueError(f"TriAttention takes an algorithm: triattention block, not "
+                             f"{compression.algorithm!r}")
+        if not compression.calibration_path:
+            raise ValueError("TriAttention: the block names no calibration_path")
+        model_config_path = (compression.model_config_path or
+                             getattr(config, "_name_or_path", "") or "")
+        if not model_config_path:
+            raise ValueError("TriAttention: the block names no model_config_path and the model "
+                             "config has no directory (_name_or_path)")
+        if batch < 1 or max_tokens < 1:
+            raise ValueError(f"TriAttention: batch {batch} and max_tokens {max_tokens} must be "
+                             "positive")
+        self.config = config
+        layers, kv_heads, head_dim = attention_shape(config)
+        self.dtype = _kv_dtype(config, dtype, "TriAttention")
+        self.layout = PageLayout.gqa(layers, kv_heads, head_dim, tokens_per_page,
+                                     _LAYOUT_DTYPES[self.dtype])
+        self.tokens_per_page = tokens_per_page
+        self.max_tokens = max_tokens
+        self.pages_per_row = -(-max_tokens // tokens_per_page)
+        self.batch = batch
+        self.pool = PagedKVPool(self.layout, batch * self.pages_per_row, device,
+                                pool_dir=pool_dir, name="triattention")
+        self.tables = [self.pool.alloc(self.pages_per_row) for _ in range(batch)]
+        self._pages = torch.tensor(self.tables, dtype=torch.long, device=self.pool.device)
+        self._rows = torch.arange(batch, device=self.pool.device)
+        self.view = self.pool.kv_cache_view()
+        cuda = self.pool.device.type == "cuda"
+        mode = compression.eviction_mode or "union"
+        if mode not in EvictionMode.__members__:
+            raise ValueError(f"TriAttention: eviction_mode {mode!r} (one of "
+                             f"{', '.join(EvictionMode.__members__)})")
+        self.evictor_config = EvictorConfig(
+            budget=compression.budget, beta=compression.beta, mode=EvictionMode[mode],
+            device=(self.pool.device.index or 0) if cuda else 0, max_batch=batch)
+        self.evictor = Evictor.create(self.evictor_config, compression.calibration_path,
+                                      model_config_path, self.view)
+        self._cache_factory = cache_factory
+        self._next_id = 1
+        self._ids: List[int] = []
+        self.prompt_len = 0
+        self.physical = 0       # tokens in the cache (and the pool) per row
+        self.logical = 0        # tokens the rows have seen: the next token's position
+        self.rounds = 0         # eviction rounds since start()
+        self.evicted_tokens = 0
+
+    def _write(self, layers: Sequence[LayerKV], lo: int, hi: int) -> None:
+        """Tokens [lo, hi) of every row's cache into the rows' pages."""
+        positions = torch.arange(lo, hi, device=self.pool.device)
+        pages = self._pages[:, positions // self.tokens_per_page]  # (batch, tokens)
+        offsets = positions % self.tokens_per_page
+        for layer, (k, v) in enumerate(layers):
+            for dst, src in ((self.pool.keys[layer], k), (self.pool.values[layer], v)):
+                assert dst is not None
+                # dst[pages, :, offsets] is (batch, tokens, heads, head_dim)
+                dst[pages, :, offsets] = src[:, :, lo:hi].transpose(1, 2).to(dst.dtype)
+
+    def _read(self, tokens: int) -> List[LayerKV]:
+        pages = -(-tokens // self.tokens_per_page)
+        index = self._pages[:, :pages]
+        out: List[LayerKV] = []
+        for layer in range(len(self.pool.keys)):
+            pair = []
+            for src in (self.pool.keys[layer], self.pool.values[layer]):
+                assert src is not None
+                g = src[index]  # (batch, pages, heads, tokens_per_page, head_dim)
+                g = g.permute(0, 2, 1, 3, 4).reshape(self.batch, g.shape[2], -1, g.shape[-1])
+                pair.append(g[:, :, :tokens].contiguous())
+            out.append((pair[0], pair[1]))
+        return out
+
+    def _check(self, layers: Sequence[LayerKV]) -> int:
+        if len(layers) != len(self.pool.keys):
+            raise ValueError(f"TriAttention: a cache of {len(layers)} layers for a model of "
+                             f"{len(self.pool.keys)}")
+        k = layers[0][0]
+        if k.dim() != 4 or k.shape[0] != self.batch:
+            raise ValueError(f"TriAttention: cache layers shaped {tuple(k.shape)}; expected "
+                             f"({self.batch}, heads, tokens, head_dim)")
+        n = int(k.shape[-2])
+        if n > self.max_tokens:
+            raise ValueError(f"TriAttention: {n} cached tokens exceed max_tokens "
+                             f"{self.max_tokens}")
+        return n
+
+    def start(self, past_key_values: Any) -> None:
+        """Takes over the rows' prefilled prompts (the cache after the prefill forward); the
+        prompt is pinned, the budget counts decode tokens only. Ends any earlier rows."""
+        self.finish()
+        layers = cache_layers(past_key_values)
+        n = self._check(layers)
+        self._write(layers, 0, n)
+        self._ids = list(range(self._next_id, self._next_id + self.batch))
+        self._next_id += self.batch
+        for i in self._ids:
+            self.evictor.add_request(i, n)
+        self.prompt_len = self.physical = self.logical = n
+        self.rounds = self.evicted_tokens = 0
+
+    def position_ids(self) -> torch.Tensor:
+        """(batch, 1): the true position of each row's next token, for the model's forward."""
+        return torch.full((self.batch, 1), self.logical, dtype=torch.long,
+                          device=self.pool.device)
+
+    def step(self, past_key_values: Any) -> Any:
+        """Ends a generation step (the cache after the forward of the step's tokens, one or
+        more per row): mirrors the new tokens into the pool, runs a round when one is due, and
+        returns the cache to go on with, `past_key_values` itself when nothing was evicted."""
+        if not self._ids:
+            raise RuntimeError("TriAttention.step before start()")
+        layers = cache_layers(past_key_values)
+        n = self._check(layers)
+        added = n - self.physical
+        if added < 1:
+            raise ValueError(f"TriAttention.step: the cache holds {n} tokens, {self.physical} "
+                             "before the step (feed the step's tokens with this cache)")
+        self._write(layers, self.physical, n)
+        stream = torch.cuda.current_stream(self.pool.device).cuda_stream \
+            if self.pool.device.type == "cuda" else 0
+        outcomes = self.evictor.on_generation_step_end(
+            [StepRequest(i, added, table, n, self.prompt_len)
+             for i, table in zip(self._ids, self.tables)], stream=stream)
+        self.physical = n
+        self.logical += added
+        if not any(o.evicted for o in outcomes):
+            return past_key_values
+        lengths = {o.new_length for o in outcomes}
+        if len(lengths) != 1 or not all(o.evicted for o in outcomes):
+            raise RuntimeError(f"TriAttention.step: rows evicted to lengths {sorted(lengths)}; "
+                               "one cache needs one length")
+        self.physical = lengths.pop()
+        self.rounds += 1
+        self.evicted_tokens = outcomes[0].evicted_tokens
+        return self._cache_factory(self._read(self.physical), self.config)
+
+    def finish(self) -> None:
+        """Ends the rows (their pages stay with this object for the next start())."""
+        for i in self._ids:
+            self.evictor.remove_request(i)
+        self._ids = []
+
+    def __repr__(self) -> str:
+        return (f"TriAttention(budget={self.evictor_config.budget}, "
+                f"beta={self.evictor_config.beta}, mode={self.evictor_config.mode.name}, "
+                f"batch={self.batch}, physical={self.physical}, logical={self.logical})")
