@@ -444,6 +444,8 @@ store::SharedTierStats ClusterTier::Stats() const {
   if (RadosObjectStore* objects = objects_.load(); objects != nullptr) {
     s.verify_failures += objects->counters().verify_failures.load();
     s.writes_unreleased = objects->counters().writes_unreleased.load();
+    s.reads_in_flight = objects->counters().reads_in_flight.load();
+    s.reads_in_flight_peak = objects->counters().reads_in_flight_peak.load();
   }
   s.capacity_bytes = options_.sweeper.capacity_bytes;
   if (sweeper_ != nullptr) {

@@ -213,6 +213,11 @@ void RenderClusterMetrics(const store::SharedTierStats& c, Writer& w) {
             c.verify_failures);
   w.Counter("kvtier_cluster_read_errors_total", "Failed or timed-out cluster reads.",
             c.read_errors);
+  w.Gauge("kvtier_cluster_reads_in_flight", "Cluster reads the RADOS client holds now.",
+          static_cast<double>(c.reads_in_flight));
+  w.Gauge("kvtier_cluster_reads_in_flight_peak",
+          "The most cluster reads the RADOS client held at once since it connected.",
+          static_cast<double>(c.reads_in_flight_peak));
   w.Counter("kvtier_cluster_skipped_reads_total",
             "Cluster reads not attempted because the tier was degraded.", c.skipped_degraded);
   w.Gauge("kvtier_cluster_capacity_bytes", "cluster.capacity (0: no sweeper).",

@@ -57,6 +57,8 @@ struct SharedTierStats {
   uint64_t verify_failures = 0;   // present but not the block asked for, or damaged: a miss
   uint64_t read_errors = 0;       // failed or timed-out reads (counted as misses)
   uint64_t skipped_degraded = 0;  // reads not attempted because the tier was degraded
+  // Reads the cluster client holds now, and the most it held at once since it connected.
+  uint64_t reads_in_flight = 0, reads_in_flight_peak = 0;
   // Capacity (the sweeper keeps the pool under it; 0: no sweeper, the pool's quota is the bound),
   // and the pool as this node's last sweep listed it.
   uint64_t capacity_bytes = 0, used_bytes = 0, objects = 0;

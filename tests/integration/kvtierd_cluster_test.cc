@@ -293,6 +293,12 @@ TEST_F(ClusterTierTest, DamagedObjectIsAMissAndACounterNeverBytes) {
   EXPECT_EQ(b->Stats().cluster().verify_failures(), 1u);
   const std::string metrics = HttpGet(b->metrics_port, "/metrics");
   EXPECT_NE(metrics.find("kvtier_cluster_verify_failures_total 1\n"), std::string::npos);
+  // Every read completed (none is held), and the fetch had several in flight at once.
+  EXPECT_NE(metrics.find("kvtier_cluster_reads_in_flight 0\n"), std::string::npos);
+  const std::string sample = "\nkvtier_cluster_reads_in_flight_peak ";
+  const size_t peak = metrics.find(sample);
+  ASSERT_NE(peak, std::string::npos);
+  EXPECT_GT(std::stoi(metrics.substr(peak + sample.size())), 1) << metrics.substr(peak, 48);
   EXPECT_NE(metrics.find("kvtier_event_streams 0\n"), std::string::npos)
       << "the write-behind feed is no WatchEvents stream";
 }
