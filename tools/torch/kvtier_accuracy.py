@@ -337,6 +337,7 @@ def decode_scores(model: Any, x: torch.Tensor, prompt: int, method: Any) -> Tupl
     every later token is fed as one generation step, with `method` between steps (None: dense;
     ("tri", TriAttention); ("window", budget, beta)). Returns -log p and hit (argmax == token)
     for every position 1..length-1 (index = position) and the largest cache length seen."""
+    from kvtier.transformers import cache_layers
     b, n = x.shape
     nll = torch.zeros(b, n, device=x.device)
     hit = torch.zeros(b, n, dtype=torch.bool, device=x.device)
@@ -362,13 +363,13 @@ def decode_scores(model: Any, x: torch.Tensor, prompt: int, method: Any) -> Tupl
                     use_cache=True)
         record(out.logits[:, -1], pos + 1)
         past = out.past_key_values
-        from kvtier.transformers import cache_layers
-        longest = max(longest, int(cache_layers(past)[0][0].shape[-2]))
+        cached = int(cache_layers(past)[0][0].shape[-2])
+        longest = max(longest, cached)
         if tri is not None:
             past = tri.step(past)
         elif method and method[0] == "window":
             budget, beta = method[1], method[2]
-            if cache_layers(past)[0][0].shape[-2] >= prompt + budget + beta:
+            if cached >= prompt + budget + beta:
                 past = crop_to_window(past, model.config, prompt, budget)
     if tri is not None:
         tri.finish()

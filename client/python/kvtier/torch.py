@@ -167,14 +167,27 @@ class PagedKVPool:
         n = pages * self.tokens_per_page if tokens is None else tokens
         if not (pages - 1) * self.tokens_per_page < n <= pages * self.tokens_per_page and pages:
             raise ValueError(f"{n} tokens asked of {pages} pages of {self.tokens_per_page}")
-        index = self._index(slots)
+        return [(k[0], v[0]) for k, v in self.read_rows([slots], n)]
+
+    def read_rows(self, tables: Sequence[Sequence[int]], tokens: int) -> List[LayerKV]:
+        """read() for several rows at once: each layer's (K, V) of tokens [0, tokens) of every
+        row's pages (`tables`, one list of slots per row, each covering `tokens`), shaped
+        (rows, heads, tokens, head_dim); new tensors, one index operation per buffer."""
+        pages = -(-tokens // self.tokens_per_page)
+        index = torch.as_tensor([list(t)[:pages] for t in tables], dtype=torch.long,
+                                device=self.device)
+        if index.shape[1] != pages:
+            raise ValueError(f"{tokens} tokens asked of rows of {index.shape[1]} pages of "
+                             f"{self.tokens_per_page}")
         out: List[LayerKV] = []
         for layer in range(self.num_layers):
             pair = []
             for src in (self.keys[layer], self.values[layer]):
                 assert src is not None
-                g = src[index].transpose(0, 1)  # (heads, pages, tokens, head_dim)
-                pair.append(g.reshape(g.shape[0], -1, g.shape[-1])[:, :n].contiguous())
+                g = src[index]  # (rows, pages, heads, tokens_per_page, head_dim)
+                g = g.permute(0, 2, 1, 3, 4).reshape(
+                    g.shape[0], g.shape[2], pages * self.tokens_per_page, g.shape[-1])
+                pair.append(g[:, :, :tokens].contiguous())
             out.append((pair[0], pair[1]))
         return out
 

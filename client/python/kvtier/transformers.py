@@ -355,7 +355,6 @@ class TriAttention:
                                 pool_dir=pool_dir, name="triattention")
         self.tables = [self.pool.alloc(self.pages_per_row) for _ in range(batch)]
         self._pages = torch.tensor(self.tables, dtype=torch.long, device=self.pool.device)
-        self._rows = torch.arange(batch, device=self.pool.device)
         self.view = self.pool.kv_cache_view()
         cuda = self.pool.device.type == "cuda"
         mode = compression.eviction_mode or "union"
@@ -386,20 +385,6 @@ class TriAttention:
                 assert dst is not None
                 # dst[pages, :, offsets] is (batch, tokens, heads, head_dim)
                 dst[pages, :, offsets] = src[:, :, lo:hi].transpose(1, 2).to(dst.dtype)
-
-    def _read(self, tokens: int) -> List[LayerKV]:
-        pages = -(-tokens // self.tokens_per_page)
-        index = self._pages[:, :pages]
-        out: List[LayerKV] = []
-        for layer in range(len(self.pool.keys)):
-            pair = []
-            for src in (self.pool.keys[layer], self.pool.values[layer]):
-                assert src is not None
-                g = src[index]  # (batch, pages, heads, tokens_per_page, head_dim)
-                g = g.permute(0, 2, 1, 3, 4).reshape(self.batch, g.shape[2], -1, g.shape[-1])
-                pair.append(g[:, :, :tokens].contiguous())
-            out.append((pair[0], pair[1]))
-        return out
 
     def _check(self, layers: Sequence[LayerKV]) -> int:
         if len(layers) != len(self.pool.keys):
@@ -463,7 +448,7 @@ class TriAttention:
         self.physical = lengths.pop()
         self.rounds += 1
         self.evicted_tokens = outcomes[0].evicted_tokens
-        return self._cache_factory(self._read(self.physical), self.config)
+        return self._cache_factory(self.pool.read_rows(self.tables, self.physical), self.config)
 
     def finish(self) -> None:
         """Ends the rows (their pages stay with this object for the next start())."""
