@@ -67,6 +67,10 @@ void* PerThreadStream();
 // or pageable host memory) on `stream`. Internal with the CUDA error.
 absl::Status CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream);
 
+// Enqueues setting `bytes` of device memory at `ptr` to zero on `stream`. Internal with the CUDA
+// error.
+absl::Status ZeroDeviceMemoryAsync(void* ptr, uint64_t bytes, void* stream);
+
 // Waits for all work enqueued on `stream`. Internal with the CUDA error of any failed work.
 absl::Status SynchronizeStream(void* stream);
 
@@ -76,7 +80,10 @@ absl::Status SynchronizeStream(void* stream);
 absl::StatusOr<void*> CreateEvent(int device);
 absl::Status RecordEvent(void* event, void* stream);
 absl::Status WaitEvent(void* event);  // blocks the calling thread
-void DestroyEvent(void* event);       // logs CUDA errors; nullptr is fine
+// Later work on `stream` waits for the event's last record (cudaStreamWaitEvent; an event never
+// recorded is complete). The host does not wait.
+absl::Status StreamWaitEvent(void* stream, void* event);
+void DestroyEvent(void* event);  // logs CUDA errors; nullptr is fine
 
 // Whether `stream` is being captured into a CUDA graph (work enqueued now is recorded, not run).
 absl::StatusOr<bool> StreamIsCapturing(void* stream);

@@ -138,6 +138,21 @@ absl::Status RecordEvent(void* event, void* stream) {
   return absl::OkStatus();
 }
 
+absl::Status StreamWaitEvent(void* stream, void* event) {
+  if (int err = internal::WaitEvent(stream, event); err != 0) {
+    return absl::InternalError(absl::StrCat("cudaStreamWaitEvent: ", CudaText(err)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDeviceMemoryAsync(void* ptr, uint64_t bytes, void* stream) {
+  if (int err = internal::ZeroAsync(ptr, bytes, stream); err != 0) {
+    return absl::InternalError(
+        absl::StrFormat("cudaMemsetAsync of %d bytes at %p: %s", bytes, ptr, CudaText(err)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WaitEvent(void* event) {
   if (int err = internal::SynchronizeEvent(event); err != 0) {
     return absl::InternalError(absl::StrCat("cudaEventSynchronize: ", CudaText(err)));

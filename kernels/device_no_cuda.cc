@@ -40,6 +40,12 @@ absl::Status RecordEvent(void*, void*) { return internal::BuiltWithoutCudaError(
 
 absl::Status WaitEvent(void*) { return internal::BuiltWithoutCudaError(); }
 
+absl::Status StreamWaitEvent(void*, void*) { return internal::BuiltWithoutCudaError(); }
+
+absl::Status ZeroDeviceMemoryAsync(void*, uint64_t, void*) {
+  return internal::BuiltWithoutCudaError();
+}
+
 void DestroyEvent(void*) {}
 
 absl::StatusOr<bool> StreamIsCapturing(void*) { return internal::BuiltWithoutCudaError(); }

@@ -66,6 +66,10 @@ int WaitEvent(void* stream, void* event) {
       cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
 }
 
+int ZeroAsync(void* ptr, uint64_t bytes, void* stream) {
+  return static_cast<int>(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)));
+}
+
 int CurrentDevice(int* ordinal) { return static_cast<int>(cudaGetDevice(ordinal)); }
 
 int InDeviceMemory(const void* ptr, int* device_memory) {

@@ -43,6 +43,8 @@ int CreateEvent(void** event);
 int RecordEvent(void* event, void* stream);
 // cudaStreamWaitEvent(stream, event): later work on `stream` waits for the event's last record.
 int WaitEvent(void* stream, void* event);
+// cudaMemsetAsync(ptr, 0, bytes, stream).
+int ZeroAsync(void* ptr, uint64_t bytes, void* stream);
 // cudaGetDevice.
 int CurrentDevice(int* ordinal);
 // *device_memory = 1 when `ptr` is device (or managed) memory, 0 for host memory of any kind.

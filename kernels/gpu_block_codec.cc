@@ -16,7 +16,32 @@
 namespace kvtier::kernels {
 namespace {
 constexpr int kStreams = 8;  // concurrent one-page kernels per engine
+// Raw decodes of at least this many bytes a merged span go by the copy engine (cudaMemcpyAsync
+// per span); smaller ones in one batched-copy launch (docs/PERFORMANCE.md, "batched raw copy").
+constexpr uint64_t kCopyEngineSpanBytes = uint64_t{1} << 20;
 }  // namespace
+
+// EncodeSealed's ring: kSlots slots of `slice_pages` blocks back to back, each with its pages'
+// staged exponents; `sealed` is recorded on the encode stream after a slot's seal, `copied` on
+// the copy stream after its copies out (the encode stream waits for it before reusing the slot).
+struct GpuBlockCodec::Ring {
+  static constexpr int kSlots = 3;
+  uint64_t slice_pages = 0;
+  void* memory = nullptr;
+  uint8_t* slot[kSlots] = {};
+  int8_t* exps[kSlots] = {};
+  uint32_t* scratch = nullptr;  // the seal's, used on the encode stream only
+  void* sealed[kSlots] = {};
+  void* copied[kSlots] = {};
+  uint64_t next = 0;  // the slot of the next slice, across calls
+  ~Ring() {
+    FreeDeviceMemory(memory);  // after the work that used it (cudaFree synchronizes)
+    for (int i = 0; i < kSlots; ++i) {
+      DestroyEvent(sealed[i]);
+      DestroyEvent(copied[i]);
+    }
+  }
+};
 
 bool IsFlatLayout(const codec::PageLayout& layout) {
   if (layout.pools.size() != 1) return false;
@@ -60,6 +85,14 @@ absl::StatusOr<std::unique_ptr<GpuBlockCodec>> GpuBlockCodec::Create(const codec
     KVTIER_ASSIGN_OR_RETURN(void* stream, CreateStream(device));
     gpu->streams_.push_back(stream);
   }
+  // The GPU seal where it takes the plan; without it EncodeChunks and Seal remain.
+  absl::StatusOr<std::unique_ptr<BlockSealer>> sealer = BlockSealer::Create(
+      plan, gpu->nvfp4_ != nullptr ? gpu->nvfp4_->exponents_per_page() : 0, device);
+  if (sealer.ok()) {
+    gpu->sealer_ = std::move(*sealer);
+  } else if (!absl::IsUnimplemented(sealer.status())) {
+    return sealer.status();
+  }
   return gpu;
 }
 
@@ -80,6 +113,10 @@ absl::Status GpuBlockCodec::MakeFused() {
 }
 
 GpuBlockCodec::~GpuBlockCodec() {
+  {
+    absl::MutexLock lock(&ring_mu_);
+    ring_.reset();
+  }
   for (void* s : streams_) DestroyStream(s);
 }
 
@@ -188,6 +225,97 @@ absl::Status GpuBlockCodec::EncodeChunks(absl::Span<const uint8_t* const> pages,
   return absl::OkStatus();
 }
 
+absl::Status GpuBlockCodec::MakeRing() const {
+  auto ring = std::make_unique<Ring>();
+  const uint64_t block_bytes = plan_.block_bytes;
+  ring->slice_pages = std::max<uint64_t>(1, kSealSliceBytes / block_bytes);
+  const uint64_t slot_bytes = ring->slice_pages * block_bytes;
+  const uint64_t exps = nvfp4_ != nullptr ? ring->slice_pages * nvfp4_->exponents_per_page() : 0;
+  const uint64_t exps_bytes = (exps + 255) / 256 * 256;
+  const uint64_t scratch_bytes = sealer_->ScratchBytes(static_cast<int>(ring->slice_pages));
+  KVTIER_ASSIGN_OR_RETURN(
+      ring->memory,
+      AllocateDeviceMemory(device_, Ring::kSlots * (slot_bytes + exps_bytes) + scratch_bytes));
+  auto* base = static_cast<uint8_t*>(ring->memory);
+  ring->scratch = reinterpret_cast<uint32_t*>(base + Ring::kSlots * (slot_bytes + exps_bytes));
+  for (int i = 0; i < Ring::kSlots; ++i) {
+    ring->slot[i] = base + i * slot_bytes;
+    ring->exps[i] = reinterpret_cast<int8_t*>(base + Ring::kSlots * slot_bytes + i * exps_bytes);
+    KVTIER_ASSIGN_OR_RETURN(ring->sealed[i], CreateEvent(device_));
+    KVTIER_ASSIGN_OR_RETURN(ring->copied[i], CreateEvent(device_));
+  }
+  // Raw copies write the buffers only: the padding the slots keep is zeroed once, here.
+  if (nvfp4_ == nullptr) {
+    KVTIER_RETURN_IF_ERROR(
+        ZeroDeviceMemoryAsync(ring->memory, Ring::kSlots * slot_bytes, streams_[0]));
+  }
+  ring_ = std::move(ring);
+  return absl::OkStatus();
+}
+
+absl::Status GpuBlockCodec::EncodeSealed(absl::Span<const uint8_t* const> pages,
+                                         absl::Span<uint8_t* const> blocks,
+                                         std::vector<void*>* done, size_t* pages_per_event) const {
+  if (sealer_ == nullptr) {
+    return absl::FailedPreconditionError("this GPU codec does not seal blocks on the device");
+  }
+  if (pages.size() != blocks.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sealed encode: %d pages for %d blocks", pages.size(), blocks.size()));
+  }
+  KVTIER_RETURN_IF_ERROR(UseDevice(device_));
+  absl::MutexLock lock(&ring_mu_);
+  if (ring_ == nullptr) KVTIER_RETURN_IF_ERROR(MakeRing());
+  Ring& ring = *ring_;
+  void* encode = streams_[0];
+  void* copy = streams_[1];
+  const uint64_t block_bytes = plan_.block_bytes;
+  const int exps_per_page = nvfp4_ != nullptr ? nvfp4_->exponents_per_page() : 0;
+  *pages_per_event = ring.slice_pages;
+  for (size_t first = 0; first < pages.size(); first += ring.slice_pages) {
+    const size_t n = std::min<size_t>(ring.slice_pages, pages.size() - first);
+    const int s = static_cast<int>(ring.next++ % Ring::kSlots);
+    uint8_t* slot = ring.slot[s];
+    const uint8_t* const* from = pages.data() + first;
+    uint8_t* const* to = blocks.data() + first;
+    KVTIER_RETURN_IF_ERROR(StreamWaitEvent(encode, ring.copied[s]));
+    if (nvfp4_ != nullptr) {
+      // One launch per run of evenly spaced pages.
+      for (size_t j = 0, run = 1; j < n; j += run) {
+        const uint64_t stride =
+            j + 1 < n && from[j + 1] > from[j] ? uint64_t(from[j + 1] - from[j]) : 0;
+        for (run = 1; stride != 0 && j + run < n && from[j + run] == from[j] + run * stride;) {
+          ++run;
+        }
+        KVTIER_RETURN_IF_ERROR(nvfp4_->EncodePayloads(from[j], stride, slot + j * block_bytes,
+                                                      block_bytes, static_cast<int>(run),
+                                                      ring.exps[s] + j * exps_per_page, encode));
+      }
+    } else {
+      std::vector<CopySpan> spans;
+      spans.reserve(n * plan_.buffers.size());
+      for (size_t j = 0; j < n; ++j) AddEncodeSpans(from[j], slot + j * block_bytes, &spans);
+      KVTIER_RETURN_IF_ERROR(copier_->Enqueue(spans, encode));
+    }
+    KVTIER_RETURN_IF_ERROR(sealer_->Enqueue(slot, block_bytes, static_cast<int>(n), ring.exps[s],
+                                            ring.scratch, encode));
+    KVTIER_RETURN_IF_ERROR(RecordEvent(ring.sealed[s], encode));
+    KVTIER_RETURN_IF_ERROR(StreamWaitEvent(copy, ring.sealed[s]));
+    for (size_t j = 0, run = 1; j < n; j += run) {
+      for (run = 1; j + run < n && to[j + run] == to[j] + run * block_bytes;) ++run;
+      KVTIER_RETURN_IF_ERROR(CopyAsync(to[j], slot + j * block_bytes, run * block_bytes, copy));
+    }
+    KVTIER_RETURN_IF_ERROR(RecordEvent(ring.copied[s], copy));
+    KVTIER_ASSIGN_OR_RETURN(void* event, CreateEvent(device_));
+    if (absl::Status recorded = RecordEvent(event, copy); !recorded.ok()) {
+      DestroyEvent(event);
+      return recorded;
+    }
+    done->push_back(event);
+  }
+  return absl::OkStatus();
+}
+
 bool GpuBlockCodec::Staged(size_t pages) const {
   return nvfp4_ != nullptr &&
          pages * plan_.block_bytes >= GpuNvfp4Codec::kStagedMinSlices * GpuNvfp4Codec::kSliceBytes;
@@ -207,11 +335,31 @@ absl::Status GpuBlockCodec::DecodeAsync(absl::Span<const uint8_t* const> blocks,
     }
     return launched;
   }
-  // One batched copy for the whole batch.
-  std::vector<CopySpan> spans;
+  // Spans merged where both sides continue each other; the large ones by the copy engine (a few
+  // percent faster on the link than SM loads), the rest in one batched copy.
+  std::vector<CopySpan> spans, small;
   spans.reserve(pages.size() * plan_.buffers.size());
-  for (size_t i = 0; i < pages.size(); ++i) AddDecodeSpans(blocks[i], pages[i], &spans);
-  return copier_->Enqueue(spans, streams_[0]);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    std::vector<CopySpan> page;
+    AddDecodeSpans(blocks[i], pages[i], &page);
+    for (const CopySpan& span : page) {
+      CopySpan* last = spans.empty() ? nullptr : &spans.back();
+      if (last != nullptr && static_cast<const uint8_t*>(last->src) + last->bytes == span.src &&
+          static_cast<uint8_t*>(last->dst) + last->bytes == span.dst) {
+        last->bytes += span.bytes;
+      } else {
+        spans.push_back(span);
+      }
+    }
+  }
+  for (const CopySpan& span : spans) {
+    if (span.bytes >= kCopyEngineSpanBytes) {
+      KVTIER_RETURN_IF_ERROR(CopyAsync(span.dst, span.src, span.bytes, streams_[0]));
+    } else {
+      small.push_back(span);
+    }
+  }
+  return small.empty() ? absl::OkStatus() : copier_->Enqueue(small, streams_[0]);
 }
 
 absl::Status GpuBlockCodec::Wait() const {

@@ -1,11 +1,13 @@
 // GpuBlockCodec: a block plan's codec on the GPU, for flat hot pages in device memory and cold
 // blocks in host memory registered with CUDA. The fused NVFP4 kernels (nvfp4, nvfp4+rope,
 // nvfp4x2; GpuNvfp4Codec) or the batched copy (raw; BatchedCopier) write every payload byte and
-// stage the scale exponents in the block's first bytes; the host seals header and checksums
-// (Seal). The daemon's two GPU paths share it: the store's GPU tier (the daemon's own device
-// memory; CreateFused) and the data plane of engines' GPU pools (CUDA IPC; Create), so a block
-// is encoded, sealed and checked the same way on both: per page on the caller's stream (the GPU
-// tier) or batched on the codec's own streams (engine pools). Immutable once made; thread-safe.
+// stage the scale exponents; the header and checksums are written either by the host (Seal) or,
+// on EncodeSealed's path, by the GPU (BlockSealer) in a device ring the copy engine empties into
+// the host slots. The daemon's two GPU paths share it: the store's GPU tier (the daemon's own
+// device memory; CreateFused) and the data plane of engines' GPU pools (CUDA IPC; Create), so a
+// block is encoded, sealed and checked the same way on both: per page on the caller's stream (the
+// GPU tier) or batched on the codec's own streams (engine pools). Immutable once made (the ring
+// is allocated on first use); thread-safe.
 #ifndef KVTIER_KERNELS_GPU_BLOCK_CODEC_H_
 #define KVTIER_KERNELS_GPU_BLOCK_CODEC_H_
 
@@ -13,11 +15,14 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "codec/cold_block.h"
 #include "kernels/batched_copy.h"
+#include "kernels/block_sealer.h"
 #include "kernels/nvfp4_gpu_codec.h"
 
 namespace kvtier::kernels {
@@ -77,6 +82,21 @@ class GpuBlockCodec {
   absl::Status EncodeChunks(absl::Span<const uint8_t* const> pages,
                             absl::Span<uint8_t* const> blocks, size_t chunk,
                             std::vector<void*>* done) const;
+  // Whether EncodeSealed is available (a codec made by Create, in a CUDA build).
+  bool SealsOnDevice() const { return sealer_ != nullptr; }
+  // Enqueues the encode of pages[i] (device memory) into blocks[i] (host memory registered with
+  // CUDA, anywhere) as complete blocks, with no host work per block: slices of kSealSliceBytes
+  // of blocks are encoded (nvfp4) or copied (raw) into a device ring, sealed there by the GPU
+  // (BlockSealer), and moved into their host slots by the copy engine (one copy per run of
+  // adjacent slots) while the next slice is encoded. `done` gets an event per slice of
+  // `*pages_per_event` pages (the last may hold fewer), recorded after the slice's copies. The
+  // caller destroys the events and, when this fails, calls Wait before releasing the blocks.
+  // FailedPrecondition unless SealsOnDevice().
+  absl::Status EncodeSealed(absl::Span<const uint8_t* const> pages,
+                            absl::Span<uint8_t* const> blocks, std::vector<void*>* done,
+                            size_t* pages_per_event) const;
+  static constexpr uint64_t kSealSliceBytes = uint64_t{8} << 20;
+
   // Whether a batch of `pages` pages is decoded staged: nvfp4 codecs, at least
   // GpuNvfp4Codec::kStagedMinSlices slices of blocks. The copy engine then gathers the blocks
   // into device memory while the kernel decodes the previous slice (DecodeGathered); otherwise
@@ -94,7 +114,9 @@ class GpuBlockCodec {
   absl::Status CheckBlock(absl::Span<const uint8_t> block) const;
 
  private:
+  struct Ring;  // EncodeSealed's slots in device memory, their exponents and events
   explicit GpuBlockCodec(const codec::BlockPlan& plan);
+  absl::Status MakeRing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_);
   absl::Status MakeFused();
   absl::Status NeedStreams() const;
   // Raw: the copies of one page into its block, or back, one span per buffer.
@@ -107,6 +129,9 @@ class GpuBlockCodec {
   std::unique_ptr<GpuNvfp4Codec> nvfp4_;   // nvfp4, nvfp4+rope, nvfp4x2
   std::unique_ptr<BatchedCopier> copier_;  // raw
   std::vector<void*> streams_;             // Create's
+  std::unique_ptr<BlockSealer> sealer_;    // Create's, where the GPU seal takes the plan
+  mutable absl::Mutex ring_mu_;            // held while EncodeSealed enqueues
+  mutable std::unique_ptr<Ring> ring_ ABSL_GUARDED_BY(ring_mu_);
 };
 
 }  // namespace kvtier::kernels

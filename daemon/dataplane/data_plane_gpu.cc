@@ -2,12 +2,16 @@
 // the engine's device (EnginePages::gpu_tier_copier), an offload copies pages device to device
 // into it and is done (the background thread encodes them into the host tier later), and an
 // onboard copies the pages still there back the same way. Every other page takes the direct path
-// through GpuBlockCodec: the fused kernels between the engine's pages and the daemon's
-// CUDA-pinned host tier, with the host sealing blocks while the GPU works (offload) and pinning
-// blocks while it decodes (onboard).
+// through GpuBlockCodec: offload encodes (or copies, raw) slices of pages into the codec's device
+// ring, where the GPU seals them, and the copy engine lands them in the reserved host slots, each
+// slice committed as it lands (GpuBlockCodec::EncodeSealed; where the GPU seal is missing, the
+// fused kernels write the host slots and host threads seal them); onboard pins blocks while the
+// GPU decodes the ones pinned before.
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -33,6 +37,16 @@ size_t SealThreads() {
   return n;
 }
 
+// KVTIER_HOST_SEAL=1 in kvtierd's environment keeps the host-sealed direct path where the GPU
+// could seal (docs/CONFIG.md: for comparisons in one run, and as a fallback).
+bool HostSealForced() {
+  static const bool forced = [] {
+    const char* value = std::getenv("KVTIER_HOST_SEAL");
+    return value != nullptr && std::string_view(value) == "1";
+  }();
+  return forced;
+}
+
 class GpuDataPlane final : public DataPlane {
  public:
   GpuDataPlane(store::BlockStore* store, DataPlaneTotals* totals) : DataPlane(store, totals) {}
@@ -42,9 +56,9 @@ class GpuDataPlane final : public DataPlane {
                ItemProgress* progress, int end) override;
 
  private:
-  // The direct path of one pass: the fused encode of `pages` into the reserved host slots
-  // `blocks`, sealed on the host, then committed. Sets the items' results; returns how many
-  // were stored.
+  // The direct path of one pass: the encode of `pages` into the reserved host slots `blocks`,
+  // sealed on the GPU (or by host threads where the codec cannot), committed as they land. Sets
+  // the items' results; returns how many were stored.
   uint32_t EncodeAndCommit(const EnginePages& engine, const store::PutOptions& put,
                            const std::vector<int>& items, const std::vector<const uint8_t*>& pages,
                            const std::vector<uint8_t*>& blocks,
@@ -168,37 +182,58 @@ uint32_t GpuDataPlane::EncodeAndCommit(const EnginePages& engine, const store::P
                                        const std::vector<uint8_t*>& blocks,
                                        std::vector<store::Reservation>& reservations,
                                        OffloadResult* out) {
-  // The host seals each chunk's blocks (CRC32C) as soon as the GPU has written them, while it
-  // encodes the later chunks.
-  std::vector<void*> done;
-  absl::Status st = engine.gpu->EncodeChunks(pages, blocks, kSealChunk, &done);
-  std::vector<absl::Status> sealed_chunks(done.size());
-  ParallelFor(done.size(), SealThreads(), [&](size_t c) {
-    sealed_chunks[c] = kernels::UseDevice(engine.gpu->device());  // no context on device 0
-    if (sealed_chunks[c].ok()) sealed_chunks[c] = kernels::WaitEvent(done[c]);
-    if (!sealed_chunks[c].ok()) return;
-    for (size_t k = c * kSealChunk; k < std::min(blocks.size(), (c + 1) * kSealChunk); ++k) {
-      engine.gpu->Seal(blocks[k]);
+  store::PutOptions sealed = put;
+  sealed.sealed_by_caller = true;  // sealed by the GPU or below: the store checks the header only
+  uint32_t stored = 0;
+  size_t committed_upto = 0;
+  auto commit_upto = [&](size_t end) {
+    for (; committed_upto < end; ++committed_upto) {
+      ItemResult& result = out->results[items[committed_upto]];
+      absl::Status committed = store_->Commit(std::move(reservations[committed_upto]), sealed);
+      result.Set(committed);
+      if (!committed.ok()) continue;
+      result.tier = index::Tier::kHost;
+      ++stored;
     }
-  });
+  };
+  std::vector<void*> done;
+  absl::Status st;
+  if (engine.gpu->SealsOnDevice() && !HostSealForced()) {
+    // The GPU encodes and seals each slice in its ring and the copy engine lands it in the host
+    // slots; the slices are committed as they land, while later ones are still in flight.
+    size_t per_event = 1;
+    st = engine.gpu->EncodeSealed(pages, blocks, &done, &per_event);
+    for (size_t c = 0; c < done.size() && st.ok(); ++c) {
+      st = kernels::WaitEvent(done[c]);
+      if (st.ok()) commit_upto(std::min(blocks.size(), (c + 1) * per_event));
+    }
+  } else {
+    // The host seals each chunk's blocks (CRC32C) as soon as the GPU has written them, while it
+    // encodes the later chunks.
+    st = engine.gpu->EncodeChunks(pages, blocks, kSealChunk, &done);
+    std::vector<absl::Status> sealed_chunks(done.size());
+    ParallelFor(done.size(), SealThreads(), [&](size_t c) {
+      sealed_chunks[c] = kernels::UseDevice(engine.gpu->device());  // no context on device 0
+      if (sealed_chunks[c].ok()) sealed_chunks[c] = kernels::WaitEvent(done[c]);
+      if (!sealed_chunks[c].ok()) return;
+      for (size_t k = c * kSealChunk; k < std::min(blocks.size(), (c + 1) * kSealChunk); ++k) {
+        engine.gpu->Seal(blocks[k]);
+      }
+    });
+    for (const absl::Status& s : sealed_chunks) st.Update(s);
+    if (st.ok()) commit_upto(blocks.size());
+  }
   for (void* event : done) kernels::DestroyEvent(event);
-  for (const absl::Status& s : sealed_chunks) st.Update(s);
+  if (st.ok() && committed_upto < blocks.size()) {
+    st = absl::InternalError("the GPU encode returned fewer slices than pages");
+  }
   if (!st.ok()) {
     (void)engine.gpu->Wait();  // nothing may still write the reserved slots
     KVTIER_LOG(kError, "engine ", engine.id, ": GPU encode failed: ", st.message());
-    for (int i : items) out->results[i].Set(absl::InternalError(st.message()));
-    return 0;  // the reservations are released unstored
-  }
-  store::PutOptions sealed = put;
-  sealed.sealed_by_caller = true;  // just sealed above: the store checks the header only
-  uint32_t stored = 0;
-  for (size_t k = 0; k < items.size(); ++k) {
-    ItemResult& result = out->results[items[k]];
-    absl::Status committed = store_->Commit(std::move(reservations[k]), sealed);
-    result.Set(committed);
-    if (!committed.ok()) continue;
-    result.tier = index::Tier::kHost;
-    ++stored;
+    for (size_t k = committed_upto; k < items.size(); ++k) {
+      out->results[items[k]].Set(absl::InternalError(st.message()));
+    }
+    // The uncommitted reservations are released unstored.
   }
   return stored;
 }

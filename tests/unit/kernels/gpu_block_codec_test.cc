@@ -2,8 +2,9 @@
 // it refuses in every build (layouts that are not flat, raw rows with stride gaps, anything
 // without CUDA), and on a device, blocks byte-identical to the CPU codec's and pages decoded as
 // the CPU decodes them, through both faces: per page on the caller's stream (CreateFused) and
-// batched on the codec's streams (Create: chunked encode with events, direct and staged decode),
-// with CheckBlock refusing another plan's blocks.
+// batched on the codec's streams (Create: chunked encode with events, the encode sealed on the
+// device through its ring, direct and staged decode), with CheckBlock refusing another plan's
+// blocks.
 #include "kernels/gpu_block_codec.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "codec/cold_block.h"
 #include "codec/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
@@ -204,6 +206,59 @@ TEST_P(PoolCodecTest, ChunkedEncodeAndBothDecodesMatchTheCpuCodec) {
   }
 }
 
+TEST_P(PoolCodecTest, BlocksSealedOnTheDeviceAreTheCpuCodecs) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  // Several ring slices (and ring slots reused within a call and across calls), small pages and
+  // Qwen3-8B-sized ones (one block a slice for raw).
+  for (uint32_t tokens : {16u, 128u}) {
+    const codec::BlockPlan plan = Plan(Gqa(tokens), GetParam());
+    auto codec = GpuBlockCodec::Create(plan, 0);
+    ASSERT_TRUE(codec.ok()) << codec.status();
+    ASSERT_TRUE((*codec)->SealsOnDevice());
+    const size_t n =
+        4 * std::max<uint64_t>(1, GpuBlockCodec::kSealSliceBytes / plan.block_bytes) + 3;
+    const std::vector<uint8_t> pages = MakePages(plan.layout, n);
+    const Reference ref = CpuReference(plan, pages);
+    Areas a = MakeAreas(**codec, n);
+    ASSERT_TRUE(a.hot->Write(pages).ok());
+    // In order (runs of adjacent slots and evenly spaced pages), then scattered: the blocks in
+    // reverse order, the pages in a shuffled one.
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    for (bool scattered : {false, true}) {
+      if (scattered) std::shuffle(order.begin(), order.end(), std::mt19937_64(n));
+      std::vector<const uint8_t*> from;
+      std::vector<uint8_t*> to;
+      for (size_t i = 0; i < n; ++i) {
+        from.push_back(a.pages[order[i]]);
+        to.push_back(a.blocks[scattered ? n - 1 - order[i] : order[i]]);
+      }
+      ASSERT_TRUE(a.cold->Fill(0xA5).ok());
+      std::vector<void*> done;
+      size_t per_event = 0;
+      ASSERT_TRUE((*codec)->EncodeSealed(from, to, &done, &per_event).ok());
+      ASSERT_GT(per_event, 0u);
+      ASSERT_EQ(done.size(), (n + per_event - 1) / per_event);
+      for (void* event : done) {
+        ASSERT_TRUE(WaitEvent(event).ok());
+        DestroyEvent(event);
+      }
+      const std::vector<uint8_t> got = Blocks(a, ref.blocks.size());
+      for (size_t p = 0; p < n; ++p) {
+        const size_t slot = scattered ? n - 1 - p : p;
+        const std::vector<uint8_t> want(ref.blocks.begin() + p * plan.block_bytes,
+                                        ref.blocks.begin() + (p + 1) * plan.block_bytes);
+        const std::vector<uint8_t> block(got.begin() + slot * plan.block_bytes,
+                                         got.begin() + (slot + 1) * plan.block_bytes);
+        ASSERT_TRUE(block == want)
+            << "page " << p << " of " << n << " (" << tokens << " tokens, scattered " << scattered
+            << ") differs from the CPU codec's block";
+        EXPECT_TRUE(codec::VerifyColdBlock(block).ok());
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Codecs, PoolCodecTest, ::testing::Values("raw", "nvfp4", "nvfp4x2"));
 
 TEST(GpuBlockCodecTest, CheckBlockRefusesAnotherPlansBlocks) {
@@ -245,7 +300,8 @@ TEST(GpuBlockCodecTest, GpuTierCodecWorksPerPageOnTheCallersStream) {
   ASSERT_TRUE(SynchronizeStream(stream).ok());
   EXPECT_TRUE(a.hot->Read().value() == ref.decoded);
 
-  // It has no streams of its own for the batched calls.
+  // It has no streams of its own for the batched calls, and does not seal on the device.
+  EXPECT_FALSE((*codec)->SealsOnDevice());
   std::vector<void*> done;
   EXPECT_TRUE(absl::IsFailedPrecondition((*codec)->EncodeChunks(a.pages, a.blocks, 8, &done)));
   EXPECT_TRUE(done.empty());
