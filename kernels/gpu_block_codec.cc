@@ -10,6 +10,7 @@
 #include "codec/codec.h"
 #include "codec/crc32c.h"
 #include "codec/dtype.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/device.h"
 
@@ -85,11 +86,18 @@ absl::StatusOr<std::unique_ptr<GpuBlockCodec>> GpuBlockCodec::Create(const codec
     KVTIER_ASSIGN_OR_RETURN(void* stream, CreateStream(device));
     gpu->streams_.push_back(stream);
   }
-  // The GPU seal where it takes the plan; without it EncodeChunks and Seal remain.
+  // The GPU seal where it takes the plan, with its ring allocated now; without either,
+  // EncodeChunks and Seal remain (the host seals).
   absl::StatusOr<std::unique_ptr<BlockSealer>> sealer = BlockSealer::Create(
       plan, gpu->nvfp4_ != nullptr ? gpu->nvfp4_->exponents_per_page() : 0, device);
   if (sealer.ok()) {
     gpu->sealer_ = std::move(*sealer);
+    absl::MutexLock lock(&gpu->ring_mu_);
+    if (absl::Status ring = gpu->MakeRing(); !ring.ok()) {
+      KVTIER_LOG(kWarning, "GPU seal unavailable (its ring: ", ring.message(),
+                 "); offloads of this engine are sealed on the host");
+      gpu->sealer_.reset();
+    }
   } else if (!absl::IsUnimplemented(sealer.status())) {
     return sealer.status();
   }
@@ -265,7 +273,9 @@ absl::Status GpuBlockCodec::EncodeSealed(absl::Span<const uint8_t* const> pages,
   }
   KVTIER_RETURN_IF_ERROR(UseDevice(device_));
   absl::MutexLock lock(&ring_mu_);
-  if (ring_ == nullptr) KVTIER_RETURN_IF_ERROR(MakeRing());
+  if (ring_ == nullptr) {
+    return absl::FailedPreconditionError("the GPU seal's ring is gone");  // never: made by Create
+  }
   Ring& ring = *ring_;
   void* encode = streams_[0];
   void* copy = streams_[1];

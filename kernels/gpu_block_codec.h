@@ -6,8 +6,8 @@
 // the host slots. The daemon's two GPU paths share it: the store's GPU tier (the daemon's own
 // device memory; CreateFused) and the data plane of engines' GPU pools (CUDA IPC; Create), so a
 // block is encoded, sealed and checked the same way on both: per page on the caller's stream (the
-// GPU tier) or batched on the codec's own streams (engine pools). Immutable once made (the ring
-// is allocated on first use); thread-safe.
+// GPU tier) or batched on the codec's own streams (engine pools). Immutable once made;
+// thread-safe.
 #ifndef KVTIER_KERNELS_GPU_BLOCK_CODEC_H_
 #define KVTIER_KERNELS_GPU_BLOCK_CODEC_H_
 
@@ -82,7 +82,9 @@ class GpuBlockCodec {
   absl::Status EncodeChunks(absl::Span<const uint8_t* const> pages,
                             absl::Span<uint8_t* const> blocks, size_t chunk,
                             std::vector<void*>* done) const;
-  // Whether EncodeSealed is available (a codec made by Create, in a CUDA build).
+  // Whether EncodeSealed is available: a codec made by Create, in a CUDA build, whose ring
+  // (three slots of kSealSliceBytes, rounded to whole blocks, in device memory) Create could
+  // allocate.
   bool SealsOnDevice() const { return sealer_ != nullptr; }
   // Enqueues the encode of pages[i] (device memory) into blocks[i] (host memory registered with
   // CUDA, anywhere) as complete blocks, with no host work per block: slices of kSealSliceBytes
