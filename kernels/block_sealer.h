@@ -1,8 +1,9 @@
 // BlockSealer: seals cold blocks of one plan on the GPU. The payload's CRC32C, the header (the
 // plan's, with each page's scale exponents as the encode kernels stage them) and the header's
-// own CRC32C are computed and written by one kernel on the caller's stream, so a block in device
-// memory is complete, byte-identical to codec::Codec's, when that stream's later work runs; the
-// host computes nothing per block. No CUDA types (streams are void*). Immutable; thread-safe.
+// own CRC32C are computed and written by two kernels on the caller's stream (block_seal.cu), so a
+// block in device memory is complete, byte-identical to codec::Codec's, when that stream's later
+// work runs; the host computes nothing per block. No CUDA types (streams are void*). Immutable;
+// thread-safe.
 #ifndef KVTIER_KERNELS_BLOCK_SEALER_H_
 #define KVTIER_KERNELS_BLOCK_SEALER_H_
 
