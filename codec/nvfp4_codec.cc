@@ -431,20 +431,60 @@ class Nvfp4Codec final : public Codec {
                    scales, nullptr, stats);
       return;
     }
-    residual.resize(count);
+    residual.resize(2 * count);  // [residual | pass 1's decoded values]
+    float* decoded1 = residual.data() + count;
     QuantizePass(Domain::kBinary32, values.data(), group_max.data(), count, k, data, scales,
-                 residual.data(), stats);
+                 decoded1, stats);
     for (uint64_t i = 0; i < count; ++i) {  // residual of finite values; 0 for NaN and infinities
       const float v = values[i];
-      residual[i] = std::fabs(v) <= FLT_MAX ? v - residual[i] : 0.0f;
+      residual[i] = std::fabs(v) <= FLT_MAX ? v - decoded1[i] : 0.0f;
     }
-    const int k2 = fixed_scale_exp_.value_or(
-        nvfp4::ChooseScaleExp(GroupMaxima(residual.data(), groups, group_max.data(), nullptr)));
+    const float amax2 = GroupMaxima(residual.data(), groups, group_max.data(), nullptr);
+    const int k2 = fixed_scale_exp_.value_or(nvfp4::ChooseScaleExp(amax2));
     entry->residual_scale_exp = static_cast<int8_t>(k2);
     stats->residual_scale_exp = k2;
-    BufferEncodeStats second;
-    QuantizePass(Domain::kBinary32, residual.data(), group_max.data(), count, k2, data + count / 2,
-                 scales + count / kNvfp4GroupSize, nullptr, &second);
+    uint8_t* data2 = data + count / 2;
+    uint8_t* scales2 = scales + groups;
+    SettlePass2(nvfp4::DomainOf(b.dtype), values.data(), residual.data(), groups,
+                {k, k2, amax, amax2}, scales, scales2, data, data2);
+  }
+
+  struct BufferExponents {
+    int k, k2;
+    float amax1, amax2;  // the largest finite |x| and |r| of the buffer
+  };
+
+  // nvfp4x2's pass 2 over the residual r = x − v1, and both planes' codes settled (nvfp4_math.h,
+  // FORMAT.md §5.5); plane 1 holds pass 1's nearest codes on entry.
+  static void SettlePass2(Domain out, const float* values, const float* residual, uint64_t groups,
+                          const BufferExponents& e, const uint8_t* scales1, uint8_t* scales2,
+                          uint8_t* data1, uint8_t* data2) {
+    const float p1 = std::ldexp(1.0f, -e.k), p2 = std::ldexp(1.0f, -e.k2);
+    GroupThresholds g1, g2;
+    nvfp4::TwoPassGroup g{
+        &g1, &g2, std::ldexp(1.0f, e.k), std::ldexp(1.0f, e.k2), 0, 0, e.amax1, e.amax2, 0, 0, out};
+    uint8_t codes1[kNvfp4GroupSize], codes2[kNvfp4GroupSize];
+    for (uint64_t gi = 0; gi < groups; ++gi) {
+      const float* x = values + gi * kNvfp4GroupSize;
+      const float* r = residual + gi * kNvfp4GroupSize;
+      g.a1 = g.a2 = 0.0f;
+      for (size_t j = 0; j < kNvfp4GroupSize; ++j) {
+        if (std::fabs(x[j]) <= FLT_MAX) g.a1 = std::max(g.a1, std::fabs(x[j]));
+        g.a2 = std::max(g.a2, std::fabs(r[j]));
+      }
+      g.s1 = scales1[gi];
+      g.s2 = nvfp4::ChooseScaleCode(Domain::kBinary32, g.a2, g.q2, p2);
+      nvfp4::MakeThresholds(Domain::kBinary32, g.s1, p1, &g1);
+      uint8_t* packed1 = data1 + gi * (kNvfp4GroupSize / 2);
+      uint8_t* packed2 = data2 + gi * (kNvfp4GroupSize / 2);
+      for (size_t j = 0; j < kNvfp4GroupSize; ++j)
+        codes1[j] = (packed1[j / 2] >> (j & 1) * 4) & 0xf;
+      scales2[gi] = nvfp4::SettledPass2(g, &g2, p2, x, r, codes1, codes2);
+      for (size_t j = 0; j < kNvfp4GroupSize / 2; ++j) {
+        packed1[j] = static_cast<uint8_t>(codes1[2 * j] | codes1[2 * j + 1] << 4);
+        packed2[j] = static_cast<uint8_t>(codes2[2 * j] | codes2[2 * j + 1] << 4);
+      }
+    }
   }
 
   static void DecodeBuffer(const BufferSpec& b, const BufferPlan& bp, const ColdBufferEntry& entry,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
@@ -222,6 +223,154 @@ inline uint8_t EncodeValue(const GroupThresholds& t, float x) {
   for (int i = 0; i < 7; ++i) c += ax > t.threshold[i];
   const bool negative = (bits >> 31) && (bits & 0x7fffffffu) <= 0x7f800000u;  // not NaN
   return static_cast<uint8_t>(c | (negative ? 8 : 0));
+}
+
+// nvfp4x2's settled pass 2 (FORMAT.md §5.5). The nearest pass-2 code can push a decoded value
+// y = Round(v1 + v2) across a pass-1 midpoint, a group's scale boundary or the buffer's exponent
+// range, so that encoding y picks other codes and round trips cycle. A pass-2 code *settles* an
+// element when re-encoding y with the group's parameters reproduces y and y (and its residual)
+// stay in the cells of the group's scale codes and the buffer's exponents, so that encoding y
+// chooses them again. `g1` and `g2` are the binary32 thresholds and decoded magnitudes of the
+// group's passes (MakeThresholds with Domain::kBinary32); q1 = 2^k, q2 = 2^k2.
+struct TwoPassGroup {
+  const GroupThresholds* g1;
+  const GroupThresholds* g2;
+  float q1, q2;
+  float a1, a2;                // the group's largest finite |x| and |r|: they hold s1 and s2
+  float buffer_a1, buffer_a2;  // the buffer's: they hold k and k2
+  uint8_t s1, s2;
+  Domain out;  // the source dtype's domain, where the decoder rounds
+};
+
+// The binary32 value a code decodes to in a pass with decoded magnitudes `g` (−0 for −0 codes).
+inline float SignedDecoded(const GroupThresholds& g, uint8_t code) {
+  const float d = g.decoded[code & 7];
+  return (code & 8) ? -d : d;
+}
+
+// Whether a decoded magnitude |y| (source value x) keeps its group's scale code s and its
+// buffer's exponent q = 2^k: |y|·q at most B[s] and on the same side of the exponent's target as
+// |x|·q; for an element that holds the group's scale (`top`) also above B[s−1], and for one that
+// holds the buffer's exponent (`buffer_top`) on the same side of half the target. The largest |y|
+// of the group then gets s again, and the buffer's largest the same k.
+inline bool InScaleCell(float x, float y, float q, uint8_t s, bool top, bool buffer_top) {
+  const float a = std::fabs(x) * q;
+  const float b = std::fabs(y) * q;
+  const float* bound = internal::kBoundaryTable.boundary;
+  const float half = 0.5f * kScaledMaxTarget;
+  return (a > kScaledMaxTarget) == (b > kScaledMaxTarget) &&
+         (s == kMaxScaleCode || b <= bound[s]) && (!top || s == 0 || b > bound[s - 1]) &&
+         (!buffer_top || (a > half) == (b > half));
+}
+
+// Whether pass-1 code c1 and pass-2 code c2 settle an element x (finite) whose nearest pass-1 code
+// leaves the residual r; `y` receives the decoded value.
+inline bool Settles(const TwoPassGroup& g, float x, float r, uint8_t c1, uint8_t c2, float* y) {
+  *y = Round(g.out, SignedDecoded(*g.g1, c1) + SignedDecoded(*g.g2, c2));
+  if (!(std::fabs(*y) <= FLT_MAX)) return false;
+  const float w1 = SignedDecoded(*g.g1, EncodeValue(*g.g1, *y));
+  const float r2 = *y - w1;
+  const float y2 = Round(g.out, w1 + SignedDecoded(*g.g2, EncodeValue(*g.g2, r2)));
+  const float ax = std::fabs(x), ar = std::fabs(r);
+  return std::bit_cast<uint32_t>(y2) == std::bit_cast<uint32_t>(*y) &&
+         InScaleCell(x, *y, g.q1, g.s1, ax == g.a1, ax == g.buffer_a1) &&
+         InScaleCell(r, r2, g.q2, g.s2, ar == g.a2, ar == g.buffer_a2);
+}
+
+// The pass-1 code on the other side of x from its nearest code c1 (same sign; magnitude 1 with
+// x's sign when c1's magnitude is 0), or c1 itself when x is on c1's value or at the grid's end.
+inline uint8_t OtherNeighbour(const GroupThresholds& g1, float x, uint8_t c1) {
+  const uint8_t m = c1 & 7;
+  const float ax = std::fabs(x);
+  if (m == 0) return ax > 0.0f ? static_cast<uint8_t>(1 | (std::signbit(x) ? 8 : 0)) : c1;
+  if (ax > g1.decoded[m]) return m == 7 ? c1 : static_cast<uint8_t>(c1 + 1);
+  return ax < g1.decoded[m] ? static_cast<uint8_t>(c1 - 1) : c1;
+}
+
+// How one group's codes came out of SettleGroup.
+struct SettleResult {
+  int unsettled = 0;   // finite elements no pair settles (they keep their nearest codes)
+  int replaced = 0;    // elements whose codes are not the nearest
+  float error = 0.0f;  // Σ |y − x| over the finite elements, in element order (binary32)
+};
+
+// The codes of a group's elements for pass-2 scale code g.s2: per element its nearest pass-1
+// code and the nearest pass-2 code when they settle (or x is not finite); else, over the nearest
+// and the other neighbouring pass-1 code and every pass-2 code, the settling pair whose decoded
+// value is nearest to x (first found on ties: nearest pass-1 code first, smaller pass-2 codes
+// first); else the nearest codes. `codes1` holds the nearest pass-1 codes on entry.
+inline SettleResult SettleGroup(const TwoPassGroup& g, const float* x, const float* r,
+                                uint8_t* codes1, uint8_t* codes2) {
+  SettleResult result;
+  float y;
+  for (int j = 0; j < 16; ++j) {
+    const uint8_t nearest1 = codes1[j];
+    const uint8_t nearest2 = EncodeValue(*g.g2, r[j]);
+    codes2[j] = nearest2;
+    if (!(std::fabs(x[j]) <= FLT_MAX)) continue;
+    if (Settles(g, x[j], r[j], nearest1, nearest2, &y)) {
+      result.error += std::fabs(y - x[j]);
+      continue;
+    }
+    float best_error = INFINITY;
+    const uint8_t other1 = OtherNeighbour(*g.g1, x[j], nearest1);
+    for (int i = 0; i < (other1 == nearest1 ? 1 : 2); ++i) {
+      const uint8_t c1 = i == 0 ? nearest1 : other1;
+      for (uint8_t c2 = 0; c2 < 16; ++c2) {
+        if (!Settles(g, x[j], r[j], c1, c2, &y) || !(std::fabs(y - x[j]) < best_error)) continue;
+        best_error = std::fabs(y - x[j]);
+        codes1[j] = c1;
+        codes2[j] = c2;
+      }
+    }
+    if (best_error == INFINITY) {
+      ++result.unsettled;
+      result.error += std::fabs(
+          Round(g.out, SignedDecoded(*g.g1, nearest1) + SignedDecoded(*g.g2, nearest2)) - x[j]);
+    } else {
+      ++result.replaced;
+      result.error += best_error;
+    }
+  }
+  return result;
+}
+
+// nvfp4x2's settled codes for one group whose standard pass-2 scale code is g.s2 (p2 = 2^−k2):
+// s2 when its nearest codes settle every element; else, of s2, s2 − 1 and s2 + 1 (within
+// 0 … 126), the one whose SettleGroup settles every element with the least error (the first on
+// ties); else s2 with SettleGroup's codes. `codes1` holds the nearest pass-1 codes on entry; both
+// planes' codes (16 each, unpacked) on return. Returns pass 2's scale code; `g2` receives its
+// thresholds.
+inline uint8_t SettledPass2(TwoPassGroup g, GroupThresholds* g2, float p2, const float* x,
+                            const float* r, uint8_t* codes1, uint8_t* codes2) {
+  const uint8_t standard = g.s2;
+  g.g2 = g2;
+  uint8_t nearest1[16], best1[16], best2[16];
+  std::copy(codes1, codes1 + 16, nearest1);
+  MakeThresholds(Domain::kBinary32, standard, p2, g2);
+  const SettleResult first = SettleGroup(g, x, r, codes1, codes2);
+  if (first.unsettled == 0 && first.replaced == 0) return standard;
+  int best = first.unsettled == 0 ? standard : -1;
+  float best_error = first.error;
+  std::copy(codes1, codes1 + 16, best1);
+  std::copy(codes2, codes2 + 16, best2);
+  for (const int s : {standard - 1, standard + 1}) {
+    if (s < 0 || s > kMaxScaleCode) continue;
+    g.s2 = static_cast<uint8_t>(s);
+    MakeThresholds(Domain::kBinary32, g.s2, p2, g2);
+    std::copy(nearest1, nearest1 + 16, codes1);
+    const SettleResult other = SettleGroup(g, x, r, codes1, codes2);
+    if (other.unsettled != 0 || (best >= 0 && !(other.error < best_error))) continue;
+    best = s;
+    best_error = other.error;
+    std::copy(codes1, codes1 + 16, best1);
+    std::copy(codes2, codes2 + 16, best2);
+  }
+  if (best < 0) best = standard;  // nothing settles every element: the standard attempt's codes
+  std::copy(best1, best1 + 16, codes1);
+  std::copy(best2, best2 + 16, codes2);
+  MakeThresholds(Domain::kBinary32, static_cast<uint8_t>(best), p2, g2);
+  return static_cast<uint8_t>(best);
 }
 
 }  // namespace kvtier::codec::nvfp4
