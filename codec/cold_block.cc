@@ -31,9 +31,9 @@ constexpr size_t kOffTokensPerPage = 24;
 constexpr size_t kOffAlignment = 28;
 constexpr size_t kOffPayloadBytes = 32;
 constexpr size_t kOffBlockBytes = 40;
-constexpr size_t kOffPayloadCrc = 48;
+constexpr size_t kOffPayloadCrc = kColdBlockPayloadCrcOffset;
 constexpr size_t kOffReserved1 = 52;
-constexpr size_t kOffHeaderCrc = 60;
+constexpr size_t kOffHeaderCrc = kColdBlockHeaderCrcOffset;
 
 absl::Status HeaderLoss(size_t offset, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("cold block header at offset ", offset, ": ", what));

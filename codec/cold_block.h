@@ -22,6 +22,8 @@ inline constexpr uint16_t kColdBlockVersion = 1;
 inline constexpr size_t kColdBlockFixedHeaderBytes = 64;
 inline constexpr size_t kColdBlockBufferEntryBytes = 32;
 inline constexpr size_t kColdBlockEntryScaleExpOffset = 28;  // int8 k within a buffer entry
+inline constexpr size_t kColdBlockPayloadCrcOffset = 48;     // CRC32C of [header_bytes, end)
+inline constexpr size_t kColdBlockHeaderCrcOffset = 60;      // CRC32C of the header, field as 0
 inline constexpr size_t kColdBlockRecordAlignment = 16;
 inline constexpr size_t kNvfp4GroupSize = 16;
 

@@ -15,12 +15,14 @@
 #include <nmmintrin.h>
 #endif
 
+#include "codec/crc32c_poly.h"
 #include "common/coding.h"
 
 namespace kvtier::codec {
 namespace {
 
-constexpr uint32_t kPoly = 0x82F63B78u;
+using crc32c::kPoly;
+using crc32c::MultModP;
 
 struct Tables {
   std::array<std::array<uint32_t, 256>, 8> t{};
@@ -50,16 +52,6 @@ uint32_t ExtendPortable(uint32_t crc, const uint8_t* p, size_t n) {
   }
   while (n-- > 0) c = (c >> 8) ^ kTables.t[0][(c ^ *p++) & 0xffu];
   return ~c;
-}
-
-// a * b mod P for polynomials in the reflected form (bit 31 is x^0).
-constexpr uint32_t MultModP(uint32_t a, uint32_t b) {
-  uint32_t product = 0;
-  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
-    if (a & m) product ^= b;
-    b = (b & 1u) ? (b >> 1) ^ kPoly : b >> 1;
-  }
-  return product;
 }
 
 // kZeros.x8[k] = x^(8 * 2^k) mod P: appending 2^k zero bytes.

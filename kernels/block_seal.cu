@@ -14,9 +14,6 @@
 namespace kvtier::kernels::internal {
 namespace {
 
-constexpr uint32_t kPayloadCrcOffset = 48;  // FORMAT.md, "Header"
-constexpr uint32_t kHeaderCrcOffset = 60;
-
 // The register over [start, start + piece) of `message` (start may be negative: leading zeros).
 __device__ uint32_t PieceCrc(const uint8_t* message, int64_t start, uint64_t piece,
                              const uint32_t* table) {
@@ -106,7 +103,7 @@ __global__ void __launch_bounds__(kSealThreads)
     block[plan.exp_offsets[threadIdx.x]] =
         static_cast<uint8_t>(exps[uint64_t{blockIdx.x} * plan.exps_per_page + threadIdx.x]);
   }
-  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(block + kPayloadCrcOffset) = payload_crc;
+  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(block + plan.payload_crc_offset) = payload_crc;
   __syncthreads();
   if (warp == 0) {
     uint32_t h = PieceCrc(
@@ -115,7 +112,8 @@ __global__ void __launch_bounds__(kSealThreads)
         plan.header.piece, table);
     h = JoinWarp(h, plan.header.join);
     if (lane == 0) {
-      *reinterpret_cast<uint32_t*>(block + kHeaderCrcOffset) = crc::FinishCrc(h, plan.header.ones);
+      *reinterpret_cast<uint32_t*>(block + plan.header_crc_offset) =
+          crc::FinishCrc(h, plan.header.ones);
     }
   }
 }

@@ -16,6 +16,8 @@ struct SealKernelPlan {
       nullptr;                           // device: header_bytes bytes, checksums and exponents 0
   const int16_t* exp_offsets = nullptr;  // device: per staged exponent its header byte, or -1
   uint32_t header_bytes = 0;
+  uint32_t payload_crc_offset = 0;  // where the header holds the two checksums (cold_block.h)
+  uint32_t header_crc_offset = 0;
   uint32_t exps_per_page = 0;
   uint64_t block_bytes = 0;
   crc::ChunkPlan payload;  // [header_bytes, block_bytes) in chunks of kSealThreads pieces

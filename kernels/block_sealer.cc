@@ -11,8 +11,7 @@ SealTemplate MakeSealTemplate(const codec::BlockPlan& plan, int exps_per_page) {
   t.header.resize(plan.header_bytes);
   codec::WriteColdBlockHeader(h, absl::MakeSpan(t.header));
   // The kernel computes the header checksum with its field zero, as WriteColdBlockHeader does.
-  constexpr size_t kHeaderCrcOffset = 60;
-  std::memset(t.header.data() + kHeaderCrcOffset, 0, 4);
+  std::memset(t.header.data() + codec::kColdBlockHeaderCrcOffset, 0, 4);
   // Exponent e: buffer e's k, then (nvfp4x2) buffer e - n's k2 where that buffer has two passes:
   // GpuNvfp4Codec::SealBlock's rule.
   const size_t n = plan.buffers.size();

@@ -46,6 +46,8 @@ absl::StatusOr<std::unique_ptr<BlockSealer>> BlockSealer::Create(const codec::Bl
   k.header_template = base;
   k.exp_offsets = reinterpret_cast<const int16_t*>(base + offsets_at);
   k.header_bytes = static_cast<uint32_t>(plan.header_bytes);
+  k.payload_crc_offset = static_cast<uint32_t>(codec::kColdBlockPayloadCrcOffset);
+  k.header_crc_offset = static_cast<uint32_t>(codec::kColdBlockHeaderCrcOffset);
   k.exps_per_page = static_cast<uint32_t>(exps_per_page);
   k.block_bytes = plan.block_bytes;
   if (!crc::PlanChunks(payload, &k.payload)) {

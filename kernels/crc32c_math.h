@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "codec/crc32c_poly.h"
+
 #if defined(__CUDACC__)
 #define KVTIER_CRC_HD __host__ __device__ __forceinline__
 #else
@@ -22,28 +24,9 @@
 
 namespace kvtier::kernels::crc {
 
-inline constexpr uint32_t kPoly = 0x82F63B78u;  // CRC32C, reflected
-
-// a * b mod P for polynomials in the reflected form (bit 31 is x^0).
-KVTIER_CRC_HD uint32_t MultModP(uint32_t a, uint32_t b) {
-  uint32_t product = 0;
-  for (int i = 0; i < 32; ++i) {
-    if (a & (0x80000000u >> i)) product ^= b;
-    b = (b & 1u) ? (b >> 1) ^ kPoly : b >> 1;
-  }
-  return product;
-}
-
-// x^(8n) mod P: the operator that appends n zero bytes to a CRC register.
-KVTIER_CRC_HD uint32_t ZerosOperator(uint64_t n) {
-  uint32_t result = 0x80000000u;  // x^0
-  uint32_t square = 1u << 23;     // x^8
-  for (; n != 0; n >>= 1) {
-    if (n & 1) result = MultModP(square, result);
-    square = MultModP(square, square);
-  }
-  return result;
-}
+using codec::crc32c::kPoly;
+using codec::crc32c::MultModP;       // a * b mod P (reflected: bit 31 is x^0)
+using codec::crc32c::ZerosOperator;  // x^(8n) mod P: appends n zero bytes to a register
 
 // Entry i of slicing table s: the register after byte i and then s zero bytes, from zero.
 KVTIER_CRC_HD uint32_t SliceTableEntry(int s, uint32_t i) {

@@ -150,9 +150,9 @@ TEST(Crc32cMathTest, TheSealTemplateMakesTheCodecsHeader) {
       if (t.exp_offsets[e] >= 0) got[t.exp_offsets[e]] = static_cast<uint8_t>(staged[e]);
     }
     const uint32_t payload_crc = 0x12345678u;
-    std::memcpy(got.data() + 48, &payload_crc, 4);
+    std::memcpy(got.data() + codec::kColdBlockPayloadCrcOffset, &payload_crc, 4);
     const uint32_t header_crc = SplitCrc(got.data(), got.size(), 32);
-    std::memcpy(got.data() + 60, &header_crc, 4);
+    std::memcpy(got.data() + codec::kColdBlockHeaderCrcOffset, &header_crc, 4);
     EXPECT_TRUE(got == expected) << spec;
   }
 }
