@@ -298,9 +298,12 @@ struct SettleResult {
 // code and the nearest pass-2 code when they settle (or x is not finite); else, over the nearest
 // and the other neighbouring pass-1 code and every pass-2 code, the settling pair whose decoded
 // value is nearest to x (first found on ties: nearest pass-1 code first, smaller pass-2 codes
-// first); else the nearest codes. `codes1` holds the nearest pass-1 codes on entry.
+// first); else the nearest codes. `codes1` holds the nearest pass-1 codes on entry. An
+// `alternative` attempt returns early (counted unsettled) at its first unsettled element or once
+// its error reaches `bound`, where it could no longer be chosen.
 inline SettleResult SettleGroup(const TwoPassGroup& g, const float* x, const float* r,
-                                uint8_t* codes1, uint8_t* codes2) {
+                                uint8_t* codes1, uint8_t* codes2, bool alternative = false,
+                                float bound = INFINITY) {
   SettleResult result;
   float y;
   for (int j = 0; j < 16; ++j) {
@@ -310,26 +313,53 @@ inline SettleResult SettleGroup(const TwoPassGroup& g, const float* x, const flo
     if (!(std::fabs(x[j]) <= FLT_MAX)) continue;
     if (Settles(g, x[j], r[j], nearest1, nearest2, &y)) {
       result.error += std::fabs(y - x[j]);
+      if (bound < INFINITY && result.error >= bound) {  // sums only grow: it cannot win
+        ++result.unsettled;
+        return result;
+      }
       continue;
     }
-    float best_error = INFINITY;
+    // The settling pair with the least error, first in (n1, o) x (0 ... 15) order on ties: the
+    // candidates sorted by (error, order) and tried in turn (the first that settles is it).
     const uint8_t other1 = OtherNeighbour(*g.g1, x[j], nearest1);
+    struct Candidate {
+      float error;
+      uint8_t order;
+    } candidates[32];
+    int n = 0;
     for (int i = 0; i < (other1 == nearest1 ? 1 : 2); ++i) {
-      const uint8_t c1 = i == 0 ? nearest1 : other1;
+      const float v1 = SignedDecoded(*g.g1, i == 0 ? nearest1 : other1);
       for (uint8_t c2 = 0; c2 < 16; ++c2) {
-        if (!Settles(g, x[j], r[j], c1, c2, &y) || !(std::fabs(y - x[j]) < best_error)) continue;
-        best_error = std::fabs(y - x[j]);
-        codes1[j] = c1;
-        codes2[j] = c2;
+        const float error = std::fabs(Round(g.out, v1 + SignedDecoded(*g.g2, c2)) - x[j]);
+        if (!(error < INFINITY)) continue;  // never below the search's starting bound
+        int at = n++;
+        for (; at > 0 && error < candidates[at - 1].error; --at)
+          candidates[at] = candidates[at - 1];
+        candidates[at] = {error, static_cast<uint8_t>(16 * i + c2)};
       }
+    }
+    float best_error = INFINITY;
+    for (int t = 0; t < n; ++t) {
+      const uint8_t c1 = candidates[t].order < 16 ? nearest1 : other1;
+      const uint8_t c2 = candidates[t].order & 15;
+      if (!Settles(g, x[j], r[j], c1, c2, &y)) continue;
+      best_error = candidates[t].error;
+      codes1[j] = c1;
+      codes2[j] = c2;
+      break;
     }
     if (best_error == INFINITY) {
       ++result.unsettled;
+      if (alternative) return result;  // an alternative that cannot be chosen
       result.error += std::fabs(
           Round(g.out, SignedDecoded(*g.g1, nearest1) + SignedDecoded(*g.g2, nearest2)) - x[j]);
     } else {
       ++result.replaced;
       result.error += best_error;
+    }
+    if (bound < INFINITY && result.error >= bound) {  // sums only grow: it cannot win
+      ++result.unsettled;
+      return result;
     }
   }
   return result;
@@ -359,7 +389,9 @@ inline uint8_t SettledPass2(TwoPassGroup g, GroupThresholds* g2, float p2, const
     g.s2 = static_cast<uint8_t>(s);
     MakeThresholds(Domain::kBinary32, g.s2, p2, g2);
     std::copy(nearest1, nearest1 + 16, codes1);
-    const SettleResult other = SettleGroup(g, x, r, codes1, codes2);
+    // Stops early once it cannot be chosen (an unsettled element, or no less error than `best`).
+    const SettleResult other =
+        SettleGroup(g, x, r, codes1, codes2, true, best >= 0 ? best_error : INFINITY);
     if (other.unsettled != 0 || (best >= 0 && !(other.error < best_error))) continue;
     best = s;
     best_error = other.error;
