@@ -50,14 +50,13 @@ namespace internal {
 // which code c+1 is nearer than code c (exact in binary32: at most 7 significant bits).
 struct BoundaryTable {
   float boundary[kMaxScaleCode];
-  BoundaryTable() {
+  constexpr BoundaryTable() : boundary() {
     for (int c = 0; c < kMaxScaleCode; ++c) {
-      boundary[c] =
-          3.0f * (ScaleValue(static_cast<uint8_t>(c)) + ScaleValue(static_cast<uint8_t>(c + 1)));
+      boundary[c] = 3.0f * (kScaleTable.value[c] + kScaleTable.value[c + 1]);
     }
   }
 };
-inline const BoundaryTable kBoundaryTable;
+inline constexpr BoundaryTable kBoundaryTable;
 }  // namespace internal
 
 // The E4M3 code nearest to y / 6 (y >= 0) in exact arithmetic, ties to the smaller code,
