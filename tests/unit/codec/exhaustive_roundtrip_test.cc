@@ -208,15 +208,20 @@ double RmsError(DType dtype, const std::vector<uint8_t>& a, const std::vector<ui
   return std::sqrt(sum / static_cast<double>(n));
 }
 
+// An nvfp4x2 codec for a one-buffer page of `rows` rows.
+absl::StatusOr<std::unique_ptr<Codec>> Nvfp4x2Codec(DType dtype, uint32_t rows) {
+  CodecSpec spec;
+  spec.codec = CodecId::kNvfp4x2;
+  return Codec::Create(OneBufferLayout(dtype, rows, false), spec);
+}
+
 TEST_P(ExhaustiveNvfp4x2Test, ErrorAfterFourTripsIsAtMostOneAndAHalfTimesTheFirst) {
   const DType dtype = GetParam();
   std::mt19937_64 rng(99);
   for (const std::vector<uint32_t>& by_exp : PatternsByExponent(dtype)) {
     uint32_t rows = 0;
     const std::vector<uint8_t> page = MakePage(dtype, by_exp, rng, &rows);
-    CodecSpec spec;
-    spec.codec = CodecId::kNvfp4x2;
-    auto codec = Codec::Create(OneBufferLayout(dtype, rows, false), spec);
+    auto codec = Nvfp4x2Codec(dtype, rows);
     ASSERT_TRUE(codec.ok()) << codec.status();
     std::vector<uint8_t> cur = Trip(**codec, page);
     const double first = RmsError(dtype, page, cur);
@@ -238,9 +243,7 @@ TEST_P(ExhaustiveNvfp4x2Test, RoundTripsSettle) {
   for (const std::vector<uint32_t>& by_exp : PatternsByExponent(dtype)) {
     uint32_t rows = 0;
     const std::vector<uint8_t> page = MakePage(dtype, by_exp, rng, &rows);
-    CodecSpec spec;
-    spec.codec = CodecId::kNvfp4x2;
-    auto codec = Codec::Create(OneBufferLayout(dtype, rows, false), spec);
+    auto codec = Nvfp4x2Codec(dtype, rows);
     ASSERT_TRUE(codec.ok()) << codec.status();
     const std::vector<uint8_t> t1 = Trip(**codec, page);
     const std::vector<uint8_t> t2 = Trip(**codec, t1);
@@ -268,9 +271,7 @@ TEST(Nvfp4x2Test, ModelLikePageIsAFixedPointAfterOneTrip) {
   std::vector<uint8_t> page(size_t{rows} * kHeadDim * 2);
   for (size_t i = 0; i < page.size() / 2; ++i)
     StoreFromFloat(DType::kBf16, n01(rng), page.data(), i);
-  CodecSpec spec;
-  spec.codec = CodecId::kNvfp4x2;
-  auto codec = Codec::Create(OneBufferLayout(DType::kBf16, rows, false), spec);
+  auto codec = Nvfp4x2Codec(DType::kBf16, rows);
   ASSERT_TRUE(codec.ok()) << codec.status();
   const std::vector<uint8_t> t1 = Trip(**codec, page);
   const std::vector<uint8_t> t2 = Trip(**codec, t1);
