@@ -1,8 +1,10 @@
-// The batched copy kernel. Spans travel as one __grid_constant__ kernel parameter (24 KiB for 1024
-// spans; large parameters need CUDA 12.1+ and sm_70+). Grid: x = 32 KiB chunks of a span, y =
-// span. Each thread moves 16-byte vectors, with all of its loads issued before its stores so that
-// several PCIe reads are in flight when the source is mapped host memory; spans whose source and
-// destination are misaligned against each other fall back to byte copies.
+// The batched copy kernel. Spans travel as one __grid_constant__ kernel parameter, in the smallest
+// of three sizes that holds the launch's spans (8, 128 or 1024 spans: 192 B, 3 KiB, 24 KiB; large
+// parameters need CUDA 12.1+ and sm_70+): every byte of it is copied into each launch, and 24 KiB
+// cost about 3 us a launch on the H100 (docs/PERFORMANCE.md, "small launches"). Grid: x = 32 KiB
+// chunks of a span, y = span. Each thread moves 16-byte vectors, with all of its loads issued
+// before its stores so that several PCIe reads are in flight when the source is mapped host memory;
+// spans whose source and destination are misaligned against each other fall back to byte copies.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,12 +18,14 @@ constexpr int kThreads = 256;
 constexpr int kVectorsPerThread = 8;  // 8 x 16 B in flight per thread
 constexpr uint64_t kChunkBytes = uint64_t{kThreads} * kVectorsPerThread * 16;  // 32 KiB
 
+template <int kSpans>
 struct SpanBatch {
-  CopySpan spans[BatchedCopier::kSpansPerLaunch];
+  CopySpan spans[kSpans];
 };
 
+template <int kSpans>
 __global__ void __launch_bounds__(kThreads)
-    BatchedCopyKernel(const __grid_constant__ SpanBatch batch) {
+    BatchedCopyKernel(const __grid_constant__ SpanBatch<kSpans> batch) {
   const CopySpan span = batch.spans[blockIdx.y];
   const uint64_t begin = uint64_t{blockIdx.x} * kChunkBytes;
   if (begin >= span.bytes) return;
@@ -63,11 +67,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-}  // namespace
-
-int LaunchBatchedCopy(const CopySpan* spans, int count, void* stream) {
-  if (count <= 0) return 0;
-  SpanBatch batch;
+template <int kSpans>
+int Launch(const CopySpan* spans, int count, void* stream) {
+  SpanBatch<kSpans> batch;
   uint64_t max_bytes = 0;
   for (int i = 0; i < count; ++i) {
     batch.spans[i] = spans[i];
@@ -77,8 +79,18 @@ int LaunchBatchedCopy(const CopySpan* spans, int count, void* stream) {
   const uint64_t chunks = (max_bytes + kChunkBytes - 1) / kChunkBytes;
   if (chunks > 0x7fffffffu) return static_cast<int>(cudaErrorInvalidValue);
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(count));
-  BatchedCopyKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(batch);
+  BatchedCopyKernel<kSpans><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(batch);
   return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int LaunchBatchedCopy(const CopySpan* spans, int count, void* stream) {
+  static_assert(BatchedCopier::kSpansPerLaunch == 1024);
+  if (count <= 0) return 0;
+  if (count <= 8) return Launch<8>(spans, count, stream);
+  if (count <= 128) return Launch<128>(spans, count, stream);
+  return Launch<1024>(spans, count, stream);
 }
 
 }  // namespace kvtier::kernels::internal

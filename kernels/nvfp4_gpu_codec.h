@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +25,8 @@ class GpuNvfp4Codec {
  public:
   // Unimplemented without CUDA, for the raw codec (kernels::BatchedCopier copies raw pages), or
   // for layouts of more than 224 buffers or 239 padded records (limits of the kernels' plan).
+  // Copies the kernels' plan (23 KiB) into the current device's memory when there is a device;
+  // another device gets its copy at its first launch, which then waits for that copy.
   static absl::StatusOr<std::unique_ptr<GpuNvfp4Codec>> Create(const codec::BlockPlan& plan);
   ~GpuNvfp4Codec();
 
@@ -98,8 +101,18 @@ class GpuNvfp4Codec {
                             uint64_t hot_stride, int pages, void* stream) const;
   int AcquireRing(int device, uint64_t slot_bytes, uint64_t stride, Staging** out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  // The kernels' copy of gpu_plan_ in the current device's memory: uploaded by Create for the
+  // device current then (when there is one), on first use for any other. Sets a cudaError_t value
+  // into *err and returns null on failure.
+  const internal::GpuPlan* DevicePlan(int* err) const;
+  // internal::LaunchNvfp4Decode with the device plan; returns a cudaError_t value.
+  int LaunchDecode(const uint8_t* cold_base, uint64_t cold_stride, uint8_t* hot_base,
+                   uint64_t hot_stride, int pages, void* stream) const;
   codec::BlockPlan plan_;
   std::unique_ptr<internal::GpuPlan> gpu_plan_;
+  mutable absl::Mutex plans_mu_;
+  // (device, its copy of the plan)
+  mutable std::vector<std::pair<int, internal::GpuPlan*>> device_plans_ ABSL_GUARDED_BY(plans_mu_);
   uint64_t SliceBytes(uint64_t batch_bytes) const;
   uint64_t slice_bytes_ = 0;
   mutable absl::Mutex staging_mu_;  // held while a staged decode is enqueued

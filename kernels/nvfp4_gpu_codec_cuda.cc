@@ -47,7 +47,39 @@ struct GpuNvfp4Codec::Staging {
 
 GpuNvfp4Codec::GpuNvfp4Codec(codec::BlockPlan plan, std::unique_ptr<internal::GpuPlan> gpu_plan)
     : plan_(std::move(plan)), gpu_plan_(std::move(gpu_plan)) {}
-GpuNvfp4Codec::~GpuNvfp4Codec() = default;
+GpuNvfp4Codec::~GpuNvfp4Codec() {
+  absl::MutexLock lock(&plans_mu_);
+  for (auto& [device, plan] : device_plans_) internal::FreeDevice(plan);
+}
+
+const internal::GpuPlan* GpuNvfp4Codec::DevicePlan(int* err) const {
+  int device = 0;
+  if ((*err = internal::CurrentDevice(&device)) != 0) return nullptr;
+  absl::MutexLock lock(&plans_mu_);
+  for (const auto& [d, plan] : device_plans_) {
+    if (d == device) return plan;
+  }
+  void* memory = nullptr;
+  if ((*err = internal::MallocDevice(&memory, sizeof(internal::GpuPlan))) != 0) return nullptr;
+  void* stream = internal::PerThreadStream();
+  *err = internal::CopyAsync(memory, gpu_plan_.get(), sizeof(internal::GpuPlan), stream);
+  if (*err == 0) *err = internal::SynchronizeStream(stream);
+  if (*err != 0) {
+    internal::FreeDevice(memory);
+    return nullptr;
+  }
+  device_plans_.emplace_back(device, static_cast<internal::GpuPlan*>(memory));
+  return device_plans_.back().second;
+}
+
+int GpuNvfp4Codec::LaunchDecode(const uint8_t* cold_base, uint64_t cold_stride, uint8_t* hot_base,
+                                uint64_t hot_stride, int pages, void* stream) const {
+  int err = 0;
+  const internal::GpuPlan* device_plan = DevicePlan(&err);
+  if (device_plan == nullptr) return err;
+  return internal::LaunchNvfp4Decode(*gpu_plan_, device_plan, cold_base, cold_stride, hot_base,
+                                     hot_stride, pages, stream);
+}
 
 absl::StatusOr<std::unique_ptr<GpuNvfp4Codec>> GpuNvfp4Codec::Create(const codec::BlockPlan& plan) {
   if (plan.spec.codec != codec::CodecId::kNvfp4 && plan.spec.codec != codec::CodecId::kNvfp4x2) {
@@ -104,15 +136,27 @@ absl::StatusOr<std::unique_ptr<GpuNvfp4Codec>> GpuNvfp4Codec::Create(const codec
   if (!fits) {
     return absl::UnimplementedError("too many padded layer records for the GPU kernels");
   }
-  return std::unique_ptr<GpuNvfp4Codec>(new GpuNvfp4Codec(plan, std::move(gpu)));
+  std::unique_ptr<GpuNvfp4Codec> codec(new GpuNvfp4Codec(plan, std::move(gpu)));
+  // The current device's copy of the plan now (not under a caller's stream capture later); a
+  // machine without a usable device gets it, or the error, at the first launch.
+  int devices = 0;
+  if (internal::QueryDeviceCount(&devices) == 0 && devices > 0) {
+    int err = 0;
+    (void)codec->DevicePlan(&err);
+  }
+  return codec;
 }
 
 absl::Status GpuNvfp4Codec::EncodePayloads(const void* hot_base, uint64_t hot_stride,
                                            void* cold_base, uint64_t cold_stride, int pages,
                                            int8_t* scale_exps, void* stream) const {
-  const int err = internal::LaunchNvfp4Encode(*gpu_plan_, static_cast<const uint8_t*>(hot_base),
-                                              hot_stride, static_cast<uint8_t*>(cold_base),
-                                              cold_stride, pages, scale_exps, stream);
+  int err = 0;
+  const internal::GpuPlan* device_plan = DevicePlan(&err);
+  if (device_plan != nullptr) {
+    err = internal::LaunchNvfp4Encode(
+        *gpu_plan_, device_plan, static_cast<const uint8_t*>(hot_base), hot_stride,
+        static_cast<uint8_t*>(cold_base), cold_stride, pages, scale_exps, stream);
+  }
   if (err != 0) {
     return absl::InternalError(
         absl::StrCat("nvfp4 encode launch (", pages, " pages): ", internal::ErrorString(err)));
@@ -135,9 +179,8 @@ absl::Status GpuNvfp4Codec::Decode(const void* cold_base, uint64_t cold_stride, 
                           static_cast<uint8_t*>(hot_base), hot_stride, pages, stream);
     }
   }
-  const int err =
-      internal::LaunchNvfp4Decode(*gpu_plan_, static_cast<const uint8_t*>(cold_base), cold_stride,
-                                  static_cast<uint8_t*>(hot_base), hot_stride, pages, stream);
+  const int err = LaunchDecode(static_cast<const uint8_t*>(cold_base), cold_stride,
+                               static_cast<uint8_t*>(hot_base), hot_stride, pages, stream);
   if (err != 0) {
     return absl::InternalError(
         absl::StrCat("nvfp4 decode launch (", pages, " pages): ", internal::ErrorString(err)));
@@ -211,9 +254,8 @@ absl::Status GpuNvfp4Codec::DecodeStaged(const uint8_t* cold_base, uint64_t cold
     if (err == 0) err = internal::RecordEvent(ring->copied[slot], ring->copy_stream);
     if (err == 0) err = internal::WaitEvent(stream, ring->copied[slot]);
     if (err == 0) {
-      err = internal::LaunchNvfp4Decode(*gpu_plan_, ring->slots[slot], cold_stride,
-                                        hot_base + first * hot_stride, hot_stride,
-                                        static_cast<int>(n), stream);
+      err = LaunchDecode(ring->slots[slot], cold_stride, hot_base + first * hot_stride, hot_stride,
+                         static_cast<int>(n), stream);
     }
     if (err == 0) err = internal::RecordEvent(ring->consumed[slot], stream);
     if (err != 0) {
@@ -242,8 +284,7 @@ absl::Status GpuNvfp4Codec::DecodeGathered(absl::Span<const uint8_t* const> bloc
   internal::StreamCapturing(stream, &capturing);
   if (capturing) {  // no second stream under capture: one direct launch per page
     for (uint64_t i = 0; i < count; ++i) {
-      if (int err = internal::LaunchNvfp4Decode(*gpu_plan_, blocks[i], 0, pages[i], 0, 1, stream);
-          err != 0) {
+      if (int err = LaunchDecode(blocks[i], 0, pages[i], 0, 1, stream); err != 0) {
         return failed("decode launch", err);
       }
     }
@@ -283,8 +324,8 @@ absl::Status GpuNvfp4Codec::DecodeGathered(absl::Span<const uint8_t* const> bloc
     for (uint64_t j = 0, run = 1; j < n && err == 0; j += run) {
       const uint64_t stride = j + 1 < n && to[j + 1] > to[j] ? uint64_t(to[j + 1] - to[j]) : 0;
       for (run = 1; stride != 0 && j + run < n && to[j + run] == to[j] + run * stride;) ++run;
-      err = internal::LaunchNvfp4Decode(*gpu_plan_, ring->slots[slot] + j * block_bytes,
-                                        block_bytes, to[j], stride, static_cast<int>(run), stream);
+      err = LaunchDecode(ring->slots[slot] + j * block_bytes, block_bytes, to[j], stride,
+                         static_cast<int>(run), stream);
     }
     if (err == 0) err = internal::RecordEvent(ring->consumed[slot], stream);
     if (err != 0) {

@@ -1,18 +1,19 @@
 // Fused NVFP4 encode and decode kernels (nvfp4, nvfp4+rope and nvfp4x2; BF16/FP16/FP8).
 // One CTA per (buffer, page), or several for small batches (ChunksFor: each takes a share of the
-// buffer's groups; encode CTAs each read the whole buffer for its maximum, from L2; the staging
-// below is then off). Encode has two variants, picked per launch by where the blocks are
+// buffer's groups; encode CTAs each read the whole buffer for its maximum). The plan is in device
+// memory (CtaBuffer). Encode has two variants, picked per launch by where the blocks are
 // (cudaPointerGetAttributes). Blocks in device memory: it reads the buffer's quantized part once
 // from GPU memory into shared memory (cp.async, 16-byte copies; buffers of up to kMaxStageBytes
 // whose rows are 16-byte aligned, else it reads GPU memory twice), takes the buffer maximum, then
-// quantizes from shared memory. Blocks in host memory (mapped pinned): no staging, at most 40
-// registers (six CTAs per SM, more stores in flight over PCIe), and the scale bytes written at the
-// end as 16-byte words. Both write each cold byte once, straight to the block, and the same bytes;
-// lossless parts are copied byte for byte and the padding zeroed. Decode reads codes
-// and scales from the block in warp tiles of whole 128-byte lines and writes the hot rows. Headers
-// and checksums are written by the host (nvfp4_gpu_codec.cc). Over 800 lines because encode and
-// decode of the three codecs share the device helpers and launch plans here and nvcc compiles the
-// file once; the per-group math is in nvfp4_device.cuh.
+// quantizes from shared memory. Blocks in host memory (mapped pinned): no staging unless the
+// launch splits buffers (StagesBuffer), at most 40 registers (six CTAs per SM, more stores in
+// flight over PCIe), and the scale bytes written at the end as 16-byte words. Both write each cold
+// byte once, straight to the block, and the same bytes; lossless parts are copied byte for byte and
+// the padding zeroed. Decode reads codes and scales from the block in warp tiles of whole 128-byte
+// lines and writes the hot rows. Headers and checksums are written by the host
+// (nvfp4_gpu_codec.cc). Over 800 lines because encode and decode of the three codecs share the
+// device helpers and launch plans here and nvcc compiles the file once; the per-group math is in
+// nvfp4_device.cuh.
 //
 // FP8 groups would take the general scale search of nvfp4_device.cuh (the decoded FP8 grid is
 // rounded) for every group. Their inputs have only 127 magnitudes, so each CTA instead evaluates
@@ -28,6 +29,7 @@
 // search), instead of seven binary32 compares per element; other groups take the thresholds.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/nvfp4_device.cuh"
@@ -38,8 +40,21 @@ namespace kvtier::kernels::internal {
 namespace {
 
 constexpr int kThreads = 256;
-// The plan travels as one kernel parameter (CUDA 12.1+ allows up to 32,764 bytes).
-static_assert(sizeof(GpuPlan) <= 32764, "GpuPlan exceeds the kernel parameter limit");
+
+// The plan lives in device memory (GpuNvfp4Codec uploads it once per device): a launch passes a
+// pointer, not the 23 KiB plan, whose copy into every launch cost about 3 us of host and GPU time
+// (docs/PERFORMANCE.md, "small launches"). Each CTA copies its buffer's entry into shared memory
+// once; the other fields are read where needed.
+static_assert(sizeof(GpuBuffer) % 4 == 0 && sizeof(GpuBuffer) / 4 <= kThreads);
+__device__ __forceinline__ const GpuBuffer& CtaBuffer(const GpuPlan* __restrict__ plan, int bi) {
+  __shared__ __align__(16) GpuBuffer buffer;
+  const auto* from = reinterpret_cast<const uint32_t*>(&plan->buffers[bi]);
+  if (threadIdx.x < sizeof(GpuBuffer) / 4) {
+    reinterpret_cast<uint32_t*>(&buffer)[threadIdx.x] = from[threadIdx.x];
+  }
+  __syncthreads();
+  return buffer;
+}
 
 __device__ __forceinline__ int DomainOf(uint8_t dtype) {
   return dtype == 1 ? device::kBf16 : dtype == 2 ? device::kFp16 : device::kFp8;
@@ -225,15 +240,28 @@ __host__ __device__ __forceinline__ bool GatherScales(const GpuBuffer& b) {
   return kGatherScales && b.rows * (b.quant_len / 16) <= kMaxGatherScales;
 }
 
+// Whether the encode stages a buffer's quantized part in shared memory (when its rows are 16-byte
+// aligned): always for blocks in device memory; for blocks in host memory only in launches that
+// split buffers among CTAs (`chunked`), where each CTA reads the whole buffer for its maximum and
+// the staging's copies, all in flight at once, replace a loop of dependent loads.
+__host__ __device__ __forceinline__ bool StagesBuffer(const GpuBuffer& b, bool to_host,
+                                                      bool chunked) {
+  return (!to_host || chunked) && StageBytes(b) <= kMaxStageBytes;
+}
+
+// Where the gathered scale bytes (blocks in host memory) start in dynamic shared memory: after
+// the tables and the staged buffer.
+__host__ __device__ __forceinline__ uint32_t GatherAt(const GpuBuffer& b, bool staged) {
+  return kTablesBytes + (staged ? static_cast<uint32_t>((StageBytes(b) + 15) / 16 * 16) : 0);
+}
+
 // Dynamic shared memory the encode kernel needs for a buffer (to_host: blocks in host memory).
-__host__ __device__ __forceinline__ uint32_t SharedBytes(const GpuBuffer& b, bool to_host) {
+__host__ __device__ __forceinline__ uint32_t SharedBytes(const GpuBuffer& b, bool to_host,
+                                                         bool chunked) {
   if (!b.quantized || b.quant_len == 0) return 0;
-  if (to_host) {
-    const uint64_t groups = b.rows * (b.quant_len / 16);
-    return kTablesBytes + (GatherScales(b) ? static_cast<uint32_t>((groups + 15) / 16 * 16) : 0);
-  }
-  const uint64_t stage = StageBytes(b);
-  return kTablesBytes + (stage <= kMaxStageBytes ? static_cast<uint32_t>(stage) : 0);
+  const uint32_t bytes = GatherAt(b, StagesBuffer(b, to_host, chunked));
+  const uint64_t groups = b.rows * (b.quant_len / 16);
+  return bytes + (to_host && GatherScales(b) ? static_cast<uint32_t>((groups + 15) / 16 * 16) : 0);
 }
 
 // A buffer's CTAs: blockIdx.z of gridDim.z (chunks of its groups, for small batches).
@@ -391,27 +419,29 @@ __device__ void EncodeTwoPasses(const GpuBuffer& b, LoadGroup load, uint32_t gro
 // memory. Both write the same bytes. kTwoPasses: nvfp4x2 (its own kernels, so that nvfp4's keep
 // their registers).
 template <bool kToHost, bool kTwoPasses>
-__device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_base,
+__device__ __forceinline__ void Encode(const GpuPlan* __restrict__ plan, const uint8_t* hot_base,
                                        uint64_t hot_stride, uint8_t* cold_base,
                                        uint64_t cold_stride, int8_t* scale_exp) {
   extern __shared__ __align__(16) uint8_t shared[];
   const int bi = blockIdx.x;
   const uint64_t page = blockIdx.y;
-  const GpuBuffer& b = plan.buffers[bi];
+  const GpuBuffer& b = CtaBuffer(plan, bi);
   uint8_t* hot = const_cast<uint8_t*>(hot_base) + page * hot_stride + b.hot_offset;
   uint8_t* cold = cold_base + page * cold_stride;
   const bool first_chunk = Chunk() == 0;
   if (bi == 0 && first_chunk) {
-    for (int z = 0; z < plan.zero_count; ++z) {
-      for (uint64_t i = threadIdx.x; i < plan.zeros[z].bytes; i += kThreads) {
-        cold[plan.zeros[z].offset + i] = 0;
-      }
+    const int zero_count = plan->zero_count;
+    for (int z = 0; z < zero_count; ++z) {
+      const ZeroRange range = plan->zeros[z];
+      for (uint64_t i = threadIdx.x; i < range.bytes; i += kThreads) cold[range.offset + i] = 0;
     }
   }
   CopyLossless(b, hot, cold, /*to_cold=*/true);
-  int8_t* exps = scale_exp + page * plan.exps_per_page;
-  if (threadIdx.x == 0 && first_chunk && plan.exps_per_page > plan.buffer_count) {
-    exps[plan.buffer_count + bi] = 0;  // k2, for nvfp4x2 plans; EncodeTwoPasses overwrites it
+  const int buffer_count = plan->buffer_count;
+  const int exps_per_page = plan->exps_per_page;
+  int8_t* exps = scale_exp + page * exps_per_page;
+  if (threadIdx.x == 0 && first_chunk && exps_per_page > buffer_count) {
+    exps[buffer_count + bi] = 0;  // k2, for nvfp4x2 plans; EncodeTwoPasses overwrites it
   }
   if (!b.quantized || b.quant_len == 0) {
     if (threadIdx.x == 0 && first_chunk) exps[bi] = 0;
@@ -432,8 +462,9 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
   const uint32_t per_chunk = (groups + Chunks() * 16 - 1) / (Chunks() * 16) * 16;
   const uint32_t g_begin = min(groups, Chunk() * per_chunk);
   const uint32_t g_end = min(groups, g_begin + per_chunk);
-  const bool staged = !kToHost && Chunks() == 1 && StageBytes(b) <= kMaxStageBytes &&
-                      ((reinterpret_cast<uintptr_t>(quant) | b.row_stride_bytes) & 15) == 0;
+  const bool stages = StagesBuffer(b, kToHost, Chunks() > 1);
+  const bool staged =
+      stages && ((reinterpret_cast<uintptr_t>(quant) | b.row_stride_bytes) & 15) == 0;
   if (staged) {
     const uint32_t chunks = groups * esize;
     for (uint32_t i = threadIdx.x; i < chunks; i += kThreads) {
@@ -479,12 +510,12 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
   uint8_t* data = cold + b.data_offset;
   uint8_t* scales = cold + b.scale_offset;
   if constexpr (kTwoPasses) {
-    EncodeTwoPasses(b, load, groups, p, q, amax, data, scales, &exps[plan.buffer_count + bi]);
+    EncodeTwoPasses(b, load, groups, p, q, amax, data, scales, &exps[buffer_count + bi]);
     return;
   }
   const bool data_aligned = (reinterpret_cast<uintptr_t>(data) & 7) == 0;
   // Host blocks: the scale bytes gathered in shared memory (after the tables), written by flush.
-  uint8_t* gathered = kToHost && GatherScales(b) ? shared + kTablesBytes : nullptr;
+  uint8_t* gathered = kToHost && GatherScales(b) ? shared + GatherAt(b, stages) : nullptr;
   // (indexed from g_begin: gathered[i] is the scale of group g_begin + i)
   auto flush = [&]() {
     if (gathered == nullptr) return;
@@ -594,7 +625,7 @@ __device__ __forceinline__ void Encode(const GpuPlan& plan, const uint8_t* hot_b
 
 template <bool kTwoPasses>
 __global__ void __launch_bounds__(kThreads)
-    EncodeToDeviceKernel(const __grid_constant__ GpuPlan plan, const uint8_t* hot_base,
+    EncodeToDeviceKernel(const GpuPlan* __restrict__ plan, const uint8_t* hot_base,
                          uint64_t hot_stride, uint8_t* cold_base, uint64_t cold_stride,
                          int8_t* scale_exp) {
   Encode<false, kTwoPasses>(plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
@@ -603,7 +634,7 @@ __global__ void __launch_bounds__(kThreads)
 // nvfp4x2 runs one CTA per buffer: no occupancy target, the registers for its settled codes.
 template <bool kTwoPasses>
 __global__ void __launch_bounds__(kThreads, kTwoPasses ? 1 : kHostEncodeCtas)
-    EncodeToHostKernel(const __grid_constant__ GpuPlan plan, const uint8_t* hot_base,
+    EncodeToHostKernel(const GpuPlan* __restrict__ plan, const uint8_t* hot_base,
                        uint64_t hot_stride, uint8_t* cold_base, uint64_t cold_stride,
                        int8_t* scale_exp) {
   Encode<true, kTwoPasses>(plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
@@ -724,11 +755,11 @@ __device__ __forceinline__ void LoadDecodeTile(const uint8_t* data, const uint8_
 // kTwoPasses: nvfp4x2, its own kernel.
 template <bool kTwoPasses>
 __global__ void __launch_bounds__(kThreads, 4)
-    DecodeKernel(const __grid_constant__ GpuPlan plan, const uint8_t* cold_base,
-                 uint64_t cold_stride, uint8_t* hot_base, uint64_t hot_stride) {
+    DecodeKernel(const GpuPlan* __restrict__ plan, const uint8_t* cold_base, uint64_t cold_stride,
+                 uint8_t* hot_base, uint64_t hot_stride) {
   const int bi = blockIdx.x;
   const uint64_t page = blockIdx.y;
-  const GpuBuffer& b = plan.buffers[bi];
+  const GpuBuffer& b = CtaBuffer(plan, bi);
   uint8_t* hot = hot_base + page * hot_stride + b.hot_offset;
   uint8_t* cold = const_cast<uint8_t*>(cold_base) + page * cold_stride;
   const bool quantized = b.quantized && b.quant_len != 0;
@@ -867,11 +898,32 @@ unsigned ChunksFor(const GpuPlan& plan, int pages, uint64_t groups_per_cta, bool
   return static_cast<unsigned>(chunks < 64 ? chunks : 64);
 }
 
+// cudaFuncSetAttribute(kernel, max dynamic shared memory) once per (device, kernel) for the largest
+// size asked so far (it cost 0.35 us a launch on the H100).
+int AllowSharedBytes(const void* kernel, int slot, uint32_t bytes) {
+  constexpr int kDevices = 64, kKernels = 4;
+  static std::atomic<uint32_t> allowed[kDevices][kKernels];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return static_cast<int>(cudaGetLastError());
+  std::atomic<uint32_t>* cached =
+      device >= 0 && device < kDevices ? &allowed[device][slot] : nullptr;
+  if (cached != nullptr && cached->load(std::memory_order_relaxed) >= bytes) return 0;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (err != cudaSuccess) return static_cast<int>(err);
+  if (cached != nullptr) {
+    uint32_t seen = cached->load(std::memory_order_relaxed);
+    while (seen < bytes && !cached->compare_exchange_weak(seen, bytes)) {
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
-int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot_stride,
-                      uint8_t* cold_base, uint64_t cold_stride, int pages, int8_t* scale_exp,
-                      void* stream) {
+int LaunchNvfp4Encode(const GpuPlan& plan, const GpuPlan* device_plan, const uint8_t* hot_base,
+                      uint64_t hot_stride, uint8_t* cold_base, uint64_t cold_stride, int pages,
+                      int8_t* scale_exp, void* stream) {
   if (pages <= 0 || plan.buffer_count <= 0) return 0;
   // Where the blocks are: device (or managed) memory, or host memory (mapped pinned, or any other
   // host address the GPU can write).
@@ -882,35 +934,38 @@ int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot
   } else {
     (void)cudaGetLastError();  // not a CUDA address: clear the error, treat it as host memory
   }
+  // nvfp4x2 needs the whole buffer's residual before its second pass: one CTA per buffer.
+  const bool two_passes = plan.exps_per_page > plan.buffer_count;
+  const unsigned chunks = two_passes ? 1u : ChunksFor(plan, pages, 128, /*rereads=*/true);
   uint32_t shared_bytes = 0;
   for (int i = 0; i < plan.buffer_count; ++i) {
-    const uint32_t bytes = SharedBytes(plan.buffers[i], to_host);
+    const uint32_t bytes = SharedBytes(plan.buffers[i], to_host, chunks > 1);
     shared_bytes = bytes > shared_bytes ? bytes : shared_bytes;
   }
-  const bool two_passes = plan.exps_per_page > plan.buffer_count;
   auto* kernel = to_host ? (two_passes ? EncodeToHostKernel<true> : EncodeToHostKernel<false>)
                          : (two_passes ? EncodeToDeviceKernel<true> : EncodeToDeviceKernel<false>);
   if (shared_bytes > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
-    if (err != cudaSuccess) return static_cast<int>(err);
+    const int slot = (to_host ? 2 : 0) + (two_passes ? 1 : 0);
+    if (int err = AllowSharedBytes(reinterpret_cast<const void*>(kernel), slot, shared_bytes);
+        err != 0) {
+      return err;
+    }
   }
-  // nvfp4x2 needs the whole buffer's residual before its second pass: one CTA per buffer.
-  const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages),
-                  two_passes ? 1u : ChunksFor(plan, pages, 128, /*rereads=*/true));
+  const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages), chunks);
   kernel<<<grid, kThreads, shared_bytes, static_cast<cudaStream_t>(stream)>>>(
-      plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
+      device_plan, hot_base, hot_stride, cold_base, cold_stride, scale_exp);
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t cold_stride,
-                      uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream) {
+int LaunchNvfp4Decode(const GpuPlan& plan, const GpuPlan* device_plan, const uint8_t* cold_base,
+                      uint64_t cold_stride, uint8_t* hot_base, uint64_t hot_stride, int pages,
+                      void* stream) {
   if (pages <= 0 || plan.buffer_count <= 0) return 0;
   const dim3 grid(static_cast<unsigned>(plan.buffer_count), static_cast<unsigned>(pages),
                   ChunksFor(plan, pages, kTileGroups, /*rereads=*/false));
   auto* kernel = plan.exps_per_page > plan.buffer_count ? DecodeKernel<true> : DecodeKernel<false>;
-  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(plan, cold_base, cold_stride,
-                                                                   hot_base, hot_stride);
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      device_plan, cold_base, cold_stride, hot_base, hot_stride);
   return static_cast<int>(cudaGetLastError());
 }
 

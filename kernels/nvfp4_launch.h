@@ -50,13 +50,16 @@ struct GpuPlan {
 // cold_base + p * cold_stride (device-accessible addresses). Writes every payload byte of every
 // block (not the header) and the buffer exponents into scale_exp[p * exps_per_page + ...] (device-
 // accessible; see GpuPlan). Returns a cudaError_t value.
-int LaunchNvfp4Encode(const GpuPlan& plan, const uint8_t* hot_base, uint64_t hot_stride,
-                      uint8_t* cold_base, uint64_t cold_stride, int pages, int8_t* scale_exp,
-                      void* stream);
+// `plan` is read on the host (grid, shared memory); the kernels read `device_plan`, a copy of it
+// in the current device's memory (fields but target_ctas).
+int LaunchNvfp4Encode(const GpuPlan& plan, const GpuPlan* device_plan, const uint8_t* hot_base,
+                      uint64_t hot_stride, uint8_t* cold_base, uint64_t cold_stride, int pages,
+                      int8_t* scale_exp, void* stream);
 // Decodes: reads each buffer's exponents from the block header (GpuBuffer::scale_exp_offset, and
 // the residual exponent in the byte after it).
-int LaunchNvfp4Decode(const GpuPlan& plan, const uint8_t* cold_base, uint64_t cold_stride,
-                      uint8_t* hot_base, uint64_t hot_stride, int pages, void* stream);
+int LaunchNvfp4Decode(const GpuPlan& plan, const GpuPlan* device_plan, const uint8_t* cold_base,
+                      uint64_t cold_stride, uint8_t* hot_base, uint64_t hot_stride, int pages,
+                      void* stream);
 
 }  // namespace kvtier::kernels::internal
 

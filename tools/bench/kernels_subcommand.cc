@@ -14,8 +14,14 @@
 // --min-time seconds each; ratios are fused over memcpy, unfused and raw of the same run.
 // Blocks are headers and checksums sealed on the host once, untimed (decode needs the header).
 //
+// --queued: each repetition is enqueued behind a device-to-device copy of kQueueBytes (about
+// 0.2 ms), so the events time the GPU's work and the gaps between its launches but not the host's
+// time to submit them: what an engine sees when its offload or onboard is queued behind its own
+// kernels, as long as the host submits a repetition faster than the copy runs (small batches).
+// The default times from an idle stream, submission included.
+//
 // Run: kvtier-bench kernels [--batches=1,16,256] [--min-time=0.2] [--device=0]
-//                           [--codec=nvfp4|nvfp4x2] [--target-ctas=N] [--json]
+//                           [--codec=nvfp4|nvfp4x2] [--target-ctas=N] [--queued] [--json]
 // --target-ctas=N: launches of fewer than N (buffer, page) CTAs split buffers among CTAs to reach
 // about N (the default: only launches below 16 CTAs, to two per SM).
 #include "tools/bench/kernels_subcommand.h"
@@ -57,6 +63,7 @@ struct Flags {
   int device = 0;
   std::string codec = "nvfp4";
   int target_ctas = 0;  // GpuNvfp4Codec::set_target_ctas when > 0 (experiments on small launches)
+  bool queued = false;
   bool json = false;
 };
 
@@ -64,6 +71,7 @@ struct Flags {
 absl::StatusOr<Flags> ParseFlags(const cli::Values& values) {
   Flags f;
   f.json = values.Has("json");
+  f.queued = values.Has("queued");
   if (auto v = values.Get("min-time")) {
     if (!absl::SimpleAtod(*v, &f.min_time) || !(f.min_time >= 0)) {
       return cli::UsageError(absl::StrCat("--min-time: '", *v, "' is not a number of seconds"));
@@ -199,16 +207,24 @@ struct Areas {
   }
 };
 
+// --queued: the device-to-device copy each repetition waits behind.
+constexpr uint64_t kQueueBytes = uint64_t{256} << 20;
+
 // Median seconds of `run` on `stream` over repetitions lasting about `min_time` (at least 3),
-// after one untimed warm-up.
+// after one untimed warm-up; with `queue` (two buffers of kQueueBytes), each repetition behind a
+// copy between them.
 template <typename F>
-double TimeMedian(F run, cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop,
-                  double min_time) {
+double TimeMedian(F run, cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, double min_time,
+                  uint8_t* const* queue) {
   run();
   Check(cudaStreamSynchronize(stream), "warm-up");
   std::vector<double> seconds;
   double total = 0;
   while (seconds.size() < 3 || (total < min_time && seconds.size() < 10000)) {
+    if (queue != nullptr) {
+      Check(cudaMemcpyAsync(queue[1], queue[0], kQueueBytes, cudaMemcpyDeviceToDevice, stream),
+            "queue copy");
+    }
     Check(cudaEventRecord(start, stream), "cudaEventRecord");
     run();
     Check(cudaEventRecord(stop, stream), "cudaEventRecord");
@@ -242,6 +258,10 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
   cudaEvent_t start, stop;
   Check(cudaEventCreate(&start), "cudaEventCreate");
   Check(cudaEventCreate(&stop), "cudaEventCreate");
+  uint8_t* queue[2] = {nullptr, nullptr};
+  if (f.queued) {
+    for (uint8_t*& q : queue) Check(cudaMalloc(&q, kQueueBytes), "cudaMalloc queue");
+  }
   std::vector<Row> rows;
   for (const PageKind& k : kinds) {
     const auto plan = codec::MakeBlockPlan(k.layout, *spec);
@@ -328,7 +348,8 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
               }
             }
           };
-          const double s = TimeMedian(run, stream, start, stop, f.min_time);
+          const double s =
+              TimeMedian(run, stream, start, stop, f.min_time, f.queued ? queue : nullptr);
           row.gbps[m] = static_cast<double>(page_bytes) * batch / s / 1e9;
         }
         rows.push_back(row);
@@ -338,13 +359,16 @@ std::vector<Row> Measure(const Flags& f, const std::vector<PageKind>& kinds) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
+  for (uint8_t* q : queue) cudaFree(q);
   return rows;
 }
 
 void Print(const std::string& device, const Flags& f, const std::vector<Row>& rows) {
   std::printf(
-      "kvtier-bench kernels on %s, codec %s: hot bytes per second (GB/s), median of repetitions\n",
-      device.c_str(), f.codec.c_str());
+      "kvtier-bench kernels on %s, codec %s: hot bytes per second (GB/s), median of "
+      "repetitions%s\n",
+      device.c_str(), f.codec.c_str(),
+      f.queued ? ", each queued behind device work (GPU time, not the host's submission)" : "");
   std::printf("%-15s %9s %9s %5s %-8s %8s %8s %8s %8s %8s %8s  %9s %9s %9s\n", "page", "hot B",
               "cold B", "batch", "dir", "memcpy", "raw", "unfused", "fused", "direct", "device",
               "f/memcpy", "f/unfused", "f/raw");
@@ -370,6 +394,7 @@ std::string Json(const std::string& device, const Flags& f, const std::vector<Ro
   j["device"] = device;
   j["min_time_s"] = f.min_time;
   j["codec"] = f.codec;
+  j["queued"] = f.queued;
   j["unit"] = "hot GB/s (1e9 bytes)";
   j["results"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -402,6 +427,7 @@ void DeclareKernelsBenchFlags(cli::Command& command) {
       .AddFlag("device", "N", "the CUDA device (default 0)")
       .AddFlag("codec", "C", "nvfp4 (default) or nvfp4x2")
       .AddFlag("target-ctas", "N", "GpuNvfp4Codec::set_target_ctas when > 0 (default 0)")
+      .AddSwitch("queued", "time each repetition queued behind device work (GPU time only)")
       .AddSwitch("json", "print JSON instead of the table");
 }
 

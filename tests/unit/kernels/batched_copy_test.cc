@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
 #include "tests/unit/kernels/gpu_buffer.h"
@@ -45,7 +46,7 @@ TEST_P(BatchedCopyGpuTest, CopiesEverySpanAndNothingElse) {
   for (auto& x : source) x = static_cast<uint8_t>(rng());
   ASSERT_TRUE((*src)->Write(source).ok());
   ASSERT_TRUE((*dst)->Write(poison).ok());
-  // 1500 spans (two launches), laid out without overlap: sizes 0..40 KiB and a few large ones;
+  // 1500 spans, laid out without overlap: sizes 0..40 KiB and a few large ones;
   // offsets aligned, equally misaligned, or differently misaligned.
   std::vector<CopySpan> spans;
   std::vector<std::pair<size_t, size_t>> regions;  // (dst offset, bytes)
@@ -63,8 +64,16 @@ TEST_P(BatchedCopyGpuTest, CopiesEverySpanAndNothingElse) {
     src_at = (src_off + bytes + 15) / 16 * 16 + 16;
     dst_at = (dst_off + bytes + 15) / 16 * 16 + 16 * (1 + rng() % 4);
   }
-  ASSERT_GT(spans.size(), size_t{BatchedCopier::kSpansPerLaunch});
-  ASSERT_TRUE((*copier)->Enqueue(spans, nullptr).ok());
+  ASSERT_GT(spans.size(), size_t{BatchedCopier::kSpansPerLaunch} + 420);
+  // Calls of every launch size class (8, 128 and 1024 spans a launch) and their edges; the last
+  // call takes the rest, more than one launch.
+  size_t first = 0;
+  for (size_t count : {1, 7, 8, 9, 127, 128, 129}) {
+    ASSERT_TRUE((*copier)->Enqueue(absl::MakeConstSpan(spans).subspan(first, count), nullptr).ok());
+    first += count;
+  }
+  ASSERT_GT(spans.size() - first, size_t{BatchedCopier::kSpansPerLaunch});
+  ASSERT_TRUE((*copier)->Enqueue(absl::MakeConstSpan(spans).subspan(first), nullptr).ok());
   ASSERT_TRUE(BatchedCopier::Synchronize(nullptr).ok());
   const absl::StatusOr<std::vector<uint8_t>> got = (*dst)->Read();
   ASSERT_TRUE(got.ok()) << got.status();
