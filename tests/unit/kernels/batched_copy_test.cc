@@ -36,7 +36,7 @@ TEST_P(BatchedCopyGpuTest, CopiesEverySpanAndNothingElse) {
   if (!devices.ok() || devices->empty()) GTEST_SKIP() << "no CUDA device";
   auto copier = BatchedCopier::Create(0);
   ASSERT_TRUE(copier.ok()) << copier.status();
-  constexpr size_t kBytes = 24 << 20;
+  constexpr size_t kBytes = 40 << 20;
   auto src = GpuBuffer::Allocate(GetParam().first, kBytes);
   ASSERT_TRUE(src.ok()) << src.status();
   auto dst = GpuBuffer::Allocate(GetParam().second, kBytes);
@@ -64,7 +64,7 @@ TEST_P(BatchedCopyGpuTest, CopiesEverySpanAndNothingElse) {
     src_at = (src_off + bytes + 15) / 16 * 16 + 16;
     dst_at = (dst_off + bytes + 15) / 16 * 16 + 16 * (1 + rng() % 4);
   }
-  ASSERT_GT(spans.size(), size_t{BatchedCopier::kSpansPerLaunch} + 420);
+  ASSERT_EQ(spans.size(), size_t{1500});
   // Calls of every launch size class (8, 128 and 1024 spans a launch) and their edges; the last
   // call takes the rest, more than one launch.
   size_t first = 0;
