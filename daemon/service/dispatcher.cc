@@ -68,10 +68,12 @@ void Dispatcher::RunTurnsOnWorker(grpc::CallbackServerContext* ctx,
     }
     if (!status.has_value()) status = turn();
     if (!status.has_value()) return true;  // another turn
-    // What the work holds (its engine) is released before the client hears of the result.
+    // What the work holds (its engine) is released, and the request no longer counts as in
+    // flight, before the client hears of the result: a client that has its answer finds the
+    // daemon idle (a drain, the in-flight gauge) if nothing else runs.
     turn = nullptr;
-    reactor->Finish(ToGrpc(*status));
     DoneInFlight();
+    reactor->Finish(ToGrpc(*status));
     return false;
   });
 }

@@ -47,8 +47,9 @@ class Dispatcher {
   // Runs `work` on a worker (counted as in flight), in the turns of `flow` (an engine's id; ""
   // for admin work), then finishes the RPC with its status. Work whose call was cancelled, or
   // whose deadline (the client's, else default_deadline from now) passed while it waited for a
-  // worker, does not run (CANCELLED or DEADLINE_EXCEEDED). Either way `work` is destroyed before
-  // the call finishes, so that what it captured (an EngineRef) is released. Never blocks.
+  // worker, does not run (CANCELLED or DEADLINE_EXCEEDED). Either way `work` is destroyed, and
+  // the request stops counting as in flight, before the call finishes: what it captured (an
+  // EngineRef) is released by the time the client has its answer. Never blocks.
   void RunOnWorker(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
                    std::function<absl::Status()> work, absl::string_view flow = "")
       ABSL_LOCKS_EXCLUDED(mu_);

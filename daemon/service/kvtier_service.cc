@@ -453,8 +453,8 @@ grpc::ServerUnaryReactor* KvTierService::Unregister(grpc::CallbackServerContext*
     const auto [parked, pins] = Remove(id, "unregistered by the client");
     resp->set_released_parked_requests(parked);
     resp->set_released_pins(pins);
+    state_->dispatcher().DoneInFlight();  // before the client hears (Dispatcher's order)
     reactor->Finish(grpc::Status::OK);
-    state_->dispatcher().DoneInFlight();
     done->store(true);
   });
   waiters_.emplace_back(std::move(waiter), std::move(done));
