@@ -1,7 +1,7 @@
 // ClusterSweeper: keeps a cluster tier's pool under a configured capacity. RADOS has no expiry, so
 // one node at a time, the holder of the pool's eviction lease (a cls_lock on kvtier.evict-lease,
 // renewed while it sweeps and left to expire when the node dies), lists every block object with
-// its last use (the kvtier.read attribute: written with the block, refreshed by reads) and, above
+// its last use (the kvtier.read attribute, set by uses; the write time until the first) and, above
 // the high watermark, removes the least recently used ones until the pool is under the low one.
 // Each removal is one operation guarded by the last use the listing saw, so a block read after the
 // listing stays, and a block removed during a read is that read's miss. Thread-safe.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -21,14 +22,16 @@
 namespace kvtier::cluster {
 namespace {
 
-// Three xattrs per block (each one costs the OSD work on every write; docs/CLUSTER.md):
-// the block's identity, 40 bytes: the namespace id (8, big-endian) and the hash (32);
+// A block's xattrs (docs/CLUSTER.md). Each one a write sets costs the OSD work on every write
+// (about 5% of a one-object write each on a memstore OSD), so a write sets one:
+// the block's identity, 40 bytes: the namespace id (8, big-endian) and the hash (32), which
+// every read compares; then what the writer records: codec (4), layout fingerprint (8), payload
+// checksum (4), created (8, microseconds since the epoch), all big-endian, then the writer
+// node's name. Objects of earlier versions hold the identity alone (and kvtier.meta beside it).
 constexpr char kXattrId[] = "kvtier.id";
-// what the writer records, 24 bytes and the writer's name: codec (4), layout fingerprint (8),
-// payload checksum (4), created (8, microseconds since the epoch), all big-endian, then the
-// writer node's name;
-constexpr char kXattrMeta[] = "kvtier.meta";
-// the last use, 8 bytes big-endian microseconds (written with the block, refreshed by Touch).
+constexpr size_t kIdBytes = 40;
+// The last use, 8 bytes big-endian microseconds: set by Touch (a node fetched the block, or found
+// it stored when it wrote behind); absent until then, when the object's mtime stands in.
 constexpr char kXattrRead[] = "kvtier.read";
 constexpr char kLeaseObject[] = "kvtier.evict-lease";
 // Writes to a full pool (its quota, or full OSDs) fail with EDQUOT or ENOSPC at once instead of
@@ -94,24 +97,29 @@ std::string IdXattr(const BlockKey& key) {
       absl::string_view(reinterpret_cast<const char*>(key.hash.data()), key.hash.size()));
 }
 
-// The compound op of a Put: exclusive create + write_full + the block's xattrs. The xattrs are
-// copied into the op; the block is `data`, whose buffers the op shares.
+// True when an object's kvtier.id names the block `want` (IdXattr) names: its first 40 bytes.
+bool IdMatches(const ceph::bufferlist& id, const std::string& want) {
+  if (id.length() < kIdBytes || want.size() != kIdBytes) return false;
+  char got[kIdBytes];
+  id.begin().copy(kIdBytes, got);
+  return std::memcmp(got, want.data(), kIdBytes) == 0;
+}
+
+// The compound op of a Put: exclusive create + write_full + the block's one xattr (copied into
+// the op); the block is `data`, whose buffers the op shares.
 void FillPutOp(librados::ObjectWriteOperation& op, const BlockKey& key,
                const ceph::bufferlist& data, const BlockAttrs& attrs) {
-  const std::string created = Be64(static_cast<uint64_t>(attrs.created_unix_micros));
   char codec[4], sum[4];
   EncodeBigEndian32(codec, attrs.codec);
   EncodeBigEndian32(sum, attrs.payload_checksum);
-  ceph::bufferlist id, meta, read;
-  id.append(IdXattr(key));
-  meta.append(absl::StrCat(absl::string_view(codec, 4), Be64(attrs.layout_fingerprint),
-                           absl::string_view(sum, 4), created, attrs.writer_node));
-  read.append(created);
+  ceph::bufferlist id;
+  id.append(absl::StrCat(IdXattr(key), absl::string_view(codec, 4), Be64(attrs.layout_fingerprint),
+                         absl::string_view(sum, 4),
+                         Be64(static_cast<uint64_t>(attrs.created_unix_micros)),
+                         attrs.writer_node));
   op.create(/*exclusive=*/true);
   op.write_full(data);
   op.setxattr(kXattrId, id);
-  op.setxattr(kXattrMeta, meta);
-  op.setxattr(kXattrRead, read);
 }
 
 // A block as an op's data, without a copy: a static buffer over the caller's bytes (librados
@@ -164,16 +172,18 @@ class ReadWindow {
     ReadWindow* window = nullptr;
     size_t index = 0;  // of the key in the call's keys
     std::string name;
-    ceph::bufferlist id, data;
-    int read_rval = 0;
+    std::string want_id;        // the identity asked for (IdXattr)
+    ceph::bufferlist id, data;  // the object's kvtier.id and bytes
+    int id_rval = 0, read_rval = 0;
     std::optional<librados::ObjectReadOperation> op;
     librados::AioCompletion* c = nullptr;  // set while a read of this slot is in flight
     // Lets the last read's op and buffers go (the result, if any, was moved out of `data`).
     void Clear() {
       op.reset();
+      want_id.clear();
       id.clear();
       data.clear();
-      read_rval = 0;
+      id_rval = read_rval = 0;
     }
   };
 
@@ -501,11 +511,11 @@ absl::Status RadosObjectStore::GetWindowed(const std::string& rados_ns,
       ReadWindow::Slot& s = *free_slots.back();
       s.index = next;
       s.name = ObjectName(keys[next]);
-      s.id.append(IdXattr(keys[next]));
+      s.want_id = IdXattr(keys[next]);
       s.op.emplace();
-      // The xattr must match what was asked: an object under the right name with another block's
-      // identity is a miss, not that block.
-      s.op->cmpxattr(kXattrId, LIBRADOS_CMPXATTR_OP_EQ, s.id);
+      // The identity comes back with the bytes and must start with what was asked (IdMatches): an
+      // object under the right name with another block's identity is a miss, not that block.
+      s.op->getxattr(kXattrId, &s.id, &s.id_rval);
       // One byte more than the largest block: a larger object shows as too large.
       s.op->read(0, max_bytes + 1, &s.data, &s.read_rval);
       s.c = librados::Rados::aio_create_completion(&s, &ReadWindow::Done);
@@ -537,9 +547,9 @@ absl::Status RadosObjectStore::GetWindowed(const std::string& rados_ns,
     counters_.gets.fetch_add(1);
     const size_t index = s->index;
     std::optional<ObjectBytes> result;
-    if (r == -ENOENT || r == -ENODATA || r == -ECANCELED) {
-      // Absent; or without kvtier.id (ENODATA) or with another block's (ECANCELED, the cmpxattr
-      // failed): the object is not the block asked for.
+    if (r == -ENOENT || r == -ENODATA || (r >= 0 && !IdMatches(s->id, s->want_id))) {
+      // Absent; or without kvtier.id (ENODATA) or with another block's: the object is not the
+      // block asked for.
       counters_.get_misses.fetch_add(1);
       if (r != -ENOENT) counters_.verify_failures.fetch_add(1);
     } else if (r < 0) {
@@ -688,6 +698,8 @@ absl::StatusOr<std::vector<BlockObject>> RadosObjectStore::ListBlocks(size_t max
   std::vector<BlockObject> out;
   rados_ioctx_t obj_io = nullptr;
   rados_ioctx_create2(h_->cluster, rados_ioctx_get_id(h_->io), &obj_io);
+  librados::IoCtx obj_cxx;  // the same context: stat2's mtime has sub-second resolution
+  librados::IoCtx::from_rados_ioctx_t(obj_io, obj_cxx);
   const char* entry = nullptr;
   const char* nspace = nullptr;
   while (out.size() < max && (r = rados_nobjects_list_next(ctx, &entry, nullptr, &nspace)) == 0) {
@@ -696,17 +708,19 @@ absl::StatusOr<std::vector<BlockObject>> RadosObjectStore::ListBlocks(size_t max
     o.rados_ns = nspace != nullptr ? nspace : "";
     o.name = entry;
     rados_ioctx_set_namespace(obj_io, o.rados_ns.c_str());
-    time_t mtime = 0;
-    if (rados_stat(obj_io, entry, &o.size, &mtime) < 0) continue;  // removed meanwhile
+    timespec mtime{};
+    if (obj_cxx.stat2(o.name, &o.size, &mtime) < 0) continue;  // removed meanwhile
     char when[8];
     const int n = rados_getxattr(obj_io, entry, kXattrRead, when, sizeof(when));
     o.use_recorded = n == 8;
+    // Never used: the write's time stands in (blocks are immutable, so the mtime is the write).
     o.last_use_unix_micros =
         o.use_recorded ? static_cast<int64_t>(DecodeBigEndian64(reinterpret_cast<uint8_t*>(when)))
-                       : static_cast<int64_t>(mtime) * 1000000;
+                       : static_cast<int64_t>(mtime.tv_sec) * 1000000 + mtime.tv_nsec / 1000;
     out.push_back(std::move(o));
   }
   rados_nobjects_list_close(ctx);
+  obj_cxx.close();
   rados_ioctx_destroy(obj_io);
   rados_ioctx_destroy(io);
   if (r != 0 && r != -ENOENT) return Error(r, "list all namespaces");
@@ -719,8 +733,12 @@ absl::Status RadosObjectStore::RemoveUnlessUsed(const BlockObject& object) {
   rados_ioctx_set_namespace(io, object.rados_ns.c_str());
   const std::string when = Be64(static_cast<uint64_t>(object.last_use_unix_micros));
   rados_write_op_t op = rados_create_write_op();
+  // A use since the listing changed kvtier.read, or set it where it was absent (an absent xattr
+  // compares equal to the empty value).
   if (object.use_recorded) {
     rados_write_op_cmpxattr(op, kXattrRead, LIBRADOS_CMPXATTR_OP_EQ, when.data(), when.size());
+  } else {
+    rados_write_op_cmpxattr(op, kXattrRead, LIBRADOS_CMPXATTR_OP_EQ, "", 0);
   }
   rados_write_op_remove(op);
   const int r =

@@ -44,7 +44,7 @@ struct BlockKey {
   index::BlockHash hash{};
 };
 
-// What the writer records next to a block (xattrs, docs/CLUSTER.md).
+// What the writer records next to a block (in its kvtier.id xattr, docs/CLUSTER.md).
 struct BlockAttrs {
   uint32_t codec = 0;
   uint64_t layout_fingerprint = 0;
@@ -71,8 +71,8 @@ struct BlockObject {
   std::string rados_ns;
   std::string name;
   uint64_t size = 0;
-  int64_t last_use_unix_micros = 0;  // the last read (Touch), else the write
-  bool use_recorded = false;         // kvtier.read is set (else the mtime stood in)
+  int64_t last_use_unix_micros = 0;  // the last use (Touch), else the write
+  bool use_recorded = false;         // kvtier.read is set (else the mtime stood in: never used)
 };
 
 struct PoolUsage {
@@ -133,7 +133,8 @@ class RadosObjectStore {
   RadosObjectStore(const RadosObjectStore&) = delete;
   RadosObjectStore& operator=(const RadosObjectStore&) = delete;
 
-  // One compound op: exclusive create + write_full + xattrs. AlreadyExists when the object exists
+  // One compound op: exclusive create + write_full + one xattr (kvtier.id: the block's identity
+  // and `attrs`). AlreadyExists when the object exists
   // (a block written twice is one object). ResourceExhausted when the pool is full or over quota.
   absl::Status Put(const std::string& rados_ns, const BlockKey& key,
                    absl::Span<const uint8_t> block, const BlockAttrs& attrs);
@@ -186,7 +187,8 @@ class RadosObjectStore {
   // lease and kvtier.fleet, are left out), at most `max`, with size and last use.
   absl::StatusOr<std::vector<BlockObject>> ListBlocks(size_t max);
 
-  // Removes the object unless it was used after it was listed (its kvtier.read changed):
+  // Removes the object unless it was used after it was listed (its kvtier.read changed, or was
+  // set where the listing found none):
   // FailedPrecondition then (it stays), NotFound when it is gone already. One operation, so a
   // read that touches the block and the removal never both win.
   absl::Status RemoveUnlessUsed(const BlockObject& object);

@@ -132,7 +132,14 @@ absl::StatusOr<pid_t> CephCluster::Spawn(const std::vector<std::string>& argv,
   return pid;
 }
 
-absl::StatusOr<std::string> CephCluster::Run(const std::vector<std::string>& argv) {
+absl::StatusOr<std::string> CephCluster::Run(const std::vector<std::string>& argv,
+                                             const std::optional<std::string>& input) {
+  const std::string input_path = dir_.File("run-input");
+  if (input.has_value()) {
+    std::ofstream f(input_path, std::ios::binary | std::ios::trunc);
+    f.write(input->data(), static_cast<std::streamsize>(input->size()));
+    if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", input_path));
+  }
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   const pid_t pid = fork();
@@ -141,6 +148,11 @@ absl::StatusOr<std::string> CephCluster::Run(const std::vector<std::string>& arg
     close(fds[0]);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
+    if (input.has_value()) {
+      const int in = open(input_path.c_str(), O_RDONLY);
+      if (in < 0) _exit(126);
+      dup2(in, 0);
+    }
     std::vector<char*> a = Argv(argv);
     execvp(a[0], a.data());
     _exit(127);
@@ -167,10 +179,14 @@ absl::StatusOr<std::string> CephCluster::Ceph(const std::vector<std::string>& ar
   return Run(argv);
 }
 
-absl::StatusOr<std::string> CephCluster::Rados(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"rados", "-c", conf_, "-k", admin_keyring_, "-p", pool_};
+absl::StatusOr<std::string> CephCluster::Rados(const std::vector<std::string>& args,
+                                               const std::optional<std::string>& input) {
+  // No admin socket: the test process's own client may hold the path (its warning would join the
+  // output, which callers parse).
+  std::vector<std::string> argv = {"rados",        "-c", conf_, "-k",
+                                   admin_keyring_, "-p", pool_, "--admin-socket="};
   argv.insert(argv.end(), args.begin(), args.end());
-  return Run(argv);
+  return Run(argv, input);
 }
 
 absl::Status CephCluster::Setup(int osds) {

@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,15 +86,18 @@ class CephCluster {
   // Runs the ceph CLI (`ceph` with this cluster's conf and keyring, a 15 s connect timeout) with
   // `args`; the combined output, or Internal with it on a nonzero exit.
   absl::StatusOr<std::string> Ceph(const std::vector<std::string>& args);
-  // Same with `rados -p POOL`.
-  absl::StatusOr<std::string> Rados(const std::vector<std::string>& args);
+  // Same with `rados -p POOL`; `input`, when given, is its standard input (binary values for
+  // `setxattr`, whose value argument cannot hold a NUL).
+  absl::StatusOr<std::string> Rados(const std::vector<std::string>& args,
+                                    const std::optional<std::string>& input = std::nullopt);
 
  private:
   explicit CephCluster(TempDir dir) : dir_(std::move(dir)) {}
   absl::Status Setup(int osds);
   absl::Status AddOsd();
   absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log);
-  absl::StatusOr<std::string> Run(const std::vector<std::string>& argv);
+  absl::StatusOr<std::string> Run(const std::vector<std::string>& argv,
+                                  const std::optional<std::string>& input = std::nullopt);
 
   TempDir dir_;
   std::string conf_, admin_keyring_, mon_host_, pool_ = "kvtier-test";

@@ -3,7 +3,7 @@
 //   rados: `rados bench SECONDS write -b SIZE -t DEPTH --no-cleanup --max-objects N`, then
 //          `rados bench SECONDS rand -t DEPTH` over what it wrote, then `rados cleanup`.
 //   kvtier: valid raw-codec cold blocks of exactly SIZE bytes stored through
-//          RadosObjectStore::Put (exclusive create + write_full + xattrs, one op) from DEPTH
+//          RadosObjectStore::Put (exclusive create + write_full + its xattr, one op) from DEPTH
 //          threads (--put=threads), or PutMany of DEPTH blocks at a time from one thread
 //          (--put=batched), for SECONDS or N objects, then for SECONDS read back, blocks chosen
 //          at random, with GetWindowed keeping DEPTH reads in flight (every block verified:

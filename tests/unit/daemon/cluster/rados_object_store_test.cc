@@ -111,6 +111,98 @@ TEST_F(RadosObjectStoreTest, WrongHashObjectIsAMiss) {
   EXPECT_EQ(store_->counters().verify_failures.load(), 1u);
 }
 
+// The identity a block's kvtier.id starts with: the namespace id (8 bytes, big-endian), the hash.
+std::string Identity(const BlockKey& key) {
+  std::string id;
+  for (int shift = 56; shift >= 0; shift -= 8) id.push_back(static_cast<char>(key.ns >> shift));
+  id.append(reinterpret_cast<const char*>(key.hash.data()), key.hash.size());
+  return id;
+}
+
+TEST_F(RadosObjectStoreTest, APutSetsOneAttributeTheIdentityAndTheWritersRecord) {
+  // Every attribute a write sets costs the OSD work on every write: one.
+  ASSERT_TRUE(store_->Put("t10", Key(7, 10), MakeTestBlock(10, 4096), Attrs()).ok());
+  const std::string name = ObjectName(Key(7, 10));
+  absl::StatusOr<std::string> attrs = cluster_->Rados({"-N", "t10", "listxattr", name});
+  ASSERT_TRUE(attrs.ok()) << attrs.status();
+  EXPECT_EQ(*attrs, "kvtier.id\n");
+  absl::StatusOr<std::string> id = cluster_->Rados({"-N", "t10", "getxattr", name, "kvtier.id"});
+  ASSERT_TRUE(id.ok()) << id.status();
+  // The identity, then codec 4, layout 8, checksum 4, created 8, then the writer's name.
+  ASSERT_EQ(id->size(), 40u + 24u + 6u);
+  EXPECT_EQ(id->substr(0, 40), Identity(Key(7, 10)));
+  EXPECT_EQ(id->substr(64), "node-a");
+}
+
+TEST_F(RadosObjectStoreTest, AnObjectWithAnotherBlocksIdentityIsAMiss) {
+  // Key 11's object, attribute and all, copied under key 12's name.
+  ASSERT_TRUE(store_->Put("t11", Key(7, 11), MakeTestBlock(11, 4096), Attrs()).ok());
+  ASSERT_TRUE(cluster_
+                  ->Rados({"-N", "t11", "--target-nspace", "t11", "cp", ObjectName(Key(7, 11)),
+                           ObjectName(Key(7, 12))})
+                  .ok());
+  auto got = store_->Get("t11", {Key(7, 12), Key(7, 11)}, Soon());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE((*got)[0].has_value());
+  EXPECT_TRUE((*got)[1].has_value());
+  EXPECT_EQ(store_->counters().verify_failures.load(), 1u);
+}
+
+TEST_F(RadosObjectStoreTest, AnObjectOfTheEarlierLayoutIsRead) {
+  // Before one attribute, kvtier.id held the 40-byte identity alone.
+  const std::vector<uint8_t> block = MakeTestBlock(13, 4096);
+  ASSERT_TRUE(store_->Put("t13", Key(7, 13), block, Attrs()).ok());
+  ASSERT_TRUE(cluster_
+                  ->Rados({"-N", "t13", "setxattr", ObjectName(Key(7, 13)), "kvtier.id"},
+                          Identity(Key(7, 13)))
+                  .ok());
+  auto got = store_->Get("t13", {Key(7, 13)}, Soon());
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE((*got)[0].has_value());
+  EXPECT_EQ((*got)[0]->ToVector(), block);
+  // A shorter identity is another block's.
+  ASSERT_TRUE(cluster_
+                  ->Rados({"-N", "t13", "setxattr", ObjectName(Key(7, 13)), "kvtier.id"},
+                          Identity(Key(7, 13)).substr(0, 39))
+                  .ok());
+  got = store_->Get("t13", {Key(7, 13)}, Soon());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE((*got)[0].has_value());
+}
+
+TEST_F(RadosObjectStoreTest, ANeverUsedBlockIsListedAtItsWriteAndSparedWhenUsedSince) {
+  const absl::Time before = absl::Now();
+  ASSERT_TRUE(store_->Put("t14", Key(7, 14), MakeTestBlock(14, 4096), Attrs()).ok());
+  ASSERT_TRUE(store_->Put("t14", Key(7, 15), MakeTestBlock(15, 4096), Attrs()).ok());
+  const absl::Time after = absl::Now();
+  auto listed = store_->ListBlocks(1000);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  std::vector<BlockObject> mine;
+  for (const BlockObject& o : *listed) {
+    if (o.rados_ns == "t14") mine.push_back(o);
+  }
+  ASSERT_EQ(mine.size(), 2u);
+  std::sort(mine.begin(), mine.end(),
+            [](const BlockObject& a, const BlockObject& b) { return a.name < b.name; });
+  for (const BlockObject& o : mine) {
+    EXPECT_FALSE(o.use_recorded) << o.name;
+    // The write's time, to the microsecond (the OSD's clock is this machine's).
+    EXPECT_GE(o.last_use_unix_micros, absl::ToUnixMicros(before) - 1000) << o.name;
+    EXPECT_LE(o.last_use_unix_micros, absl::ToUnixMicros(after) + 1000) << o.name;
+  }
+  const BlockObject& used = mine[0].name == ObjectName(Key(7, 14)) ? mine[0] : mine[1];
+  const BlockObject& unused = mine[0].name == ObjectName(Key(7, 14)) ? mine[1] : mine[0];
+  // Used after the listing: the removal the listing planned spares it.
+  ASSERT_TRUE(store_->Touch("t14", Key(7, 14), absl::ToUnixMicros(absl::Now())).ok());
+  const absl::Status spared = store_->RemoveUnlessUsed(used);
+  EXPECT_TRUE(absl::IsFailedPrecondition(spared)) << spared;
+  EXPECT_TRUE(store_->RemoveUnlessUsed(unused).ok());
+  auto ex = store_->Exists("t14", {Key(7, 14), Key(7, 15)}, Soon());
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_TRUE((*ex)[0]);
+  EXPECT_FALSE((*ex)[1]);
+}
+
 TEST_F(RadosObjectStoreTest, NamespacesIsolate) {
   ASSERT_TRUE(store_->Put("tenant-a", Key(7, 6), MakeTestBlock(6, 4096), Attrs()).ok());
   auto got = store_->Get("tenant-b", {Key(7, 6)}, Soon());
